@@ -1,0 +1,11 @@
+-- One event, in the caller's transaction. pg_notify is delivered only if that transaction commits.
+-- $1..$9 columns, $10 the schema name (the notification's payload)
+WITH ins AS (
+    INSERT INTO {schema}.outbox_events
+        (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,
+         idempotency_key, max_retries)
+    VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT ins.id FROM ins, LATERAL (SELECT pg_notify('postbox_events', $10)) AS wake

@@ -1,0 +1,14 @@
+-- $1 ids, $2 errors, $3 permanent flags, $4 claim token, $5 backoff base in ms, $6 cap in ms.
+-- Backoff: min(cap, base * 2^retry_count), counted from the database clock.
+UPDATE {schema}.outbox_events AS e
+SET retry_count  = e.retry_count + 1,
+    status       = CASE WHEN f.permanent OR e.retry_count + 1 >= e.max_retries
+                        THEN 'FAILED' ELSE 'PENDING' END,
+    locked_until = CASE WHEN f.permanent OR e.retry_count + 1 >= e.max_retries THEN NULL
+                        ELSE now() + LEAST($6::float8, $5::float8 * power(2::float8, e.retry_count + 1))
+                                     * interval '1 millisecond' END,
+    last_error   = f.error,
+    updated_at   = now()
+FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, error, permanent)
+WHERE e.id = f.id AND e.claim_token = $4 AND e.status = 'PROCESSING'
+RETURNING e.id, e.retry_count, e.status = 'FAILED'

@@ -1,0 +1,351 @@
+//! Writing events in the caller's transaction.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgConnection;
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{Postgres, Sqlite, Transaction};
+
+use crate::error::Result;
+use crate::event::{Enqueued, Event};
+use crate::schema::SchemaName;
+use crate::store::sql::{render, safe};
+
+/// Default payload limit: 1 MiB of JSON.
+pub const DEFAULT_PAYLOAD_LIMIT: usize = 1024 * 1024;
+
+/// The producer side of Postbox: writes events into `outbox_events` inside the caller's own sqlx
+/// transaction, so they are committed, or rolled back, with the business rows.
+///
+/// ```no_run
+/// use postbox::{Event, Outbox};
+///
+/// # async fn example(pool: sqlx::PgPool) -> anyhow::Result<()> {
+/// let outbox = Outbox::new();
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("INSERT INTO invoices (id, amount_cents) VALUES (456, 1200)")
+///     .execute(&mut *tx)
+///     .await?;
+/// let event = Event::new("InvoiceCreated", &serde_json::json!({"invoice_id": 456}))?
+///     .aggregate("Invoice", "456");
+/// outbox.enqueue(&mut tx, event).await?; // Inserted(id), or Duplicate
+/// tx.commit().await?; // the event exists if and only if the invoice does
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Outbox {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    schema: SchemaName,
+    payload_limit: usize,
+    max_retries: i32,
+    pg_one: Arc<str>,
+    pg_many: Arc<str>,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Outbox {
+    /// An outbox in the `public` schema with the default limits (payload 1 MiB, 5 retries).
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// Configures an outbox.
+    ///
+    /// ```
+    /// let outbox = postbox::Outbox::builder()
+    ///     .schema(postbox::SchemaName::new("s_acme").unwrap())
+    ///     .payload_limit(64 * 1024)
+    ///     .max_retries(8)
+    ///     .build();
+    /// assert_eq!(outbox.schema().as_str(), "s_acme");
+    /// ```
+    pub fn builder() -> OutboxBuilder {
+        OutboxBuilder {
+            schema: SchemaName::public(),
+            payload_limit: DEFAULT_PAYLOAD_LIMIT,
+            max_retries: 5,
+        }
+    }
+
+    /// The schema this outbox writes to (PostgreSQL; SQLite has one outbox per file).
+    pub fn schema(&self) -> &SchemaName {
+        &self.inner.schema
+    }
+
+    /// Writes one event through `conn`, normally the caller's open transaction. Returns
+    /// [`Enqueued::Duplicate`] if an event with the same idempotency key exists (race-free: the
+    /// database's unique index decides). Invalid events are refused before anything is written.
+    pub async fn enqueue<C>(&self, conn: &mut C, event: Event) -> Result<Enqueued>
+    where
+        C: OutboxConnection + ?Sized,
+    {
+        let key = event.resolved_idempotency_key(Utc::now().date_naive());
+        event.validate(self.inner.payload_limit, key.as_deref())?;
+        let max_retries = event.max_retries.unwrap_or(self.inner.max_retries);
+        let headers = serde_json::to_string(&event.headers)?;
+        let id: Option<i64> = match conn.outbox_connection() {
+            Conn::Postgres(c) => {
+                sqlx::query_scalar(safe(&self.inner.pg_one))
+                    .bind(&event.event_type)
+                    .bind(&event.aggregate_type)
+                    .bind(&event.aggregate_id)
+                    .bind(event.payload.get())
+                    .bind(&event.event_class)
+                    .bind(event.schema_version)
+                    .bind(&headers)
+                    .bind(&key)
+                    .bind(max_retries)
+                    .bind(self.inner.schema.as_str())
+                    .fetch_optional(c)
+                    .await?
+            }
+            Conn::Sqlite(c) => {
+                sqlx::query_scalar(SQLITE_ENQUEUE)
+                    .bind(&event.event_type)
+                    .bind(&event.aggregate_type)
+                    .bind(&event.aggregate_id)
+                    .bind(event.payload.get())
+                    .bind(&event.event_class)
+                    .bind(event.schema_version)
+                    .bind(&headers)
+                    .bind(&key)
+                    .bind(max_retries)
+                    .fetch_optional(c)
+                    .await?
+            }
+        };
+        Ok(id.map_or(Enqueued::Duplicate, Enqueued::Inserted))
+    }
+
+    /// Writes many events; on PostgreSQL in one multi-row `INSERT`. Results come in the order of
+    /// `events`. Every event is validated before anything is written.
+    pub async fn enqueue_many<C>(
+        &self,
+        conn: &mut C,
+        events: impl IntoIterator<Item = Event>,
+    ) -> Result<Vec<Enqueued>>
+    where
+        C: OutboxConnection + ?Sized,
+    {
+        let events: Vec<Event> = events.into_iter().collect();
+        let today = Utc::now().date_naive();
+        let mut keys = Vec::with_capacity(events.len());
+        let mut headers = Vec::with_capacity(events.len());
+        for event in &events {
+            let key = event.resolved_idempotency_key(today);
+            event.validate(self.inner.payload_limit, key.as_deref())?;
+            keys.push(key);
+            headers.push(serde_json::to_string(&event.headers)?);
+        }
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        match conn.outbox_connection() {
+            Conn::Postgres(c) => {
+                let col = |f: fn(&Event) -> Option<&str>| -> Vec<Option<&str>> {
+                    events.iter().map(f).collect()
+                };
+                let rows: Vec<(i64, Option<String>)> = sqlx::query_as(safe(&self.inner.pg_many))
+                    .bind(
+                        events
+                            .iter()
+                            .map(|e| e.event_type.as_str())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(col(|e| e.aggregate_type.as_deref()))
+                    .bind(col(|e| e.aggregate_id.as_deref()))
+                    .bind(events.iter().map(|e| e.payload.get()).collect::<Vec<_>>())
+                    .bind(col(|e| e.event_class.as_deref()))
+                    .bind(events.iter().map(|e| e.schema_version).collect::<Vec<_>>())
+                    .bind(&headers)
+                    .bind(&keys)
+                    .bind(
+                        events
+                            .iter()
+                            .map(|e| e.max_retries.unwrap_or(self.inner.max_retries))
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(self.inner.schema.as_str())
+                    .fetch_all(c)
+                    .await?;
+                Ok(match_results(&keys, rows))
+            }
+            Conn::Sqlite(c) => {
+                let mut out = Vec::with_capacity(events.len());
+                for ((event, key), headers) in events.iter().zip(&keys).zip(&headers) {
+                    let id: Option<i64> = sqlx::query_scalar(SQLITE_ENQUEUE)
+                        .bind(&event.event_type)
+                        .bind(&event.aggregate_type)
+                        .bind(&event.aggregate_id)
+                        .bind(event.payload.get())
+                        .bind(&event.event_class)
+                        .bind(event.schema_version)
+                        .bind(headers)
+                        .bind(key)
+                        .bind(event.max_retries.unwrap_or(self.inner.max_retries))
+                        .fetch_optional(&mut *c)
+                        .await?;
+                    out.push(id.map_or(Enqueued::Duplicate, Enqueued::Inserted));
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+const SQLITE_ENQUEUE: &str = include_str!("../sql/sqlite/enqueue.sql");
+
+/// Maps the rows a multi-row insert returned back to its inputs: a keyed event was inserted if
+/// its key came back (the first of equal keys wins); unkeyed events were all inserted, and
+/// identity values are handed out in input order.
+fn match_results(keys: &[Option<String>], rows: Vec<(i64, Option<String>)>) -> Vec<Enqueued> {
+    let mut by_key = std::collections::HashMap::new();
+    let mut unkeyed = Vec::new();
+    for (id, key) in rows {
+        match key {
+            Some(k) => {
+                by_key.insert(k, id);
+            }
+            None => unkeyed.push(id),
+        }
+    }
+    unkeyed.sort_unstable();
+    let mut unkeyed = unkeyed.into_iter();
+    keys.iter()
+        .map(|key| match key {
+            Some(k) => by_key
+                .remove(k)
+                .map_or(Enqueued::Duplicate, Enqueued::Inserted),
+            None => unkeyed
+                .next()
+                .map_or(Enqueued::Duplicate, Enqueued::Inserted),
+        })
+        .collect()
+}
+
+/// Settings of an [`Outbox`].
+#[derive(Clone, Debug)]
+pub struct OutboxBuilder {
+    schema: SchemaName,
+    payload_limit: usize,
+    max_retries: i32,
+}
+
+impl OutboxBuilder {
+    /// The schema to write to (default `public`); for a tenant, its schema (`s_<tenant>`).
+    pub fn schema(mut self, schema: SchemaName) -> Self {
+        self.schema = schema;
+        self
+    }
+
+    /// The largest payload accepted, in bytes of JSON (default 1 MiB).
+    pub fn payload_limit(mut self, bytes: usize) -> Self {
+        self.payload_limit = bytes;
+        self
+    }
+
+    /// The retry limit of events that do not set their own (default 5).
+    pub fn max_retries(mut self, max_retries: i32) -> Self {
+        self.max_retries = max_retries.max(0);
+        self
+    }
+
+    /// Builds the outbox; its statements are rendered once, here.
+    pub fn build(self) -> Outbox {
+        Outbox {
+            inner: Arc::new(Inner {
+                pg_one: render(include_str!("../sql/postgres/enqueue.sql"), &self.schema),
+                pg_many: render(
+                    include_str!("../sql/postgres/enqueue_many.sql"),
+                    &self.schema,
+                ),
+                schema: self.schema,
+                payload_limit: self.payload_limit,
+                max_retries: self.max_retries,
+            }),
+        }
+    }
+}
+
+mod sealed {
+    /// A connection [`super::Outbox`] can write through.
+    pub enum Conn<'a> {
+        /// PostgreSQL.
+        Postgres(&'a mut sqlx::postgres::PgConnection),
+        /// SQLite.
+        Sqlite(&'a mut sqlx::sqlite::SqliteConnection),
+    }
+
+    pub trait Sealed {
+        fn outbox_connection(&mut self) -> Conn<'_>;
+    }
+}
+
+use sealed::{Conn, Sealed};
+
+/// A connection or transaction that [`Outbox::enqueue`] can write through: a PostgreSQL or
+/// SQLite connection, pooled connection or transaction. Sealed.
+pub trait OutboxConnection: Sealed + Send {}
+
+macro_rules! outbox_connection {
+    ($variant:ident, $db:ty, $conn:ty) => {
+        impl Sealed for $conn {
+            fn outbox_connection(&mut self) -> Conn<'_> {
+                Conn::$variant(self)
+            }
+        }
+        impl OutboxConnection for $conn {}
+        impl Sealed for Transaction<'_, $db> {
+            fn outbox_connection(&mut self) -> Conn<'_> {
+                Conn::$variant(&mut *self)
+            }
+        }
+        impl OutboxConnection for Transaction<'_, $db> {}
+        impl Sealed for PoolConnection<$db> {
+            fn outbox_connection(&mut self) -> Conn<'_> {
+                Conn::$variant(&mut *self)
+            }
+        }
+        impl OutboxConnection for PoolConnection<$db> {}
+    };
+}
+
+outbox_connection!(Postgres, Postgres, PgConnection);
+outbox_connection!(Sqlite, Sqlite, SqliteConnection);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_map_back_in_input_order() {
+        let keys = vec![
+            Some("a".to_owned()),
+            None,
+            Some("a".to_owned()),
+            Some("b".to_owned()),
+            None,
+        ];
+        let rows = vec![(11, Some("a".to_owned())), (13, None), (12, None)];
+        assert_eq!(
+            match_results(&keys, rows),
+            vec![
+                Enqueued::Inserted(11),
+                Enqueued::Inserted(12),
+                Enqueued::Duplicate,
+                Enqueued::Duplicate,
+                Enqueued::Inserted(13),
+            ]
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! The library's error type.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in Postbox's library calls.
+///
+/// Each variant says what was wrong; the messages tell an operator what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An event was refused before anything was written, because one of its fields is invalid
+    /// (too long, too large, not serializable).
+    #[error("invalid event: {field} {reason}")]
+    InvalidEvent {
+        /// The event field that is wrong, e.g. `event_type` or `payload`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A schema or tenant name was refused; nothing was touched.
+    #[error("invalid {kind} name {name:?}: {reason}")]
+    InvalidName {
+        /// `schema` or `tenant`.
+        kind: &'static str,
+        /// The name as given (already refused, shown for the operator).
+        name: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
+    /// A configuration value is out of range or inconsistent.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A tenant named in a call does not exist in the tenant registry.
+    #[error("tenant {0:?} is not registered; add it with `postbox tenants add {0}`")]
+    UnknownTenant(String),
+
+    /// A tenant was added twice, or two tenants would share one schema.
+    #[error("tenant {0:?} already exists (or its schema is taken by another tenant)")]
+    TenantExists(String),
+
+    /// The store does not support this operation (for example tenants on SQLite).
+    #[error("{0}")]
+    Unsupported(&'static str),
+
+    /// A stored row could not be decoded (for example a payload that is not JSON).
+    #[error("stored event {id} cannot be read: {reason}")]
+    CorruptRow {
+        /// The event id.
+        id: i64,
+        /// What could not be decoded.
+        reason: String,
+    },
+
+    /// The database's schema is older or newer than this version of Postbox expects.
+    #[error("the outbox tables in schema {schema:?} are not migrated; run `postbox migrate`")]
+    NotMigrated {
+        /// The schema that lacks the outbox tables.
+        schema: String,
+    },
+
+    /// A database call timed out.
+    #[error("database call timed out after {0:?}")]
+    Timeout(Duration),
+
+    /// The database reported an error (connection lost, constraint, syntax…).
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+
+    /// JSON (de)serialization failed.
+    #[error("JSON error: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl Error {
+    pub(crate) fn invalid_event(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidEvent {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// `Result` with Postbox's [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,25 @@
+#![doc = include_str!("../README.md")]
+
+mod enqueue;
+mod error;
+mod event;
+mod handlers;
+mod migrate;
+mod relay;
+mod schema;
+mod sink;
+pub mod store;
+
+pub use enqueue::{DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection};
+pub use error::{Error, Result};
+pub use event::{DomainEvent, Enqueued, Event, OutboxEvent, daily_idempotency_key};
+pub use handlers::{HandlerError, Handlers};
+pub use migrate::migrate;
+pub use relay::{Relay, RelayConfig, RelayStats, RetryPolicy};
+pub use schema::{SchemaName, Target, TenantId};
+pub use sink::{PublishError, Sink};
+#[cfg(feature = "postgres")]
+pub use store::PgStore;
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
+pub use store::{Store, Tenant, TenantStatus};

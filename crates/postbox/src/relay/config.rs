@@ -1,0 +1,125 @@
+//! Relay settings and the retry policy.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Backoff between failed tries: `min(cap, base × 2^retry_count)`, counted from the database
+/// clock. With the defaults (base 1 s, cap 300 s) the waits are 2 s, 4 s, 8 s, 16 s, … (DESIGN §3).
+/// No jitter is added: the clock is the database's, so relays do not retry in lockstep anyway
+/// (each event's wait starts at its own failure).
+///
+/// ```
+/// use std::time::Duration;
+/// let p = postbox::RetryPolicy::default();
+/// assert_eq!(p.delay(1), Duration::from_secs(2));
+/// assert_eq!(p.delay(20), Duration::from_secs(300));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The unit of the exponential backoff (default 1 s).
+    pub base: Duration,
+    /// The longest wait (default 300 s).
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait after the `retry_count`-th failed try.
+    pub fn delay(&self, retry_count: i32) -> Duration {
+        let exp = retry_count.clamp(0, 40) as u32;
+        self.base.saturating_mul(1u32 << exp.min(31)).min(self.cap)
+    }
+}
+
+/// How a relay runs. Every field has the seed's default (DESIGN §6).
+///
+/// ```
+/// use std::time::Duration;
+/// let config = postbox::RelayConfig {
+///     batch_size: 500,
+///     poll_interval: Duration::from_secs(1),
+///     ..Default::default()
+/// };
+/// config.validate().unwrap();
+/// ```
+#[derive(Clone, Debug)]
+pub struct RelayConfig {
+    /// Events claimed per batch (default 100). Larger batches amortize round trips; they also
+    /// widen the window of events re-published after a crash (G3).
+    pub batch_size: u32,
+    /// How often the relay polls when no notification arrives (default 5 s). Notifications wake
+    /// it at once; polling catches events inserted without one and notifications lost in a
+    /// reconnect.
+    pub poll_interval: Duration,
+    /// How long a claim lasts (default 30 s). A relay renews the leases of a batch it is still
+    /// publishing; a relay that dies loses them, and its events are taken over after this long
+    /// (counted as a failed try). Too short a lease leads to duplicate publishing of slow batches.
+    pub lease: Duration,
+    /// Backoff between failed tries.
+    pub retry: RetryPolicy,
+    /// How long one publish may take before it counts as failed (default 10 s). Must be shorter
+    /// than `lease`.
+    pub publish_timeout: Duration,
+    /// How many events of a batch are published at once (default 64).
+    pub concurrency: usize,
+    /// How often the tenant registry is re-read (default 10 s).
+    pub tenant_refresh: Duration,
+    /// This relay's name in `locked_by` and logs (default: host, process id and a random suffix).
+    pub relay_id: Option<String>,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            batch_size: 100,
+            poll_interval: Duration::from_secs(5),
+            lease: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+            publish_timeout: Duration::from_secs(10),
+            concurrency: 64,
+            tenant_refresh: Duration::from_secs(10),
+            relay_id: None,
+        }
+    }
+}
+
+impl RelayConfig {
+    /// Checks that the settings are usable together.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::InvalidConfig(msg));
+        if self.batch_size == 0 || self.batch_size > 10_000 {
+            return bad(format!("batch_size is {}; use 1 to 10000", self.batch_size));
+        }
+        if self.poll_interval.is_zero() {
+            return bad("poll_interval must be above zero".into());
+        }
+        if self.lease < Duration::from_millis(100) {
+            return bad(format!("lease is {:?}; use at least 100ms", self.lease));
+        }
+        if self.publish_timeout.is_zero() || self.publish_timeout >= self.lease {
+            return bad(format!(
+                "publish_timeout ({:?}) must be above zero and shorter than lease ({:?}), or a slow publish would outlive its claim",
+                self.publish_timeout, self.lease
+            ));
+        }
+        if self.concurrency == 0 {
+            return bad("concurrency must be at least 1".into());
+        }
+        if self.retry.base.is_zero() || self.retry.cap < self.retry.base {
+            return bad(format!(
+                "retry backoff base ({:?}) must be above zero and at most the cap ({:?})",
+                self.retry.base, self.retry.cap
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,71 @@
+//! Publishing one batch: bounded concurrency, a timeout per event, panics caught, leases renewed
+//! while it runs.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+
+use crate::event::OutboxEvent;
+use crate::sink::{PublishError, Sink};
+
+/// Publishes `events`, at most `concurrency` at once, calling `renew` every `renew_every` until
+/// all are done. Returns each event's id with its outcome.
+pub(super) async fn publish_batch<R, RFut>(
+    sink: &Arc<dyn Sink>,
+    events: &[OutboxEvent],
+    concurrency: usize,
+    timeout: Duration,
+    renew_every: Duration,
+    renew: R,
+) -> Vec<(i64, Result<(), PublishError>)>
+where
+    R: Fn() -> RFut,
+    RFut: Future<Output = ()>,
+{
+    let all = futures::stream::iter(events)
+        .map(|event| async move { (event.id, publish_one(sink, event, timeout).await) })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>();
+    tokio::pin!(all);
+    let mut ticker =
+        tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            outcomes = &mut all => return outcomes,
+            _ = ticker.tick() => renew().await,
+        }
+    }
+}
+
+/// One publish: an error, a timeout or a panic is a failed try, never a dead relay.
+async fn publish_one(
+    sink: &Arc<dyn Sink>,
+    event: &OutboxEvent,
+    timeout: Duration,
+) -> Result<(), PublishError> {
+    let attempt = AssertUnwindSafe(sink.publish(event)).catch_unwind();
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(panic)) => Err(PublishError::retryable(format!(
+            "publisher panicked: {}",
+            panic_message(&*panic)
+        ))),
+        Err(_) => Err(PublishError::retryable(format!(
+            "publish timed out after {timeout:?}"
+        ))),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}

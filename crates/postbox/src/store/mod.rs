@@ -1,0 +1,277 @@
+//! The store seam: what the relay and the admin commands need from a database.
+//!
+//! The relay engine never names a database driver. It talks to a [`Store`], whose methods are
+//! noun-first with one params struct each; [`PgStore`] and [`SqliteStore`] implement it and pass
+//! one shared conformance suite (`tests/store_conformance.rs`).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::event::OutboxEvent;
+use crate::schema::{SchemaName, Target, TenantId};
+
+#[cfg(feature = "postgres")]
+mod postgres;
+pub(crate) mod sql;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "postgres")]
+pub use postgres::PgStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+
+/// Parameters of [`Store::events_claim`].
+#[derive(Clone, Debug)]
+pub struct ClaimParams<'a> {
+    /// Whose events to claim.
+    pub target: &'a Target,
+    /// At most this many events.
+    pub batch_size: u32,
+    /// How long the claim lasts before another relay may take the events over.
+    pub lease: Duration,
+    /// This relay's id, written to `locked_by`.
+    pub relay_id: &'a str,
+}
+
+/// The result of [`Store::events_claim`].
+#[derive(Debug, Default)]
+pub struct Claimed {
+    /// The fencing token of this claim; every later write on these events must present it.
+    pub claim_token: Uuid,
+    /// Events now `PROCESSING` under this relay's lease, in id order.
+    pub events: Vec<OutboxEvent>,
+    /// How many of `events` were stale claims of a relay that did not finish in time (their lost
+    /// lease counted as a failed try).
+    pub recovered: u64,
+    /// Stale events whose lost lease was their last allowed try: they are now `FAILED`.
+    pub exhausted: Vec<ExhaustedEvent>,
+}
+
+/// A stale event that went `FAILED` when its lease ran out on its last try.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExhaustedEvent {
+    /// The event id.
+    pub id: i64,
+    /// Its event type.
+    pub event_type: String,
+    /// The failed tries, now equal to the event's `max_retries`.
+    pub retry_count: i32,
+    /// The reason stored in `last_error`.
+    pub last_error: String,
+}
+
+/// Parameters of [`Store::leases_renew`].
+#[derive(Clone, Debug)]
+pub struct RenewParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// The claim's fencing token.
+    pub claim_token: Uuid,
+    /// The events still being published.
+    pub ids: &'a [i64],
+    /// The new lease, from the database's `now()`.
+    pub lease: Duration,
+}
+
+/// Parameters of [`Store::events_mark_processed`].
+#[derive(Clone, Debug)]
+pub struct MarkProcessedParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// The claim's fencing token; rows claimed since by another relay are left alone.
+    pub claim_token: Uuid,
+    /// Events whose publishing was acknowledged.
+    pub ids: &'a [i64],
+}
+
+/// One failed try, for [`Store::events_mark_failed`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedTry {
+    /// The event id.
+    pub id: i64,
+    /// The error, stored in `last_error`.
+    pub error: String,
+    /// A permanent error sends the event to `FAILED` at once, whatever its retries.
+    pub permanent: bool,
+}
+
+/// Parameters of [`Store::events_mark_failed`].
+#[derive(Clone, Debug)]
+pub struct MarkFailedParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// The claim's fencing token.
+    pub claim_token: Uuid,
+    /// The failed tries.
+    pub tries: &'a [FailedTry],
+    /// The backoff before the next try.
+    pub retry: crate::RetryPolicy,
+}
+
+/// What became of one failed try.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedMark {
+    /// The event id.
+    pub id: i64,
+    /// Failed tries so far, this one included.
+    pub retry_count: i32,
+    /// `true` when the event is now `FAILED` for good; `false` when it waits for a retry.
+    pub gave_up: bool,
+}
+
+/// The events of one target by status, for `postbox status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatusCounts {
+    /// `PENDING` events (new, or waiting for a retry).
+    pub pending: i64,
+    /// `PROCESSING` events (claimed by a relay).
+    pub processing: i64,
+    /// `PROCESSED` events still in the table.
+    pub processed: i64,
+    /// `FAILED` events awaiting an operator.
+    pub failed: i64,
+    /// Age of the oldest `PENDING` or `PROCESSING` event, by the database clock.
+    #[serde(with = "opt_secs")]
+    pub oldest_pending_age: Option<Duration>,
+}
+
+mod opt_secs {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        d: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// What is still to do in one target, for draining.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// `PENDING` plus `PROCESSING` events.
+    pub outstanding: i64,
+    /// How long until the earliest of them can be claimed (zero if one can be now); `None` when
+    /// nothing is outstanding.
+    pub next_due_in: Option<Duration>,
+}
+
+/// A tenant's registry entry.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Tenant {
+    /// The tenant id.
+    pub id: TenantId,
+    /// The tenant's schema.
+    pub schema: SchemaName,
+    /// Whether the relay serves it.
+    pub status: TenantStatus,
+    /// When it was added.
+    pub created_at: DateTime<Utc>,
+}
+
+impl Tenant {
+    /// The tenant as a relay target.
+    pub fn target(&self) -> Target {
+        Target {
+            tenant: Some(self.id.clone()),
+            schema: self.schema.clone(),
+        }
+    }
+}
+
+/// A tenant's status in the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TenantStatus {
+    /// Served by the relay.
+    Active,
+    /// Not served: its events wait until it is resumed.
+    Suspended,
+}
+
+impl TenantStatus {
+    pub(crate) fn as_sql(self) -> &'static str {
+        match self {
+            TenantStatus::Active => "ACTIVE",
+            TenantStatus::Suspended => "SUSPENDED",
+        }
+    }
+
+    pub(crate) fn from_sql(s: &str) -> Self {
+        if s == "ACTIVE" {
+            TenantStatus::Active
+        } else {
+            TenantStatus::Suspended
+        }
+    }
+}
+
+/// Parameters of [`Store::tenant_add`].
+#[derive(Clone, Debug)]
+pub struct TenantAddParams<'a> {
+    /// The new tenant.
+    pub id: &'a TenantId,
+    /// Its schema; `None` for `s_<tenant>`.
+    pub schema: Option<&'a SchemaName>,
+}
+
+/// A wake-up source: yields when events may have been committed (PostgreSQL `NOTIFY`).
+///
+/// Notifications are hints only: one can be lost (for example during a reconnect), so the relay
+/// still polls.
+#[async_trait]
+pub trait Wakeups: Send {
+    /// Waits for the next hint. Returns the schema named in it, if any; an error means the
+    /// listener broke and the caller should fall back to polling.
+    async fn next(&mut self) -> Result<Option<String>>;
+}
+
+/// The database behind an outbox. See the module docs.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Creates or upgrades the outbox tables of `schema`; with `registry`, also the tenant
+    /// registry (the default schema has it). Safe to run concurrently and repeatedly.
+    async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>>;
+
+    /// The schema used when none is named (`public` on PostgreSQL, `main` on SQLite).
+    fn default_schema(&self) -> SchemaName;
+
+    /// Claims due events in one short transaction (DESIGN §3, "Claim").
+    async fn events_claim(&self, params: &ClaimParams<'_>) -> Result<Claimed>;
+
+    /// Extends the lease of events still being published; returns how many were renewed (fewer
+    /// than asked means some leases were lost to another relay).
+    async fn leases_renew(&self, params: &RenewParams<'_>) -> Result<u64>;
+
+    /// Marks acknowledged events `PROCESSED`; returns how many rows changed.
+    async fn events_mark_processed(&self, params: &MarkProcessedParams<'_>) -> Result<u64>;
+
+    /// Records failed tries: back to `PENDING` after a backoff, or `FAILED` at the limit.
+    async fn events_mark_failed(&self, params: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>>;
+
+    /// Counts the events of a target by status.
+    async fn status_counts(&self, target: &Target) -> Result<StatusCounts>;
+
+    /// What is still to do in a target.
+    async fn backlog(&self, target: &Target) -> Result<Backlog>;
+
+    /// Registers a tenant and migrates its schema.
+    async fn tenant_add(&self, params: &TenantAddParams<'_>) -> Result<Tenant>;
+
+    /// Every registered tenant, by id.
+    async fn tenant_list(&self) -> Result<Vec<Tenant>>;
+
+    /// Suspends or resumes a tenant.
+    async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant>;
+
+    /// A source of wake-up hints, where the database has one.
+    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>>;
+}

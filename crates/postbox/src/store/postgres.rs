@@ -1,0 +1,402 @@
+//! The PostgreSQL store: the production back-end.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
+use sqlx::postgres::{PgListener, PgPool, PgRow};
+// Statements built with format! below interpolate only `SchemaName::quoted()` and constant
+// text, which is why they may be wrapped in `AssertSqlSafe`.
+use sqlx::{AssertSqlSafe, Row};
+use uuid::Uuid;
+
+use super::sql::{PerSchema, render, safe};
+use super::{
+    Backlog, ClaimParams, Claimed, ExhaustedEvent, FailedMark, MarkFailedParams,
+    MarkProcessedParams, RenewParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus,
+    Wakeups,
+};
+use crate::error::{Error, Result};
+use crate::event::{OutboxEvent, headers_from_json};
+use crate::schema::{SchemaName, Target, TenantId};
+
+/// The channel enqueue notifies and relays listen on; the payload is the schema name.
+pub(crate) const NOTIFY_CHANNEL: &str = "postbox_events";
+
+/// Migrations of every outbox schema, in order. Names are recorded in the schema's
+/// `postbox_schema_history` table, never in the application's own migration table.
+const OUTBOX_MIGRATIONS: &[(&str, &str)] = &[(
+    "outbox_0001_events",
+    include_str!("../../sql/postgres/0001_outbox_events.sql"),
+)];
+
+/// Migrations of the default schema only.
+const REGISTRY_MIGRATIONS: &[(&str, &str)] = &[(
+    "registry_0001_tenants",
+    include_str!("../../sql/postgres/0001_tenants.sql"),
+)];
+
+struct PgSql {
+    claim: std::sync::Arc<str>,
+    renew: std::sync::Arc<str>,
+    mark_processed: std::sync::Arc<str>,
+    mark_failed: std::sync::Arc<str>,
+    status_counts: std::sync::Arc<str>,
+    backlog: std::sync::Arc<str>,
+}
+
+impl PgSql {
+    fn build(schema: &SchemaName) -> Self {
+        PgSql {
+            claim: render(include_str!("../../sql/postgres/claim.sql"), schema),
+            renew: render(include_str!("../../sql/postgres/renew.sql"), schema),
+            mark_processed: render(
+                include_str!("../../sql/postgres/mark_processed.sql"),
+                schema,
+            ),
+            mark_failed: render(include_str!("../../sql/postgres/mark_failed.sql"), schema),
+            status_counts: render(include_str!("../../sql/postgres/status_counts.sql"), schema),
+            backlog: render(include_str!("../../sql/postgres/backlog.sql"), schema),
+        }
+    }
+}
+
+/// A [`Store`] on PostgreSQL.
+///
+/// ```no_run
+/// # async fn example() -> postbox::Result<()> {
+/// let pool = sqlx::PgPool::connect("postgres://localhost/app").await?;
+/// let store = postbox::PgStore::new(pool);
+/// postbox::migrate(&store).await?;
+/// # Ok(()) }
+/// ```
+pub struct PgStore {
+    pool: PgPool,
+    default_schema: SchemaName,
+    sql: PerSchema<PgSql>,
+}
+
+impl PgStore {
+    /// A store whose default schema is `public`.
+    pub fn new(pool: PgPool) -> Self {
+        Self::with_schema(pool, SchemaName::public())
+    }
+
+    /// A store whose default schema (its own outbox and the tenant registry) is `schema`.
+    pub fn with_schema(pool: PgPool, schema: SchemaName) -> Self {
+        PgStore {
+            pool,
+            default_schema: schema,
+            sql: PerSchema::new(PgSql::build),
+        }
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn registry(&self) -> String {
+        format!("{}.postbox_tenants", self.default_schema.quoted())
+    }
+
+    async fn migrate_in(
+        conn: &mut sqlx::PgConnection,
+        schema: &SchemaName,
+        registry: bool,
+    ) -> Result<Vec<String>> {
+        // Serialize concurrent migrations of the same schema (several relays starting at once).
+        sqlx::query("SELECT pg_advisory_xact_lock(7012026, hashtext($1))")
+            .bind(schema.as_str())
+            .execute(&mut *conn)
+            .await?;
+        let q = schema.quoted();
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE SCHEMA IF NOT EXISTS {q};
+             CREATE TABLE IF NOT EXISTS {q}.postbox_schema_history (
+                 name TEXT PRIMARY KEY,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             );"
+        )))
+        .execute(&mut *conn)
+        .await?;
+        let done: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT name FROM {q}.postbox_schema_history"
+        )))
+        .fetch_all(&mut *conn)
+        .await?;
+        let wanted =
+            OUTBOX_MIGRATIONS
+                .iter()
+                .chain(if registry { REGISTRY_MIGRATIONS } else { &[] });
+        let mut applied = Vec::new();
+        for (name, template) in wanted {
+            if done.iter().any(|d| d == name) {
+                continue;
+            }
+            sqlx::raw_sql(safe(&render(template, schema)))
+                .execute(&mut *conn)
+                .await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {q}.postbox_schema_history (name) VALUES ($1)"
+            )))
+            .bind(*name)
+            .execute(&mut *conn)
+            .await?;
+            applied.push((*name).to_owned());
+        }
+        Ok(applied)
+    }
+
+    fn tenant_from_row(row: &PgRow) -> Result<Tenant> {
+        let id: String = row.try_get(0)?;
+        let schema: String = row.try_get(1)?;
+        let status: String = row.try_get(2)?;
+        Ok(Tenant {
+            id: TenantId::new(&id)?,
+            schema: SchemaName::new(&schema)?,
+            status: TenantStatus::from_sql(&status),
+            created_at: row.try_get(3)?,
+        })
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn secs(v: Option<f64>) -> Option<Duration> {
+    v.map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+fn map_missing_table(err: sqlx::Error, schema: &SchemaName) -> Error {
+    if let sqlx::Error::Database(db) = &err
+        && matches!(db.code().as_deref(), Some("42P01" | "3F000"))
+    {
+        return Error::NotMigrated {
+            schema: schema.to_string(),
+        };
+    }
+    Error::Database(err)
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>> {
+        let mut tx = self.pool.begin().await?;
+        let applied = Self::migrate_in(&mut tx, schema, registry).await?;
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    fn default_schema(&self) -> SchemaName {
+        self.default_schema.clone()
+    }
+
+    async fn events_claim(&self, p: &ClaimParams<'_>) -> Result<Claimed> {
+        let sql = self.sql.get(&p.target.schema);
+        let token = Uuid::new_v4();
+        let rows = sqlx::query(safe(&sql.claim))
+            .bind(i64::from(p.batch_size))
+            .bind(ms(p.lease))
+            .bind(p.relay_id)
+            .bind(token)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        let mut claimed = Claimed {
+            claim_token: token,
+            events: Vec::with_capacity(rows.len()),
+            ..Claimed::default()
+        };
+        let tenant = p.target.tenant.as_ref().map(|t| t.to_string());
+        for row in rows {
+            let id: i64 = row.try_get(0)?;
+            let stale: bool = row.try_get(1)?;
+            let exhausted: bool = row.try_get(2)?;
+            if exhausted {
+                claimed.exhausted.push(ExhaustedEvent {
+                    id,
+                    event_type: row.try_get(3)?,
+                    retry_count: row.try_get(11)?,
+                    last_error: row.try_get::<Option<String>, _>(14)?.unwrap_or_default(),
+                });
+                continue;
+            }
+            if stale {
+                claimed.recovered += 1;
+            }
+            let payload: String = row.try_get(7)?;
+            let payload = RawValue::from_string(payload).map_err(|e| Error::CorruptRow {
+                id,
+                reason: format!("payload: {e}"),
+            })?;
+            let headers: serde_json::Value = row.try_get(8)?;
+            claimed.events.push(OutboxEvent {
+                id,
+                tenant: tenant.clone(),
+                event_type: row.try_get(3)?,
+                aggregate_type: row.try_get(4)?,
+                aggregate_id: row.try_get(5)?,
+                idempotency_key: row.try_get(6)?,
+                payload,
+                headers: headers_from_json(headers),
+                event_class: row.try_get(9)?,
+                schema_version: row.try_get(10)?,
+                retry_count: row.try_get(11)?,
+                max_retries: row.try_get(12)?,
+                created_at: row.try_get::<DateTime<Utc>, _>(13)?,
+                claim_token: token,
+            });
+        }
+        Ok(claimed)
+    }
+
+    async fn leases_renew(&self, p: &RenewParams<'_>) -> Result<u64> {
+        let sql = self.sql.get(&p.target.schema);
+        let done = sqlx::query(safe(&sql.renew))
+            .bind(p.ids)
+            .bind(p.claim_token)
+            .bind(ms(p.lease))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> Result<u64> {
+        if p.ids.is_empty() {
+            return Ok(0);
+        }
+        let sql = self.sql.get(&p.target.schema);
+        let done = sqlx::query(safe(&sql.mark_processed))
+            .bind(p.ids)
+            .bind(p.claim_token)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn events_mark_failed(&self, p: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>> {
+        if p.tries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = self.sql.get(&p.target.schema);
+        let ids: Vec<i64> = p.tries.iter().map(|t| t.id).collect();
+        let errors: Vec<&str> = p.tries.iter().map(|t| t.error.as_str()).collect();
+        let permanent: Vec<bool> = p.tries.iter().map(|t| t.permanent).collect();
+        let rows = sqlx::query(safe(&sql.mark_failed))
+            .bind(&ids)
+            .bind(&errors)
+            .bind(&permanent)
+            .bind(p.claim_token)
+            .bind(ms(p.retry.base))
+            .bind(ms(p.retry.cap))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(FailedMark {
+                    id: r.try_get(0)?,
+                    retry_count: r.try_get(1)?,
+                    gave_up: r.try_get(2)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
+        let sql = self.sql.get(&target.schema);
+        let row = sqlx::query(safe(&sql.status_counts))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(StatusCounts {
+            pending: row.try_get(0)?,
+            processing: row.try_get(1)?,
+            processed: row.try_get(2)?,
+            failed: row.try_get(3)?,
+            oldest_pending_age: secs(row.try_get(4)?),
+        })
+    }
+
+    async fn backlog(&self, target: &Target) -> Result<Backlog> {
+        let sql = self.sql.get(&target.schema);
+        let row = sqlx::query(safe(&sql.backlog))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        let outstanding: i64 = row.try_get(0)?;
+        Ok(Backlog {
+            outstanding,
+            next_due_in: secs(row.try_get(1)?),
+        })
+    }
+
+    async fn tenant_add(&self, p: &TenantAddParams<'_>) -> Result<Tenant> {
+        let schema = p.schema.cloned().unwrap_or_else(|| p.id.default_schema());
+        if schema == self.default_schema {
+            return Err(Error::TenantExists(p.id.to_string()));
+        }
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {} (id, schema_name) VALUES ($1, $2)
+             ON CONFLICT DO NOTHING
+             RETURNING id, schema_name, status, created_at",
+            self.registry()
+        )))
+        .bind(p.id.as_str())
+        .bind(schema.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_missing_table(e, &self.default_schema))?
+        .ok_or_else(|| Error::TenantExists(p.id.to_string()))?;
+        let tenant = Self::tenant_from_row(&row)?;
+        Self::migrate_in(&mut tx, &schema, false).await?;
+        tx.commit().await?;
+        Ok(tenant)
+    }
+
+    async fn tenant_list(&self) -> Result<Vec<Tenant>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT id, schema_name, status, created_at FROM {} ORDER BY id",
+            self.registry()
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        rows.iter().map(Self::tenant_from_row).collect()
+    }
+
+    async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE {} SET status = $2 WHERE id = $1 RETURNING id, schema_name, status, created_at",
+            self.registry()
+        )))
+        .bind(id.as_str())
+        .bind(status.as_sql())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_missing_table(e, &self.default_schema))?
+        .ok_or_else(|| Error::UnknownTenant(id.to_string()))?;
+        Self::tenant_from_row(&row)
+    }
+
+    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(NOTIFY_CHANNEL).await?;
+        Ok(Some(Box::new(PgWakeups { listener })))
+    }
+}
+
+struct PgWakeups {
+    listener: PgListener,
+}
+
+#[async_trait]
+impl Wakeups for PgWakeups {
+    async fn next(&mut self) -> Result<Option<String>> {
+        let n = self.listener.recv().await?;
+        Ok(Some(n.payload().to_owned()))
+    }
+}

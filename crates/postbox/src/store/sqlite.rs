@@ -1,0 +1,326 @@
+//! The SQLite store: the embedded, zero-setup default. One outbox per database file; no tenants.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
+use sqlx::Row;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use uuid::Uuid;
+
+use super::{
+    Backlog, ClaimParams, Claimed, ExhaustedEvent, FailedMark, MarkFailedParams,
+    MarkProcessedParams, RenewParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus,
+    Wakeups,
+};
+use crate::error::{Error, Result};
+use crate::event::{OutboxEvent, headers_from_json};
+use crate::schema::{SchemaName, Target, TenantId};
+
+const MIGRATIONS: &[(&str, &str)] = &[(
+    "outbox_0001_events",
+    include_str!("../../sql/sqlite/0001_outbox_events.sql"),
+)];
+
+const NO_TENANTS: &str =
+    "tenants need PostgreSQL: an SQLite database holds one outbox (use one file per tenant)";
+
+/// A [`Store`] on SQLite.
+///
+/// ```no_run
+/// # async fn example() -> postbox::Result<()> {
+/// let store = postbox::SqliteStore::open("postbox.db").await?;
+/// postbox::migrate(&store).await?;
+/// # Ok(()) }
+/// ```
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path`, in WAL mode with a 30 s busy
+    /// timeout.
+    pub async fn open(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true);
+        Self::connect_with(options).await
+    }
+
+    /// Opens a database from an `sqlite:` URL, e.g. `sqlite://postbox.db`.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true);
+        Self::connect_with(options).await
+    }
+
+    async fn connect_with(options: SqliteConnectOptions) -> Result<Self> {
+        let options = options
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// A store over an existing pool (it should use WAL mode and a busy timeout).
+    pub fn from_pool(pool: SqlitePool) -> Self {
+        SqliteStore { pool }
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    fn check_target(target: &Target) -> Result<()> {
+        if target.tenant.is_some() {
+            return Err(Error::Unsupported(NO_TENANTS));
+        }
+        Ok(())
+    }
+}
+
+fn ids_json(ids: &[i64]) -> String {
+    // A JSON array of integers: read back with json_each, so one statement serves any count.
+    let mut s = String::with_capacity(ids.len() * 8 + 2);
+    s.push('[');
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&id.to_string());
+    }
+    s.push(']');
+    s
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn secs(v: Option<f64>) -> Option<Duration> {
+    v.map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+fn map_missing_table(err: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(db) = &err
+        && db.message().contains("no such table")
+    {
+        return Error::NotMigrated {
+            schema: "main".to_owned(),
+        };
+    }
+    Error::Database(err)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS postbox_schema_history (
+                 name TEXT PRIMARY KEY,
+                 applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+             )",
+        )
+        .execute(&mut *tx)
+        .await?;
+        let done: Vec<String> = sqlx::query_scalar("SELECT name FROM postbox_schema_history")
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut applied = Vec::new();
+        for (name, sql) in MIGRATIONS {
+            if done.iter().any(|d| d == name) {
+                continue;
+            }
+            sqlx::raw_sql(*sql).execute(&mut *tx).await?;
+            sqlx::query("INSERT INTO postbox_schema_history (name) VALUES (?1)")
+                .bind(*name)
+                .execute(&mut *tx)
+                .await?;
+            applied.push((*name).to_owned());
+        }
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    fn default_schema(&self) -> SchemaName {
+        SchemaName::new("main").unwrap_or_else(|_| SchemaName::public())
+    }
+
+    async fn events_claim(&self, p: &ClaimParams<'_>) -> Result<Claimed> {
+        Self::check_target(p.target)?;
+        let token = Uuid::new_v4();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let picked: Vec<(i64, bool)> =
+            sqlx::query_as(include_str!("../../sql/sqlite/claim_pick.sql"))
+                .bind(i64::from(p.batch_size))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_missing_table)?;
+        let mut claimed = Claimed {
+            claim_token: token,
+            ..Claimed::default()
+        };
+        if picked.is_empty() {
+            tx.commit().await?;
+            return Ok(claimed);
+        }
+        let ids: Vec<i64> = picked.iter().map(|(id, _)| *id).collect();
+        let rows = sqlx::query(include_str!("../../sql/sqlite/claim_take.sql"))
+            .bind(ids_json(&ids))
+            .bind(ms(p.lease))
+            .bind(p.relay_id)
+            .bind(token.to_string())
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: i64 = row.try_get(0)?;
+            let exhausted: bool = row.try_get(1)?;
+            if exhausted {
+                claimed.exhausted.push(ExhaustedEvent {
+                    id,
+                    event_type: row.try_get(2)?,
+                    retry_count: row.try_get(10)?,
+                    last_error: row.try_get::<Option<String>, _>(13)?.unwrap_or_default(),
+                });
+                continue;
+            }
+            if picked.iter().any(|(p, stale)| *p == id && *stale) {
+                claimed.recovered += 1;
+            }
+            let payload: String = row.try_get(6)?;
+            let payload = RawValue::from_string(payload).map_err(|e| Error::CorruptRow {
+                id,
+                reason: format!("payload: {e}"),
+            })?;
+            let headers: String = row.try_get(7)?;
+            let headers = serde_json::from_str(&headers).unwrap_or(serde_json::Value::Null);
+            events.push(OutboxEvent {
+                id,
+                tenant: None,
+                event_type: row.try_get(2)?,
+                aggregate_type: row.try_get(3)?,
+                aggregate_id: row.try_get(4)?,
+                idempotency_key: row.try_get(5)?,
+                payload,
+                headers: headers_from_json(headers),
+                event_class: row.try_get(8)?,
+                schema_version: row.try_get(9)?,
+                retry_count: row.try_get(10)?,
+                max_retries: row.try_get(11)?,
+                created_at: row.try_get::<DateTime<Utc>, _>(12)?,
+                claim_token: token,
+            });
+        }
+        // RETURNING does not promise an order; the contract is id order.
+        events.sort_unstable_by_key(|e| e.id);
+        claimed.events = events;
+        Ok(claimed)
+    }
+
+    async fn leases_renew(&self, p: &RenewParams<'_>) -> Result<u64> {
+        Self::check_target(p.target)?;
+        let done = sqlx::query(include_str!("../../sql/sqlite/renew.sql"))
+            .bind(ids_json(p.ids))
+            .bind(p.claim_token.to_string())
+            .bind(ms(p.lease))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> Result<u64> {
+        Self::check_target(p.target)?;
+        if p.ids.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(include_str!("../../sql/sqlite/mark_processed.sql"))
+            .bind(ids_json(p.ids))
+            .bind(p.claim_token.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn events_mark_failed(&self, p: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>> {
+        Self::check_target(p.target)?;
+        if p.tries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let token = p.claim_token.to_string();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut marks = Vec::with_capacity(p.tries.len());
+        for t in p.tries {
+            let row: Option<(i64, i32, bool)> =
+                sqlx::query_as(include_str!("../../sql/sqlite/mark_failed.sql"))
+                    .bind(t.id)
+                    .bind(&t.error)
+                    .bind(t.permanent)
+                    .bind(&token)
+                    .bind(ms(p.retry.base))
+                    .bind(ms(p.retry.cap))
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some((id, retry_count, gave_up)) = row {
+                marks.push(FailedMark {
+                    id,
+                    retry_count,
+                    gave_up,
+                });
+            }
+        }
+        tx.commit().await?;
+        Ok(marks)
+    }
+
+    async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
+        Self::check_target(target)?;
+        let row = sqlx::query(include_str!("../../sql/sqlite/status_counts.sql"))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_missing_table)?;
+        Ok(StatusCounts {
+            pending: row.try_get(0)?,
+            processing: row.try_get(1)?,
+            processed: row.try_get(2)?,
+            failed: row.try_get(3)?,
+            oldest_pending_age: secs(row.try_get(4)?),
+        })
+    }
+
+    async fn backlog(&self, target: &Target) -> Result<Backlog> {
+        Self::check_target(target)?;
+        let row = sqlx::query(include_str!("../../sql/sqlite/backlog.sql"))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_missing_table)?;
+        Ok(Backlog {
+            outstanding: row.try_get(0)?,
+            next_due_in: secs(row.try_get(1)?),
+        })
+    }
+
+    async fn tenant_add(&self, _p: &TenantAddParams<'_>) -> Result<Tenant> {
+        Err(Error::Unsupported(NO_TENANTS))
+    }
+
+    async fn tenant_list(&self) -> Result<Vec<Tenant>> {
+        Err(Error::Unsupported(NO_TENANTS))
+    }
+
+    async fn tenant_set_status(&self, _id: &TenantId, _status: TenantStatus) -> Result<Tenant> {
+        Err(Error::Unsupported(NO_TENANTS))
+    }
+
+    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
+        Ok(None)
+    }
+}
