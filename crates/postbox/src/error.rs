@@ -75,6 +75,18 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether retrying cannot help until an operator acts (tables not migrated, an invalid
+    /// name, an unsupported operation), as opposed to a transient database error.
+    pub fn needs_operator(&self) -> bool {
+        matches!(
+            self,
+            Error::NotMigrated { .. }
+                | Error::InvalidName { .. }
+                | Error::Unsupported(_)
+                | Error::InvalidConfig(_)
+        )
+    }
+
     pub(crate) fn invalid_event(field: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidEvent {
             field,

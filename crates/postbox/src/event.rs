@@ -217,6 +217,17 @@ impl Event {
 
     /// Checks every field against the table's limits; `payload_limit` is in bytes.
     pub(crate) fn validate(&self, payload_limit: usize, key: Option<&str>) -> Result<()> {
+        // A NUL is refused here rather than by PostgreSQL, whose error would abort the caller's
+        // whole transaction.
+        fn no_nul(field: &'static str, value: &str) -> Result<()> {
+            if value.contains('\0') {
+                return Err(Error::invalid_event(
+                    field,
+                    "contains a NUL character, which PostgreSQL cannot store in text",
+                ));
+            }
+            Ok(())
+        }
         fn width(field: &'static str, value: Option<&str>, max: usize) -> Result<()> {
             match value {
                 Some(v) if v.chars().count() > max => Err(Error::invalid_event(
@@ -226,7 +237,8 @@ impl Event {
                         v.chars().count()
                     ),
                 )),
-                _ => Ok(()),
+                Some(v) => no_nul(field, v),
+                None => Ok(()),
             }
         }
         if self.event_type.is_empty() {
@@ -241,6 +253,10 @@ impl Event {
         width("aggregate_id", self.aggregate_id.as_deref(), MAX_TYPE_CHARS)?;
         width("event_class", self.event_class.as_deref(), MAX_CLASS_CHARS)?;
         width("idempotency_key", key, MAX_KEY_CHARS)?;
+        for (name, value) in &self.headers {
+            no_nul("headers", name)?;
+            no_nul("headers", value)?;
+        }
         let size = self.payload.get().len();
         if size > payload_limit {
             return Err(Error::invalid_event(
@@ -250,7 +266,7 @@ impl Event {
                 ),
             ));
         }
-        if self.payload.get().contains("\\u0000") {
+        if has_nul_escape(self.payload.get()) {
             return Err(Error::invalid_event(
                 "payload",
                 "contains a NUL character (\\u0000), which PostgreSQL's jsonb cannot store",
@@ -266,6 +282,15 @@ impl Event {
         }
         Ok(())
     }
+}
+
+/// Whether JSON text holds the escape `\u0000` (a NUL), as opposed to an escaped backslash
+/// followed by the text `u0000`: the escape's backslash must not itself be escaped.
+fn has_nul_escape(json: &str) -> bool {
+    json.match_indices("\\u0000").any(|(at, _)| {
+        let backslashes_before = json[..at].bytes().rev().take_while(|b| *b == b'\\').count();
+        backslashes_before % 2 == 0
+    })
 }
 
 /// What [`crate::Outbox::enqueue`] did with an event.
@@ -353,6 +378,8 @@ pub(crate) fn headers_from_json(value: serde_json::Value) -> BTreeMap<String, St
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
     use super::*;
 
     #[test]

@@ -1,5 +1,10 @@
 //! End to end on both stores: committed events are published once, rolled-back ones never.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests fail loudly on the first unexpected error"
+)]
+
 use postbox::{Enqueued, Event, Outbox, Relay, RelayConfig, Store};
 use postbox_testkit::{RecordingSink, TestDb, TestSqlite};
 use std::time::Duration;
@@ -79,4 +84,23 @@ async fn sqlite_commit_is_published_and_rollback_is_not() {
     let mut got = sink.published_ids();
     got.sort();
     assert_eq!(got, ids.iter().map(|e| e.id().unwrap()).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_relay_on_an_unmigrated_database_stops_with_a_clear_error() {
+    let file = TestSqlite::new();
+    let relay = Relay::new(file.store().await, RecordingSink::new(), fast()).unwrap();
+    let err = relay.run(std::future::pending()).await.unwrap_err();
+    assert!(matches!(err, postbox::Error::NotMigrated { .. }), "{err}");
+    assert!(err.to_string().contains("postbox migrate"), "{err}");
+
+    let db = TestDb::new().await;
+    let relay = Relay::new(
+        postbox::PgStore::new(db.pool().clone()),
+        RecordingSink::new(),
+        fast(),
+    )
+    .unwrap();
+    let err = relay.drain(std::future::pending()).await.unwrap_err();
+    assert!(matches!(err, postbox::Error::NotMigrated { .. }), "{err}");
 }

@@ -1,4 +1,5 @@
 SELECT count(*),
-       EXTRACT(EPOCH FROM GREATEST(min(coalesce(locked_until, now())) - now(), interval '0'))::float8
+       -- NULL when nothing is outstanding; a negative wait (overdue) is read as zero.
+       EXTRACT(EPOCH FROM min(coalesce(locked_until, now())) - now())::float8
 FROM {schema}.outbox_events
 WHERE status IN ('PENDING', 'PROCESSING')

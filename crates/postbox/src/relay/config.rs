@@ -75,6 +75,9 @@ pub struct RelayConfig {
     pub tenant_refresh: Duration,
     /// This relay's name in `locked_by` and logs (default: host, process id and a random suffix).
     pub relay_id: Option<String>,
+    /// Whether to listen for `NOTIFY` wake-ups where the store has them (default true). Without
+    /// them, new events wait for the next poll.
+    pub notifications: bool,
 }
 
 impl Default for RelayConfig {
@@ -88,6 +91,7 @@ impl Default for RelayConfig {
             concurrency: 64,
             tenant_refresh: Duration::from_secs(10),
             relay_id: None,
+            notifications: true,
         }
     }
 }

@@ -175,6 +175,10 @@ impl Relay {
                     stats.add(round_stats);
                     full
                 }
+                Err(e) if e.needs_operator() => {
+                    error!(relay = %self.inner.id, error = %e, "relay cannot serve any target");
+                    return Err(e);
+                }
                 Err(e) => {
                     db_errors += 1;
                     let wait = cfg
@@ -191,16 +195,20 @@ impl Relay {
             if full || *stop.borrow() {
                 continue;
             }
-            let wait = match mode {
-                Mode::Drain => match self.next_due(&targets).await {
-                    Ok(None) => break,
-                    Ok(Some(due)) => due.clamp(Duration::from_millis(5), cfg.poll_interval),
-                    Err(e) => {
-                        warn!(error = %e, "cannot read the backlog; retrying");
-                        cfg.poll_interval.min(Duration::from_secs(1))
-                    }
-                },
-                Mode::Forever => cfg.poll_interval,
+            // Sleep until the earliest retry or lease expiry is due, at most `poll_interval`.
+            let wait = match (mode, self.next_due(&targets).await) {
+                (Mode::Drain, Ok(None)) => break,
+                (_, Ok(Some(due))) => due.clamp(Duration::from_millis(5), cfg.poll_interval),
+                (Mode::Forever, Ok(None)) => cfg.poll_interval,
+                (Mode::Drain, Err(e)) if e.needs_operator() => {
+                    error!(relay = %self.inner.id, error = %e,
+                        "cannot drain: a served target's events cannot be read");
+                    return Err(e);
+                }
+                (_, Err(e)) => {
+                    warn!(error = %e, "cannot read the backlog; polling");
+                    cfg.poll_interval.min(Duration::from_secs(1))
+                }
             };
             if self.idle(wait, &mut wakeups, &mut stop, mode).await {
                 break;
@@ -239,8 +247,9 @@ impl Relay {
     }
 
     async fn connect_wakeups(&self, mode: Mode) -> Option<Box<dyn Wakeups>> {
-        if mode == Mode::Drain {
+        if mode == Mode::Drain || !self.inner.config.notifications {
             // Draining waits for due times it computes itself; hints would only add wake-ups.
+            // Without notifications the relay polls only.
             return None;
         }
         match self.inner.store.wakeups().await {
@@ -280,7 +289,9 @@ impl Relay {
     }
 
     /// One batch from each target, starting one further along each round so no target always
-    /// goes first. Returns whether any batch came back full (more work is waiting).
+    /// goes first. Returns whether any batch came back full (more work is waiting). A target
+    /// whose batch fails (say, a tenant schema dropped by hand) is logged and skipped, so it
+    /// cannot hold up the others; the round fails only when every target failed.
     async fn round(
         &self,
         targets: &mut Targets,
@@ -288,6 +299,8 @@ impl Relay {
     ) -> Result<(RelayStats, bool)> {
         let mut stats = RelayStats::default();
         let mut full = false;
+        let mut failed = None;
+        let mut served = 0;
         let n = targets.list.len();
         let start = targets.next_start % n.max(1);
         targets.next_start = targets.next_start.wrapping_add(1);
@@ -296,11 +309,23 @@ impl Relay {
                 break;
             }
             let target = &targets.list[(start + i) % n];
-            let (batch, was_full) = self.batch(target).await?;
-            stats.add(batch);
-            full |= was_full;
+            match self.batch(target).await {
+                Ok((batch, was_full)) => {
+                    served += 1;
+                    stats.add(batch);
+                    full |= was_full;
+                }
+                Err(e) => {
+                    warn!(tenant = target.label(), error = %e,
+                        "batch failed; its events stay in the outbox, other tenants are still served");
+                    failed = Some(e);
+                }
+            }
         }
-        Ok((stats, full))
+        match failed {
+            Some(e) if served == 0 => Err(e),
+            _ => Ok((stats, full)),
+        }
     }
 
     /// How long until the earliest outstanding event is due, or `None` when nothing is left.
@@ -516,5 +541,21 @@ impl std::fmt::Debug for Mode {
             Mode::Forever => "run",
             Mode::Drain => "drain",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    /// Compile-time check: relays are spawned on multi-threaded runtimes, so their futures must
+    /// stay `Send`.
+    #[allow(dead_code, reason = "only compiled, never run")]
+    fn relay_futures_are_send(relay: Relay, target: Target) {
+        assert_send(&relay.run(async {}));
+        assert_send(&relay.drain(async {}));
+        assert_send(&relay.batch(&target));
     }
 }

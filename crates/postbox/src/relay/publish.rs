@@ -6,6 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 
 use crate::event::OutboxEvent;
@@ -13,6 +14,10 @@ use crate::sink::{PublishError, Sink};
 
 /// Publishes `events`, at most `concurrency` at once, calling `renew` every `renew_every` until
 /// all are done. Returns each event's id with its outcome.
+///
+/// Written with a plain `FuturesUnordered` rather than `buffer_unordered` over a closure: the
+/// closure form makes the relay's future lose `Send` (a higher-ranked lifetime limitation), and
+/// users spawn relays on multi-threaded runtimes.
 pub(super) async fn publish_batch<R, RFut>(
     sink: &Arc<dyn Sink>,
     events: &[OutboxEvent],
@@ -25,20 +30,35 @@ where
     R: Fn() -> RFut,
     RFut: Future<Output = ()>,
 {
-    let all = futures::stream::iter(events)
-        .map(|event| async move { (event.id, publish_one(sink, event, timeout).await) })
-        .buffer_unordered(concurrency)
-        .collect::<Vec<_>>();
-    tokio::pin!(all);
+    let mut waiting = events.iter();
+    let mut running = FuturesUnordered::new();
+    let mut outcomes = Vec::with_capacity(events.len());
     let mut ticker =
         tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        while running.len() < concurrency {
+            match waiting.next() {
+                Some(event) => running.push(publish_tagged(sink, event, timeout)),
+                None => break,
+            }
+        }
         tokio::select! {
-            outcomes = &mut all => return outcomes,
+            next = running.next() => match next {
+                Some(outcome) => outcomes.push(outcome),
+                None => return outcomes,
+            },
             _ = ticker.tick() => renew().await,
         }
     }
+}
+
+async fn publish_tagged(
+    sink: &Arc<dyn Sink>,
+    event: &OutboxEvent,
+    timeout: Duration,
+) -> (i64, Result<(), PublishError>) {
+    (event.id, publish_one(sink, event, timeout).await)
 }
 
 /// One publish: an error, a timeout or a panic is a failed try, never a dead relay.

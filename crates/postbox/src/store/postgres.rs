@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
-use sqlx::postgres::{PgListener, PgPool, PgRow};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 // Statements built with format! below interpolate only `SchemaName::quoted()` and constant
 // text, which is why they may be wrapped in `AssertSqlSafe`.
 use sqlx::{AssertSqlSafe, Row};
@@ -250,6 +250,9 @@ impl Store for PgStore {
                 claim_token: token,
             });
         }
+        // UPDATE … RETURNING does not keep the order of the picked rows (a join that spills into
+        // batches reorders them); the contract is id order.
+        claimed.events.sort_unstable_by_key(|e| e.id);
         Ok(claimed)
     }
 
@@ -383,7 +386,13 @@ impl Store for PgStore {
     }
 
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
+        // A listener keeps its connection checked out for as long as it lives, so it gets a
+        // connection of its own rather than one of the pool's: on a one-connection pool it
+        // would otherwise leave the relay waiting for itself.
+        let own = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with((*self.pool.connect_options()).clone());
+        let mut listener = PgListener::connect_with(&own).await?;
         listener.listen(NOTIFY_CHANNEL).await?;
         Ok(Some(Box::new(PgWakeups { listener })))
     }

@@ -1,0 +1,133 @@
+//! The producer side of the benchmark: business transactions with and without an enqueue, on
+//! either database.
+
+use std::sync::Arc;
+
+use postbox::{Enqueued, Event, Outbox, PgStore, SqliteStore, Store};
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
+
+use crate::BenchError;
+
+/// A pool of the scratch database, typed for the producer's transactions.
+#[derive(Clone)]
+pub(crate) enum Db {
+    Pg(PgPool),
+    Sqlite(SqlitePool),
+}
+
+const CREATE_PG: &str = "CREATE TABLE IF NOT EXISTS public.bench_business (id BIGSERIAL PRIMARY KEY, data TEXT NOT NULL)";
+const CREATE_SQLITE: &str =
+    "CREATE TABLE IF NOT EXISTS bench_business (id INTEGER PRIMARY KEY, data TEXT NOT NULL)";
+const INSERT_PG: &str = "INSERT INTO public.bench_business (data) VALUES ($1)";
+const INSERT_SQLITE: &str = "INSERT INTO bench_business (data) VALUES (?1)";
+
+/// A payload of about 300 bytes, as in the measurements the targets come from.
+pub(crate) fn payload(i: u64) -> serde_json::Value {
+    serde_json::json!({
+        "invoice_id": i,
+        "customer": "cus_0123456789abcdef",
+        "amount_cents": 129900 + i % 1000,
+        "currency": "EUR",
+        "lines": [
+            {"sku": "plan-pro-monthly", "qty": 1, "unit_cents": 99900},
+            {"sku": "seat-addon", "qty": 3, "unit_cents": 10000}
+        ],
+        "note": "benchmark event with a payload of roughly three hundred bytes",
+    })
+}
+
+pub(crate) fn event(i: u64) -> Result<Event, BenchError> {
+    Ok(Event::new("InvoiceCreated", &payload(i))?
+        .aggregate("Invoice", i.to_string())
+        .without_idempotency_key())
+}
+
+impl Db {
+    /// The store over this pool.
+    pub(crate) fn store(&self) -> Arc<dyn Store> {
+        match self {
+            Db::Pg(p) => Arc::new(PgStore::new(p.clone())),
+            Db::Sqlite(p) => Arc::new(SqliteStore::from_pool(p.clone())),
+        }
+    }
+
+    pub(crate) async fn create_business_table(&self) -> Result<(), BenchError> {
+        match self {
+            Db::Pg(p) => sqlx::query(CREATE_PG).execute(p).await.map(drop),
+            Db::Sqlite(p) => sqlx::query(CREATE_SQLITE).execute(p).await.map(drop),
+        }
+        .map_err(BenchError::db)
+    }
+
+    /// One business transaction: a business row, and with `outbox` an event beside it.
+    pub(crate) async fn business_tx(
+        &self,
+        i: u64,
+        outbox: Option<&Outbox>,
+    ) -> Result<Option<i64>, BenchError> {
+        let data = format!("invoice {i}");
+        match self {
+            Db::Pg(p) => {
+                let mut tx = p.begin().await.map_err(BenchError::db)?;
+                sqlx::query(INSERT_PG)
+                    .bind(&data)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(BenchError::db)?;
+                let id = match outbox {
+                    Some(o) => o.enqueue(&mut tx, event(i)?).await?.id(),
+                    None => None,
+                };
+                tx.commit().await.map_err(BenchError::db)?;
+                Ok(id)
+            }
+            Db::Sqlite(p) => {
+                let mut tx = p
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(BenchError::db)?;
+                sqlx::query(INSERT_SQLITE)
+                    .bind(&data)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(BenchError::db)?;
+                let id = match outbox {
+                    Some(o) => o.enqueue(&mut tx, event(i)?).await?.id(),
+                    None => None,
+                };
+                tx.commit().await.map_err(BenchError::db)?;
+                Ok(id)
+            }
+        }
+    }
+
+    /// Writes `count` events starting at `first` with `enqueue_many`, one transaction per chunk.
+    pub(crate) async fn preload(
+        &self,
+        outbox: &Outbox,
+        first: u64,
+        count: u64,
+    ) -> Result<Vec<Enqueued>, BenchError> {
+        let events = (first..first + count)
+            .map(event)
+            .collect::<Result<Vec<_>, _>>()?;
+        match self {
+            Db::Pg(p) => {
+                let mut tx = p.begin().await.map_err(BenchError::db)?;
+                let done = outbox.enqueue_many(&mut tx, events).await?;
+                tx.commit().await.map_err(BenchError::db)?;
+                Ok(done)
+            }
+            Db::Sqlite(p) => {
+                let mut tx = p
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(BenchError::db)?;
+                let done = outbox.enqueue_many(&mut tx, events).await?;
+                tx.commit().await.map_err(BenchError::db)?;
+                Ok(done)
+            }
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The benchmarks behind `postbox bench`: enqueue overhead, drain against the raw-SQL ceiling of
+//! the relay's own statements, commit-to-publish latency with and without NOTIFY, and a soak.
+//!
+//! Everything runs in a scratch database of its own (PostgreSQL: a new database on the server
+//! given, dropped afterwards; SQLite: a temporary file).
+
+mod db;
+mod phases;
+mod report;
+mod scratch;
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use postbox::{Outbox, RelayConfig};
+
+pub use report::{BenchReport, DrainRun, EnqueueOverhead, Percentiles, Soak, Throughput};
+
+use scratch::Scratch;
+
+/// What went wrong in a benchmark run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// A Postbox call failed.
+    #[error(transparent)]
+    Postbox(#[from] postbox::Error),
+    /// Setting up the scratch database failed.
+    #[error("benchmark setup failed: {0}")]
+    Setup(String),
+    /// A result did not add up (events lost or duplicated): the run is void.
+    #[error("benchmark check failed: {0}")]
+    Check(String),
+}
+
+impl BenchError {
+    fn db(e: sqlx::Error) -> Self {
+        BenchError::Setup(e.to_string())
+    }
+}
+
+/// Benchmark settings.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// A PostgreSQL server URL (a scratch database is created next to the one named), or `None`
+    /// for SQLite.
+    pub database_url: Option<String>,
+    /// Events preloaded for each drain and ceiling run.
+    pub events: u64,
+    /// Relay counts to drain with.
+    pub relays: Vec<usize>,
+    /// Producer counts for the enqueue overhead.
+    pub producers: Vec<usize>,
+    /// How long each enqueue-overhead measurement runs.
+    pub enqueue_duration: Duration,
+    /// Producer rate for the latency runs, events/s.
+    pub rate: u64,
+    /// How long each latency run produces.
+    pub latency_duration: Duration,
+    /// Poll interval of the polling-only latency run.
+    pub poll_interval: Duration,
+    /// Events of the soak; 0 skips it.
+    pub soak_events: u64,
+    /// Events per soak window.
+    pub soak_window: u64,
+    /// Relay batch size.
+    pub batch_size: u32,
+    /// Show progress bars (on stderr).
+    pub progress: bool,
+}
+
+impl BenchOptions {
+    /// The full run: 100k events, 1 and 4 relays, latency at 2k events/s, a 1M-event soak.
+    pub fn full(database_url: Option<String>) -> Self {
+        BenchOptions {
+            database_url,
+            events: 100_000,
+            relays: vec![1, 4],
+            producers: vec![1, 8],
+            enqueue_duration: Duration::from_secs(5),
+            rate: 2000,
+            latency_duration: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(100),
+            soak_events: 1_000_000,
+            soak_window: 100_000,
+            batch_size: 100,
+            progress: true,
+        }
+    }
+
+    /// A smoke run that finishes in seconds (no meaning as a measurement).
+    pub fn quick(database_url: Option<String>) -> Self {
+        BenchOptions {
+            events: 2_000,
+            enqueue_duration: Duration::from_millis(300),
+            rate: 500,
+            latency_duration: Duration::from_millis(500),
+            soak_events: 4_000,
+            soak_window: 1_000,
+            ..Self::full(database_url)
+        }
+    }
+}
+
+fn bar(opts: &BenchOptions, len: u64, what: &str) -> ProgressBar {
+    if !opts.progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    let style =
+        ProgressStyle::with_template("{msg:<32} [{bar:30}] {pos:>8}/{len:<8} {per_sec:>12}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// Runs the benchmark and returns its report.
+pub async fn run(opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+    let scratch = Scratch::create(opts.database_url.as_deref()).await?;
+    let result = run_in(&scratch, opts).await;
+    scratch.drop_now().await;
+    result
+}
+
+async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, BenchError> {
+    let max_parallel = opts
+        .relays
+        .iter()
+        .chain(&opts.producers)
+        .copied()
+        .max()
+        .unwrap_or(1);
+    let db = scratch.open(max_parallel as u32 + 2).await?;
+    let outbox = Outbox::new();
+    let config = RelayConfig {
+        batch_size: opts.batch_size,
+        poll_interval: Duration::from_millis(50),
+        ..RelayConfig::default()
+    };
+
+    let mut enqueue = Vec::new();
+    for &producers in &opts.producers {
+        scratch.reset().await?;
+        let b = bar(
+            opts,
+            0,
+            &format!("enqueue: {producers} producers, no event"),
+        );
+        let without = phases::enqueue_rate(&db, producers, opts.enqueue_duration, None, &b).await?;
+        b.finish_and_clear();
+        scratch.reset().await?;
+        let b = bar(opts, 0, &format!("enqueue: {producers} producers, event"));
+        let with =
+            phases::enqueue_rate(&db, producers, opts.enqueue_duration, Some(&outbox), &b).await?;
+        b.finish_and_clear();
+        enqueue.push(EnqueueOverhead {
+            producers,
+            overhead_pct: (without.per_second / with.per_second - 1.0) * 100.0,
+            without_event: without,
+            with_event: with,
+        });
+    }
+
+    let mut drain = Vec::new();
+    for &relays in &opts.relays {
+        let mut dbs = Vec::with_capacity(relays);
+        for _ in 0..relays {
+            dbs.push(scratch.open(4).await?);
+        }
+        scratch.reset().await?;
+        let b = bar(opts, opts.events, "preload");
+        phases::preload(&db, &outbox, opts.events, &b).await?;
+        b.finish_and_clear();
+        let b = bar(opts, opts.events, &format!("ceiling: {relays} workers"));
+        let ceiling = phases::ceiling(&dbs, &config, opts.events, &b).await?;
+        b.finish_and_clear();
+
+        scratch.reset().await?;
+        let b = bar(opts, opts.events, "preload");
+        phases::preload(&db, &outbox, opts.events, &b).await?;
+        b.finish_and_clear();
+        let b = bar(opts, opts.events, &format!("drain: {relays} relays"));
+        let relay = phases::drain(&dbs, &config, opts.events, &b).await?;
+        b.finish_and_clear();
+        drain.push(DrainRun {
+            relays,
+            ratio: relay.per_second / ceiling.per_second,
+            relay,
+            ceiling,
+        });
+    }
+
+    let (mut latency_notify, mut latency_poll) = (None, None);
+    if scratch.is_postgres() {
+        let relay_db = scratch.open(4).await?;
+        let expected = (opts.rate as f64 * opts.latency_duration.as_secs_f64()) as u64;
+        scratch.reset().await?;
+        let b = bar(opts, expected, "latency: NOTIFY");
+        latency_notify = Some(
+            phases::latency(
+                &db,
+                &relay_db,
+                &config,
+                opts.rate,
+                opts.latency_duration,
+                &b,
+            )
+            .await?,
+        );
+        b.finish_and_clear();
+        scratch.reset().await?;
+        let poll_only = RelayConfig {
+            notifications: false,
+            poll_interval: opts.poll_interval,
+            ..config.clone()
+        };
+        let b = bar(opts, expected, "latency: polling");
+        latency_poll = Some(
+            phases::latency(
+                &db,
+                &relay_db,
+                &poll_only,
+                opts.rate,
+                opts.latency_duration,
+                &b,
+            )
+            .await?,
+        );
+        b.finish_and_clear();
+    }
+
+    let mut soak = None;
+    if opts.soak_events > 0 {
+        let relays = opts.relays.iter().copied().max().unwrap_or(1);
+        let mut dbs = Vec::with_capacity(relays);
+        for _ in 0..relays {
+            dbs.push(scratch.open(4).await?);
+        }
+        scratch.reset().await?;
+        let b = bar(opts, opts.soak_events, "soak: preload");
+        phases::preload(&db, &outbox, opts.soak_events, &b).await?;
+        b.finish_and_clear();
+        let b = bar(opts, opts.soak_events, &format!("soak: {relays} relays"));
+        let (windows, rss) =
+            phases::soak(&dbs, &config, opts.soak_events, opts.soak_window, &b).await?;
+        b.finish_and_clear();
+        let first = windows.first().copied().unwrap_or(0.0);
+        let last = windows.last().copied().unwrap_or(0.0);
+        soak = Some(Soak {
+            events: opts.soak_events,
+            window: opts.soak_window,
+            last_over_first: if first > 0.0 { last / first } else { 0.0 },
+            peak_rss_kib: rss.iter().copied().max().unwrap_or(0),
+            rss_kib: rss,
+            windows_per_second: windows,
+        });
+    }
+
+    Ok(BenchReport {
+        backend: if scratch.is_postgres() {
+            "postgres"
+        } else {
+            "sqlite"
+        },
+        batch_size: opts.batch_size,
+        enqueue,
+        drain,
+        latency_notify,
+        latency_poll,
+        poll_interval_ms: opts.poll_interval.as_millis() as u64,
+        soak,
+    })
+}

@@ -1,0 +1,354 @@
+//! The benchmark's phases. Each starts from an empty outbox.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+use postbox::{
+    Outbox, OutboxEvent, PublishError, Relay, RelayConfig, Sink, Target,
+    store::{ClaimParams, MarkProcessedParams},
+};
+
+use crate::BenchError;
+use crate::db::Db;
+use crate::report::{Percentiles, Throughput};
+
+/// Events are preloaded in transactions of this many, with one multi-row INSERT each.
+const PRELOAD_CHUNK: u64 = 1000;
+
+/// A sink that counts and drops (the `null` sink, with a counter for progress).
+#[derive(Default)]
+pub(crate) struct CountingSink {
+    pub(crate) published: AtomicU64,
+}
+
+#[async_trait]
+impl Sink for CountingSink {
+    async fn publish(&self, _event: &OutboxEvent) -> Result<(), PublishError> {
+        self.published.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Business transactions per second, with or without an enqueue in each.
+pub(crate) async fn enqueue_rate(
+    db: &Db,
+    producers: usize,
+    duration: Duration,
+    outbox: Option<&Outbox>,
+    bar: &ProgressBar,
+) -> Result<Throughput, BenchError> {
+    db.create_business_table().await?;
+    let counter = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let tasks = (0..producers).map(|p| {
+        let db = db.clone();
+        let outbox = outbox.cloned();
+        let counter = Arc::clone(&counter);
+        let bar = bar.clone();
+        async move {
+            let mut i = (p as u64) << 40;
+            while Instant::now() < deadline {
+                db.business_tx(i, outbox.as_ref()).await?;
+                counter.fetch_add(1, Ordering::Relaxed);
+                bar.inc(1);
+                i += 1;
+            }
+            Ok::<_, BenchError>(())
+        }
+    });
+    try_join_all(tasks).await?;
+    Ok(Throughput::new(
+        counter.load(Ordering::Relaxed),
+        started.elapsed(),
+    ))
+}
+
+/// Writes `count` events with `enqueue_many`, a few loaders at once.
+pub(crate) async fn preload(
+    db: &Db,
+    outbox: &Outbox,
+    count: u64,
+    bar: &ProgressBar,
+) -> Result<(), BenchError> {
+    let next = Arc::new(AtomicU64::new(0));
+    let loaders = (0..4).map(|_| {
+        let next = Arc::clone(&next);
+        let bar = bar.clone();
+        async move {
+            loop {
+                let first = next.fetch_add(PRELOAD_CHUNK, Ordering::Relaxed);
+                if first >= count {
+                    return Ok::<_, BenchError>(());
+                }
+                let n = PRELOAD_CHUNK.min(count - first);
+                db.preload(outbox, first, n).await?;
+                bar.inc(n);
+            }
+        }
+    });
+    try_join_all(loaders).await?;
+    Ok(())
+}
+
+/// Drains a preloaded backlog with `relays` relays (each with its own pool) to a null sink.
+pub(crate) async fn drain(
+    dbs: &[Db],
+    config: &RelayConfig,
+    expected: u64,
+    bar: &ProgressBar,
+) -> Result<Throughput, BenchError> {
+    let sink = Arc::new(CountingSink::default());
+    let started = Instant::now();
+    let watcher = watch_progress(Arc::clone(&sink), bar.clone());
+    let relays = dbs.iter().map(|db| {
+        let sink: Arc<dyn Sink> = sink.clone();
+        let relay = Relay::from_parts(db.store(), sink, config.clone());
+        async move { relay?.drain(std::future::pending()).await }
+    });
+    let result = try_join_all(relays).await;
+    watcher.abort();
+    result?;
+    let published = sink.published.load(Ordering::Relaxed);
+    if published != expected {
+        return Err(BenchError::Check(format!(
+            "drain published {published} events, expected {expected}"
+        )));
+    }
+    Ok(Throughput::new(published, started.elapsed()))
+}
+
+fn watch_progress(sink: Arc<CountingSink>, bar: ProgressBar) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            bar.set_position(sink.published.load(Ordering::Relaxed));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// The ceiling: the relay's own claim and mark statements in a minimal loop, `workers` at once.
+pub(crate) async fn ceiling(
+    dbs: &[Db],
+    config: &RelayConfig,
+    expected: u64,
+    bar: &ProgressBar,
+) -> Result<Throughput, BenchError> {
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let workers = dbs.iter().enumerate().map(|(w, db)| {
+        let store = db.store();
+        let done = Arc::clone(&done);
+        let bar = bar.clone();
+        let relay_id = format!("ceiling-{w}");
+        let config = config.clone();
+        async move {
+            let target = Target::default_schema(store.default_schema());
+            loop {
+                let claimed = store
+                    .events_claim(&ClaimParams {
+                        target: &target,
+                        batch_size: config.batch_size,
+                        lease: config.lease,
+                        relay_id: &relay_id,
+                    })
+                    .await?;
+                if claimed.events.is_empty() {
+                    return Ok::<_, BenchError>(());
+                }
+                let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
+                let n = store
+                    .events_mark_processed(&MarkProcessedParams {
+                        target: &target,
+                        claim_token: claimed.claim_token,
+                        ids: &ids,
+                    })
+                    .await?;
+                done.fetch_add(n, Ordering::Relaxed);
+                bar.inc(n);
+            }
+        }
+    });
+    try_join_all(workers).await?;
+    let n = done.load(Ordering::Relaxed);
+    if n != expected {
+        return Err(BenchError::Check(format!(
+            "ceiling loop processed {n} events, expected {expected}"
+        )));
+    }
+    Ok(Throughput::new(n, started.elapsed()))
+}
+
+/// Records when each event was committed and when it was published.
+#[derive(Default)]
+struct LatencySink {
+    published: Mutex<HashMap<i64, Instant>>,
+}
+
+#[async_trait]
+impl Sink for LatencySink {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let now = Instant::now();
+        self.published
+            .lock()
+            .map_err(|_| PublishError::retryable("latency map poisoned"))?
+            .entry(event.id)
+            .or_insert(now);
+        Ok(())
+    }
+}
+
+/// Commit-to-publish latency: producers commit one event per transaction at `rate` events/s in
+/// total while one relay runs.
+pub(crate) async fn latency(
+    db: &Db,
+    relay_db: &Db,
+    config: &RelayConfig,
+    rate: u64,
+    duration: Duration,
+    bar: &ProgressBar,
+) -> Result<Percentiles, BenchError> {
+    db.create_business_table().await?;
+    let sink = Arc::new(LatencySink::default());
+    let relay = Relay::from_parts(
+        relay_db.store(),
+        sink.clone() as Arc<dyn Sink>,
+        config.clone(),
+    )?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let relay_task = tokio::spawn(async move {
+        relay
+            .run(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    // Let the relay connect its listener before the first commit.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let producers = 8u64;
+    let per_producer = Duration::from_secs_f64(producers as f64 / rate as f64);
+    let committed = Arc::new(Mutex::new(HashMap::<i64, Instant>::new()));
+    let outbox = Outbox::new();
+    let deadline = Instant::now() + duration;
+    let tasks = (0..producers).map(|p| {
+        let db = db.clone();
+        let outbox = outbox.clone();
+        let committed = Arc::clone(&committed);
+        let bar = bar.clone();
+        async move {
+            let mut tick = tokio::time::interval(per_producer);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut i = p << 40;
+            while Instant::now() < deadline {
+                tick.tick().await;
+                if let Some(id) = db.business_tx(i, Some(&outbox)).await? {
+                    let at = Instant::now();
+                    committed
+                        .lock()
+                        .map_err(|_| BenchError::Check("latency map poisoned".into()))?
+                        .insert(id, at);
+                }
+                bar.inc(1);
+                i += 1;
+            }
+            Ok::<_, BenchError>(())
+        }
+    });
+    try_join_all(tasks).await?;
+    // Wait for the relay to catch up (bounded), then stop it.
+    let want = committed.lock().map(|m| m.len()).unwrap_or(0);
+    let catch_up = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < catch_up && sink.published.lock().map(|m| m.len()).unwrap_or(0) < want {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop_tx.send(());
+    relay_task
+        .await
+        .map_err(|e| BenchError::Check(format!("relay task failed: {e}")))??;
+
+    let committed = committed
+        .lock()
+        .map_err(|_| BenchError::Check("latency map poisoned".into()))?;
+    let published = sink
+        .published
+        .lock()
+        .map_err(|_| BenchError::Check("latency map poisoned".into()))?;
+    let mut hist = Histogram::<u64>::new(3).map_err(|e| BenchError::Check(e.to_string()))?;
+    let mut missing = 0;
+    for (id, at) in committed.iter() {
+        match published.get(id) {
+            // The relay may publish before the producer took its timestamp: count that as 0.
+            Some(p) => {
+                let us = p.saturating_duration_since(*at).as_micros() as u64;
+                hist.record(us.max(1)).ok();
+            }
+            None => missing += 1,
+        }
+    }
+    if missing > 0 {
+        return Err(BenchError::Check(format!(
+            "{missing} committed events were not published within 30 s"
+        )));
+    }
+    Ok(Percentiles::from_hist(&hist, rate, duration))
+}
+
+/// The soak: a large backlog drained by `relays` relays, throughput per window of `window`
+/// events, and the process's resident memory at each window.
+pub(crate) async fn soak(
+    dbs: &[Db],
+    config: &RelayConfig,
+    total: u64,
+    window: u64,
+    bar: &ProgressBar,
+) -> Result<(Vec<f64>, Vec<u64>), BenchError> {
+    let sink = Arc::new(CountingSink::default());
+    let relays = dbs.iter().map(|db| {
+        let sink: Arc<dyn Sink> = sink.clone();
+        let relay = Relay::from_parts(db.store(), sink, config.clone());
+        async move { relay?.drain(std::future::pending()).await }
+    });
+    let monitor = {
+        let sink = Arc::clone(&sink);
+        let bar = bar.clone();
+        tokio::spawn(async move {
+            let mut windows = Vec::new();
+            let mut rss = Vec::new();
+            let mut last = Instant::now();
+            let mut next = window;
+            loop {
+                let n = sink.published.load(Ordering::Relaxed);
+                bar.set_position(n);
+                while n >= next {
+                    let now = Instant::now();
+                    windows.push(window as f64 / now.duration_since(last).as_secs_f64());
+                    rss.push(crate::report::rss_kib());
+                    last = now;
+                    next += window;
+                }
+                if n >= total {
+                    return (windows, rss);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    try_join_all(relays).await?;
+    let published = sink.published.load(Ordering::Relaxed);
+    if published != total {
+        monitor.abort();
+        return Err(BenchError::Check(format!(
+            "soak published {published} events, expected {total}"
+        )));
+    }
+    monitor
+        .await
+        .map_err(|e| BenchError::Check(format!("soak monitor failed: {e}")))
+}

@@ -1,0 +1,123 @@
+//! A scratch database of the benchmark's own, removed afterwards.
+
+use postbox::SqliteStore;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
+
+use crate::BenchError;
+use crate::db::Db;
+
+/// Where the benchmark runs.
+pub(crate) enum Scratch {
+    Postgres {
+        admin: PgConnectOptions,
+        name: String,
+    },
+    Sqlite {
+        dir: tempfile::TempDir,
+    },
+}
+
+impl Scratch {
+    /// Creates a fresh database next to `url` (PostgreSQL) or a temporary SQLite file.
+    pub(crate) async fn create(url: Option<&str>) -> Result<Scratch, BenchError> {
+        match url {
+            Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => {
+                let admin: PgConnectOptions = u.parse().map_err(BenchError::db)?;
+                let name = format!(
+                    "postbox_bench_{}",
+                    &uuid::Uuid::new_v4().simple().to_string()[..12]
+                );
+                let mut conn = admin.connect().await.map_err(BenchError::db)?;
+                // The name is generated above from hex digits only.
+                sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+                    .execute(&mut conn)
+                    .await
+                    .map_err(BenchError::db)?;
+                conn.close().await.ok();
+                Ok(Scratch::Postgres { admin, name })
+            }
+            _ => Ok(Scratch::Sqlite {
+                dir: tempfile::tempdir().map_err(|e| BenchError::Setup(e.to_string()))?,
+            }),
+        }
+    }
+
+    pub(crate) fn is_postgres(&self) -> bool {
+        matches!(self, Scratch::Postgres { .. })
+    }
+
+    /// A pool with `connections` connections on the scratch database, migrated.
+    pub(crate) async fn open(&self, connections: u32) -> Result<Db, BenchError> {
+        let db = match self {
+            Scratch::Postgres { admin, name } => Db::Pg(
+                PgPoolOptions::new()
+                    .max_connections(connections)
+                    .connect_with(admin.clone().database(name))
+                    .await
+                    .map_err(BenchError::db)?,
+            ),
+            Scratch::Sqlite { dir } => Db::Sqlite(
+                SqliteStore::open(dir.path().join("bench.db"))
+                    .await?
+                    .pool()
+                    .clone(),
+            ),
+        };
+        postbox::migrate(&*db.store()).await?;
+        Ok(db)
+    }
+
+    /// Empties the outbox between phases, so each starts from the same table state.
+    pub(crate) async fn reset(&self) -> Result<(), BenchError> {
+        match self {
+            Scratch::Postgres { admin, name } => {
+                let mut conn = admin
+                    .clone()
+                    .database(name)
+                    .connect()
+                    .await
+                    .map_err(BenchError::db)?;
+                // One statement each: VACUUM cannot run inside the implicit transaction of a
+                // multi-statement string.
+                for sql in [
+                    "TRUNCATE public.outbox_events",
+                    "DROP TABLE IF EXISTS public.bench_business",
+                    "VACUUM ANALYZE public.outbox_events",
+                ] {
+                    sqlx::raw_sql(sql)
+                        .execute(&mut conn)
+                        .await
+                        .map_err(BenchError::db)?;
+                }
+                conn.close().await.ok();
+            }
+            Scratch::Sqlite { dir } => {
+                let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(dir.path().join("bench.db"))
+                    .connect()
+                    .await
+                    .map_err(BenchError::db)?;
+                sqlx::raw_sql("DELETE FROM outbox_events; DROP TABLE IF EXISTS bench_business;")
+                    .execute(&mut conn)
+                    .await
+                    .map_err(BenchError::db)?;
+                conn.close().await.ok();
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the scratch database.
+    pub(crate) async fn drop_now(self) {
+        if let Scratch::Postgres { admin, name } = self
+            && let Ok(mut conn) = admin.connect().await
+        {
+            let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+            )))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+}

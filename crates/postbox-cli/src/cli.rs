@@ -1,0 +1,463 @@
+//! The command line: subcommands, flags and their help.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{LogFormat, Overrides, keys_help};
+
+/// `postbox`: the transactional outbox relay and its admin commands.
+#[derive(Debug, Parser)]
+#[command(
+    name = "postbox",
+    version,
+    about = "Transactional outbox: publish the events your service committed, at least once",
+    long_about = "Postbox publishes the events a service wrote to its outbox_events table in the \
+                  same transaction as its business rows: every committed event at least once \
+                  (or FAILED with a reason), never an event of a rolled-back transaction.\n\n\
+                  Start with `postbox demo` to see it work, then `postbox migrate` and \
+                  `postbox relay` against your database.",
+    after_long_help = keys_help(),
+    propagate_version = true
+)]
+pub(crate) struct Cli {
+    /// Options every command accepts.
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every command accepts.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// Configuration file [default: postbox.toml in the working directory, if present]
+    #[arg(long, global = true, env = "POSTBOX_CONFIG", value_name = "PATH")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Database: postgres://… or postgresql://… for PostgreSQL, sqlite:… or a path ending in
+    /// .db for SQLite [config: database_url; default: SQLite file postbox.db in the working
+    /// directory]. A password on the command line is visible to other users: prefer
+    /// POSTBOX_DATABASE_URL.
+    #[arg(long, global = true, value_name = "URL")]
+    pub(crate) database_url: Option<String>,
+
+    /// Log filter, e.g. "debug" or "warn,postbox=debug"; overrides RUST_LOG [config:
+    /// log_level; default: info]
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub(crate) log_level: Option<String>,
+
+    /// Log format on stderr [config: log_format; default: text]
+    #[arg(long, global = true, value_enum, value_name = "FORMAT")]
+    pub(crate) log_format: Option<LogFormat>,
+}
+
+/// The default schema flag, on the commands that use one.
+#[derive(Debug, Args, Default)]
+pub(crate) struct SchemaArg {
+    /// PostgreSQL schema of the default outbox and the tenant registry [config: schema;
+    /// default: public]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) schema: Option<String>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create or upgrade the outbox tables: the default schema, then every tenant's
+    #[command(
+        long_about = "Create or upgrade the outbox tables: the default schema (outbox_events, \
+                      outbox_events_archive, the tenant registry) and then every registered \
+                      tenant's schema. Prints each migration applied, or \"up to date\". Safe to \
+                      run repeatedly and from several processes at once. On SQLite it creates \
+                      the database file if needed."
+    )]
+    Migrate(MigrateArgs),
+
+    /// Publish committed events (the relay daemon)
+    #[command(
+        long_about = "Publish committed events: claim due events in short transactions, publish \
+                      them to the sink, mark them PROCESSED, retry failures with exponential \
+                      backoff, and take over the events of relays that died (after their lease). \
+                      Serves the default schema and every ACTIVE tenant. Run as many relays as \
+                      you like: they never publish an event twice unless one dies or stalls past \
+                      its lease.\n\n\
+                      SIGINT or SIGTERM: stop claiming, finish the batch in flight, exit 0 (a \
+                      second signal exits at once). Logs go to stderr; with --sink stdout, \
+                      stdout carries only event lines.",
+        after_long_help = "Stdout sink: one JSON object per line and per event, written and \
+                           flushed before the event is marked PROCESSED:\n  \
+                           {\"id\":42,\"tenant\":null,\"event_type\":\"InvoiceCreated\",\
+                           \"aggregate_type\":\"Invoice\",\"aggregate_id\":\"456\",\
+                           \"idempotency_key\":\"Invoice:456:InvoiceCreated:2026-04-24\",\
+                           \"event_class\":null,\"schema_version\":1,\"retry_count\":0,\
+                           \"created_at\":\"2026-04-24T09:30:00.123456Z\",\"headers\":{},\
+                           \"payload\":{\"invoice_id\":456}}\n\
+                           Delivery is at least once: drop repeats by id or idempotency_key.\n\n\
+                           Exit status: 0 after a graceful stop or a complete drain; 1 on \
+                           errors, a drain interrupted by a signal, or a stdout that cannot be \
+                           written."
+    )]
+    Relay(RelayArgs),
+
+    /// Show event counts per status for the default schema and every tenant
+    #[command(
+        long_about = "Show, for the default schema and every tenant, how many events are \
+                      PENDING, PROCESSING, PROCESSED and FAILED, and the age of the oldest \
+                      event not yet done (PENDING or PROCESSING). A table for humans, or JSON \
+                      with --json. Exits 1 if a target cannot be read."
+    )]
+    Status(StatusArgs),
+
+    /// Add, list, suspend and resume tenants (PostgreSQL only)
+    #[command(
+        subcommand,
+        long_about = "Manage tenants: each tenant has its own schema (s_<tenant> by default) \
+                      with its own outbox_events table; relays serve every ACTIVE tenant fairly \
+                      and leave SUSPENDED ones alone. Tenant ids and schema names are lower-case \
+                      ASCII letters, digits and '_' (anything else is refused). PostgreSQL only."
+    )]
+    Tenants(TenantsCommand),
+
+    /// Watch the outbox work: an invoice service, a flaky handler, retries and a tally
+    #[command(
+        long_about = "A self-contained demonstration. An invoice service writes invoices and \
+                      their InvoiceCreated events in one transaction each, rolling some back on \
+                      purpose; a relay publishes the outbox to a notification handler that fails \
+                      now and then (and always for one invoice, which ends FAILED) and to an \
+                      audit handler. It ends with a tally proving that no committed event was \
+                      lost and no rolled-back one was published, and exits 1 if the tally does \
+                      not hold.\n\n\
+                      Runs on SQLite in a temporary directory, or on --database-url (a new SQLite \
+                      file, or PostgreSQL, where it uses a schema of its own, dropped afterwards \
+                      unless --keep). It never uses the configured database_url. Its own \
+                      defaults keep it quick: max_retries 3, backoff_base 100ms, backoff_cap 2s, \
+                      poll_interval 100ms, log_level off (postbox.toml, POSTBOX_* and flags \
+                      still override them)."
+    )]
+    Demo(DemoArgs),
+
+    /// Measure enqueue overhead, drain speed against the raw-SQL ceiling, latency and a soak
+    #[command(
+        long_about = "Benchmark Postbox on this database server, in a scratch database of its \
+                      own (dropped afterwards); without a PostgreSQL database_url, on a temporary \
+                      SQLite file.\n\n\
+                      Phases: enqueue overhead (business transactions with and without an \
+                      enqueue, at 1 and 8 producers); drain (a preloaded backlog drained by 1 and \
+                      4 relays to the null sink) beside the ceiling (the relay's own claim and \
+                      mark statements in a minimal loop, same run); commit-to-publish latency at \
+                      a steady rate, with NOTIFY and with polling only (PostgreSQL); a soak (a \
+                      large backlog, events/s per window, last/first ratio, peak RSS).\n\n\
+                      Progress bars on stderr; a table (or JSON with --json) on stdout. --quick \
+                      runs every phase on a tiny scale in seconds: a smoke test, not a \
+                      measurement. The machine's noise is real: compare ratios within one run, \
+                      and medians across runs."
+    )]
+    Bench(BenchArgs),
+
+    /// Show the effective configuration and where each value comes from
+    #[command(after_long_help = keys_help())]
+    Config(ConfigArgs),
+}
+
+/// `postbox migrate`.
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// Where the relay publishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SinkKind {
+    /// One JSON line per event on stdout, flushed before the event counts as published
+    Stdout,
+    /// Discard events (they are still marked PROCESSED): for trials and benchmarks
+    Null,
+}
+
+/// `postbox relay`.
+#[derive(Debug, Args)]
+pub(crate) struct RelayArgs {
+    /// Stop once every event is PROCESSED or FAILED (waiting out retries and dead relays'
+    /// leases), and exit 0; without it the relay runs until SIGINT/SIGTERM
+    #[arg(long)]
+    pub(crate) drain: bool,
+
+    /// Where events are published
+    #[arg(long, value_enum, default_value_t = SinkKind::Stdout)]
+    pub(crate) sink: SinkKind,
+
+    /// Run the migrations first (by default the relay refuses to start on a database without
+    /// outbox tables, and says to run `postbox migrate`)
+    #[arg(long)]
+    pub(crate) migrate: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+
+    /// Relay tuning.
+    #[command(flatten)]
+    pub(crate) tuning: RelayTuning,
+}
+
+/// Relay settings that also exist as configuration keys.
+#[derive(Debug, Args, Default)]
+#[command(next_help_heading = "Relay tuning (flags override postbox.toml and POSTBOX_*)")]
+pub(crate) struct RelayTuning {
+    /// Events claimed per batch, 1 to 10000 [config: batch_size; default: 100]
+    #[arg(long, value_name = "N")]
+    pub(crate) batch_size: Option<u32>,
+
+    /// Polling interval when idle; NOTIFY wakes the relay sooner on PostgreSQL [config:
+    /// poll_interval; default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) poll_interval: Option<Duration>,
+
+    /// How long a claim lasts before another relay may take the events over [config: lease;
+    /// default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) lease: Option<Duration>,
+
+    /// Backoff unit: the n-th retry waits min(cap, base × 2^n) [config: backoff_base;
+    /// default: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) backoff_base: Option<Duration>,
+
+    /// Longest wait between tries [config: backoff_cap; default: 300s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) backoff_cap: Option<Duration>,
+
+    /// Time allowed for one publish; shorter than the lease [config: publish_timeout;
+    /// default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) publish_timeout: Option<Duration>,
+
+    /// Events of a batch published at once [config: concurrency; default: 64]
+    #[arg(long, value_name = "N")]
+    pub(crate) concurrency: Option<usize>,
+}
+
+/// `postbox status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// `postbox tenants …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TenantsCommand {
+    /// Register a tenant and create its schema and outbox table
+    #[command(
+        long_about = "Register a tenant and create its schema and outbox_events table. Its \
+                      services then enqueue into <schema>.outbox_events, and relays start serving \
+                      it within 10 s. The registry lives in the default schema (config key \
+                      `schema`, POSTBOX_SCHEMA; default public)."
+    )]
+    Add(TenantAddArgs),
+
+    /// List tenants with their schema and status
+    List(TenantListArgs),
+
+    /// Stop serving a tenant: its events wait (relays notice within 10 s)
+    Suspend(TenantIdArgs),
+
+    /// Serve a suspended tenant again
+    Resume(TenantIdArgs),
+}
+
+/// `postbox tenants add`.
+#[derive(Debug, Args)]
+pub(crate) struct TenantAddArgs {
+    /// Tenant id: lower-case ASCII letters, digits and '_', starting with a letter or '_', at
+    /// most 61 bytes
+    pub(crate) id: String,
+
+    /// The tenant's schema [default: s_<id>]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) schema: Option<String>,
+}
+
+/// `postbox tenants list`.
+#[derive(Debug, Args)]
+pub(crate) struct TenantListArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// `postbox tenants suspend|resume`.
+#[derive(Debug, Args)]
+pub(crate) struct TenantIdArgs {
+    /// Tenant id
+    pub(crate) id: String,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// `postbox demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Keep the demo's database afterwards (its location is printed) to look around in it
+    #[arg(long)]
+    pub(crate) keep: bool,
+}
+
+/// `postbox config`.
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+
+    /// Relay tuning, to preview its effect.
+    #[command(flatten)]
+    pub(crate) tuning: RelayTuning,
+}
+
+impl Cli {
+    /// The command-line layer of the configuration.
+    pub(crate) fn overrides(&self) -> Overrides {
+        let g = &self.global;
+        let mut o = Overrides {
+            database_url: g.database_url.clone(),
+            log_format: g.log_format,
+            log_level: g.log_level.clone(),
+            ..Overrides::default()
+        };
+        let (schema, tuning) = match &self.command {
+            Command::Migrate(a) => (Some(&a.schema), None),
+            Command::Relay(a) => (Some(&a.schema), Some(&a.tuning)),
+            Command::Status(a) => (Some(&a.schema), None),
+            Command::Tenants(TenantsCommand::Add(_)) => (None, None),
+            Command::Tenants(TenantsCommand::List(a)) => (Some(&a.schema), None),
+            Command::Tenants(TenantsCommand::Suspend(a) | TenantsCommand::Resume(a)) => {
+                (Some(&a.schema), None)
+            }
+            Command::Demo(_) | Command::Bench(_) => (None, None),
+            Command::Config(a) => (Some(&a.schema), Some(&a.tuning)),
+        };
+        o.schema = schema.and_then(|s| s.schema.clone());
+        if let Some(t) = tuning {
+            o.batch_size = t.batch_size;
+            o.poll_interval = t.poll_interval;
+            o.lease = t.lease;
+            o.backoff_base = t.backoff_base;
+            o.backoff_cap = t.backoff_cap;
+            o.publish_timeout = t.publish_timeout;
+            o.concurrency = t.concurrency;
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_become_overrides() {
+        let cli = Cli::try_parse_from([
+            "postbox",
+            "relay",
+            "--batch-size",
+            "7",
+            "--lease",
+            "2s",
+            "--schema",
+            "app",
+            "--database-url",
+            "postgres://x/y",
+        ])
+        .expect("parses");
+        let o = cli.overrides();
+        assert_eq!(o.batch_size, Some(7));
+        assert_eq!(o.lease, Some(Duration::from_secs(2)));
+        assert_eq!(o.schema.as_deref(), Some("app"));
+        assert_eq!(o.database_url.as_deref(), Some("postgres://x/y"));
+        assert_eq!(o.poll_interval, None);
+    }
+
+    #[test]
+    fn tenants_add_schema_is_the_tenants_own() {
+        let cli = Cli::try_parse_from(["postbox", "tenants", "add", "acme", "--schema", "s_x"])
+            .expect("parses");
+        assert_eq!(cli.overrides().schema, None);
+        match cli.command {
+            Command::Tenants(TenantsCommand::Add(a)) => {
+                assert_eq!(a.schema.as_deref(), Some("s_x"))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// `postbox bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Tiny scale, finishes in seconds (a smoke test; its figures mean nothing)
+    #[arg(long)]
+    pub(crate) quick: bool,
+
+    /// Print the report as JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Events preloaded for each drain and ceiling run [default: 100000; quick: 2000]
+    #[arg(long, value_name = "N")]
+    pub(crate) events: Option<u64>,
+
+    /// Relay counts to drain with, comma-separated [default: 1,4]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) relays: Option<Vec<usize>>,
+
+    /// Producer counts for the enqueue overhead, comma-separated [default: 1,8]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) producers: Option<Vec<usize>>,
+
+    /// Producer rate of the latency runs, events/s [default: 2000; quick: 500]
+    #[arg(long, value_name = "EVENTS_PER_SEC")]
+    pub(crate) rate: Option<u64>,
+
+    /// How long each latency run produces [default: 10s; quick: 500ms]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) latency_duration: Option<Duration>,
+
+    /// How long each enqueue-overhead measurement runs [default: 5s; quick: 300ms]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) enqueue_duration: Option<Duration>,
+
+    /// Events of the soak, 0 to skip it [default: 1000000; quick: 4000]
+    #[arg(long, value_name = "N")]
+    pub(crate) soak_events: Option<u64>,
+
+    /// Events per soak window [default: 100000; quick: 1000]
+    #[arg(long, value_name = "N")]
+    pub(crate) soak_window: Option<u64>,
+
+    /// Relay and ceiling batch size [config: batch_size; default: 100]
+    #[arg(long, value_name = "N")]
+    pub(crate) batch_size: Option<u32>,
+}

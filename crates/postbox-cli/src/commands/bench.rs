@@ -1,0 +1,71 @@
+//! `postbox bench`: runs the benchmarks of `postbox-bench` and prints their report.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use postbox_bench::{BenchOptions, run as run_bench};
+
+use crate::cli::BenchArgs;
+use crate::config::Config;
+use crate::database::Location;
+
+/// Quieter logs than the daemon's, so progress bars stay readable; flags and config override.
+pub(crate) fn defaults() -> Config {
+    Config {
+        log_level: "warn".to_owned(),
+        ..Config::default()
+    }
+}
+
+/// Runs the benchmark against the configured PostgreSQL server, or SQLite without one.
+pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let url = match config.location()? {
+        Location::Postgres(_) => config.database_url.as_ref().map(|u| u.expose().to_owned()),
+        Location::Sqlite { .. } => None,
+    };
+    let mut opts = if args.quick {
+        BenchOptions::quick(url)
+    } else {
+        BenchOptions::full(url)
+    };
+    opts.batch_size = args.batch_size.unwrap_or(config.batch_size);
+    if let Some(n) = args.events {
+        opts.events = n;
+    }
+    if let Some(r) = &args.relays {
+        opts.relays = r.clone();
+    }
+    if let Some(p) = &args.producers {
+        opts.producers = p.clone();
+    }
+    if let Some(r) = args.rate {
+        opts.rate = r;
+    }
+    if let Some(d) = args.latency_duration {
+        opts.latency_duration = d;
+    }
+    if let Some(d) = args.enqueue_duration {
+        opts.enqueue_duration = d;
+    }
+    if let Some(n) = args.soak_events {
+        opts.soak_events = n;
+    }
+    if let Some(n) = args.soak_window {
+        opts.soak_window = n;
+    }
+    anyhow::ensure!(
+        opts.relays.iter().chain(&opts.producers).all(|n| *n > 0) && opts.rate > 0,
+        "--relays, --producers and --rate must be above zero"
+    );
+    anyhow::ensure!(
+        opts.soak_events == 0 || opts.soak_window > 0,
+        "--soak-window must be above zero"
+    );
+    let report = run_bench(&opts).await.context("benchmark failed")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,35 @@
+//! `postbox migrate`: create or upgrade the outbox tables.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::config::Config;
+use crate::database::{Create, Database};
+
+/// Migrates the default schema and every tenant; prints what was applied.
+pub(crate) async fn run(config: &Config) -> anyhow::Result<ExitCode> {
+    let db = Database::connect(
+        &config.location()?,
+        config.schema_name()?,
+        Create::IfMissing,
+    )
+    .await?;
+    let applied = apply(&db).await?;
+    if applied.is_empty() {
+        println!("{}: up to date", db.location);
+    } else {
+        for migration in &applied {
+            println!("applied {migration}");
+        }
+        println!("{}: {} migration(s) applied", db.location, applied.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the migrations; returns them as `schema: name`.
+pub(crate) async fn apply(db: &Database) -> anyhow::Result<Vec<String>> {
+    postbox::migrate(&*db.store)
+        .await
+        .with_context(|| format!("migrating {} failed", db.location))
+}

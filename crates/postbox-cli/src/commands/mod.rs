@@ -1,0 +1,38 @@
+//! One module per subcommand; [`run`] loads the configuration, starts logging and dispatches.
+
+mod bench;
+mod config;
+mod demo;
+mod migrate;
+mod relay;
+mod status;
+mod tenants;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+use crate::config::{self as configuration, Config};
+use crate::logging;
+
+/// Runs the command line's subcommand.
+pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let defaults = match cli.command {
+        Command::Demo(_) => demo::defaults(),
+        Command::Bench(_) => bench::defaults(),
+        _ => Config::default(),
+    };
+    let loaded = configuration::load(defaults, cli.global.config.as_deref(), &cli.overrides())?;
+    let filter = logging::filter(cli.global.log_level.as_deref(), &loaded.config.log_level);
+    logging::init(&filter, loaded.config.log_format)?;
+    match &cli.command {
+        Command::Migrate(_) => migrate::run(&loaded.config).await,
+        Command::Relay(args) => relay::run(&loaded.config, args).await,
+        Command::Status(args) => status::run(&loaded.config, args).await,
+        Command::Tenants(command) => tenants::run(&loaded.config, command).await,
+        Command::Demo(args) => {
+            demo::run(&loaded.config, cli.global.database_url.as_deref(), args).await
+        }
+        Command::Bench(args) => bench::run(&loaded.config, args).await,
+        Command::Config(_) => config::run(&loaded),
+    }
+}

@@ -1,0 +1,224 @@
+//! `postbox status`: event counts per status, per target.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use postbox::store::StatusCounts;
+use postbox::{Target, TenantStatus};
+use serde::Serialize;
+
+use crate::cli::StatusArgs;
+use crate::config::Config;
+use crate::database::{Create, Database};
+
+/// One target's line of the report.
+#[derive(Debug, Serialize)]
+struct TargetStatus {
+    /// The tenant id, or `null` for the default schema.
+    tenant: Option<String>,
+    /// The schema holding its events.
+    schema: String,
+    /// `ACTIVE` or `SUSPENDED` for a tenant; `null` for the default schema.
+    tenant_status: Option<TenantStatus>,
+    /// The counts, if they could be read.
+    #[serde(flatten)]
+    counts: Option<Counts>,
+    /// Why the counts could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Counts by status, as printed.
+#[derive(Debug, Serialize)]
+struct Counts {
+    pending: i64,
+    processing: i64,
+    processed: i64,
+    failed: i64,
+    /// Age in seconds of the oldest PENDING or PROCESSING event; `null` when there is none.
+    oldest_pending_age_secs: Option<f64>,
+}
+
+impl From<StatusCounts> for Counts {
+    fn from(c: StatusCounts) -> Self {
+        Counts {
+            pending: c.pending,
+            processing: c.processing,
+            processed: c.processed,
+            failed: c.failed,
+            oldest_pending_age_secs: c.oldest_pending_age.map(|d| d.as_secs_f64()),
+        }
+    }
+}
+
+/// The whole report (the `--json` document).
+#[derive(Debug, Serialize)]
+struct Report {
+    /// Where the outbox is (no password).
+    database: String,
+    /// The default schema first, then tenants by id.
+    targets: Vec<TargetStatus>,
+}
+
+/// Prints the report; exits 1 if a target could not be read.
+pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    db.ensure_migrated().await?;
+    let mut targets: Vec<(Target, Option<TenantStatus>)> = vec![(db.default_target(), None)];
+    match db.store.tenant_list().await {
+        Ok(tenants) => targets.extend(tenants.iter().map(|t| (t.target(), Some(t.status)))),
+        Err(postbox::Error::Unsupported(_)) => {}
+        Err(e) => return Err(e).context("cannot read the tenant registry"),
+    }
+    let mut report = Report {
+        database: db.location.clone(),
+        targets: Vec::with_capacity(targets.len()),
+    };
+    for (target, tenant_status) in targets {
+        let (counts, error) = match db.store.status_counts(&target).await {
+            Ok(c) => (Some(Counts::from(c)), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        report.targets.push(TargetStatus {
+            tenant: target.tenant.as_ref().map(ToString::to_string),
+            schema: target.schema.to_string(),
+            tenant_status,
+            counts,
+            error,
+        });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", table(&report));
+    }
+    let failed = report.targets.iter().any(|t| t.error.is_some());
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The report as an aligned table.
+fn table(report: &Report) -> String {
+    let header = [
+        "TENANT",
+        "SCHEMA",
+        "STATE",
+        "PENDING",
+        "PROCESSING",
+        "PROCESSED",
+        "FAILED",
+        "OLDEST",
+    ];
+    let mut rows: Vec<[String; 8]> = vec![header.map(str::to_owned)];
+    for t in &report.targets {
+        let tenant = t.tenant.clone().unwrap_or_else(|| "(default)".to_owned());
+        let state = match t.tenant_status {
+            Some(TenantStatus::Active) | None => "active",
+            Some(TenantStatus::Suspended) => "SUSPENDED",
+        };
+        let row = match (&t.counts, &t.error) {
+            (Some(c), _) => [
+                tenant,
+                t.schema.clone(),
+                state.to_owned(),
+                c.pending.to_string(),
+                c.processing.to_string(),
+                c.processed.to_string(),
+                c.failed.to_string(),
+                c.oldest_pending_age_secs
+                    .map_or_else(|| "-".to_owned(), age),
+            ],
+            (None, error) => [
+                tenant,
+                t.schema.clone(),
+                state.to_owned(),
+                format!("error: {}", error.as_deref().unwrap_or("unknown")),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ],
+        };
+        rows.push(row);
+    }
+    let mut widths = [0usize; 8];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = format!("{}\n\n", report.database);
+    for row in &rows {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            // Names left-aligned, numbers right-aligned.
+            if i < 3 {
+                line.push_str(&format!("{cell:<w$}  "));
+            } else {
+                line.push_str(&format!("{cell:>w$}  "));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// An age for humans: `42s`, `3m 5s`, `2h 1m`.
+fn age(secs: f64) -> String {
+    let d = Duration::from_secs(secs.max(0.0).round() as u64);
+    humantime::format_duration(d).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_and_marks_missing_ages() {
+        let report = Report {
+            database: "SQLite file postbox.db".to_owned(),
+            targets: vec![
+                TargetStatus {
+                    tenant: None,
+                    schema: "public".to_owned(),
+                    tenant_status: None,
+                    counts: Some(Counts {
+                        pending: 3,
+                        processing: 0,
+                        processed: 1200,
+                        failed: 1,
+                        oldest_pending_age_secs: Some(65.2),
+                    }),
+                    error: None,
+                },
+                TargetStatus {
+                    tenant: Some("acme".to_owned()),
+                    schema: "s_acme".to_owned(),
+                    tenant_status: Some(TenantStatus::Suspended),
+                    counts: Some(Counts {
+                        pending: 0,
+                        processing: 0,
+                        processed: 0,
+                        failed: 0,
+                        oldest_pending_age_secs: None,
+                    }),
+                    error: None,
+                },
+            ],
+        };
+        let text = table(&report);
+        assert!(text.contains("1m 5s"), "{text}");
+        assert!(text.contains("SUSPENDED"), "{text}");
+        assert!(text.contains("(default)"), "{text}");
+        let json = serde_json::to_value(&report).expect("json");
+        assert_eq!(json["targets"][0]["pending"], 3);
+        assert_eq!(json["targets"][0]["tenant"], serde_json::Value::Null);
+        assert_eq!(json["targets"][1]["tenant_status"], "SUSPENDED");
+        assert!(json["targets"][1]["oldest_pending_age_secs"].is_null());
+    }
+}

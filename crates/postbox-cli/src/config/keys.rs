@@ -1,0 +1,151 @@
+//! The documentation of every configuration key: the source of `--help`'s key list, checked
+//! against `CONFIG.md` and the defaults by tests.
+
+/// One configuration key, as documented in `--help` and `CONFIG.md`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyDoc {
+    /// The key, as written in `postbox.toml`; its variable is `POSTBOX_<KEY>`.
+    pub(crate) key: &'static str,
+    /// The default, as written in `postbox.toml`.
+    pub(crate) default: &'static str,
+    /// The command-line flag that sets it, if any.
+    pub(crate) flag: Option<&'static str>,
+    /// What it does.
+    pub(crate) about: &'static str,
+}
+
+/// Every configuration key, in the order the docs list them.
+pub(crate) const KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "database_url",
+        default: "(none: SQLite file postbox.db in the working directory)",
+        flag: Some("--database-url"),
+        about: "postgres:// or postgresql:// for PostgreSQL; sqlite:… or a path ending in .db \
+                for SQLite. Prefer POSTBOX_DATABASE_URL to a flag for URLs with a password.",
+    },
+    KeyDoc {
+        key: "schema",
+        default: "\"public\"",
+        flag: Some("--schema"),
+        about: "PostgreSQL schema of the default outbox and the tenant registry (ignored on SQLite).",
+    },
+    KeyDoc {
+        key: "batch_size",
+        default: "100",
+        flag: Some("--batch-size"),
+        about: "Events claimed per batch (1 to 10000). Larger batches cost fewer round trips but \
+                widen the window of events published twice after a crash.",
+    },
+    KeyDoc {
+        key: "poll_interval",
+        default: "\"5s\"",
+        flag: Some("--poll-interval"),
+        about: "How often an idle relay polls; PostgreSQL NOTIFY wakes it sooner.",
+    },
+    KeyDoc {
+        key: "lease",
+        default: "\"30s\"",
+        flag: Some("--lease"),
+        about: "How long a claim lasts. A relay that dies loses its events to another relay after \
+                this long; too short a lease publishes slow batches twice.",
+    },
+    KeyDoc {
+        key: "max_retries",
+        default: "5",
+        flag: None,
+        about: "Tries of an event before it goes FAILED, for events this binary enqueues (the \
+                demo); rows carry their own max_retries.",
+    },
+    KeyDoc {
+        key: "backoff_base",
+        default: "\"1s\"",
+        flag: Some("--backoff-base"),
+        about: "Unit of the retry backoff: the wait after the n-th failed try is \
+                min(backoff_cap, backoff_base × 2^n).",
+    },
+    KeyDoc {
+        key: "backoff_cap",
+        default: "\"300s\"",
+        flag: Some("--backoff-cap"),
+        about: "Longest wait between tries.",
+    },
+    KeyDoc {
+        key: "publish_timeout",
+        default: "\"10s\"",
+        flag: Some("--publish-timeout"),
+        about: "How long one publish may take before it counts as a failed try; must be shorter \
+                than lease.",
+    },
+    KeyDoc {
+        key: "concurrency",
+        default: "64",
+        flag: Some("--concurrency"),
+        about: "Events of a batch published at once.",
+    },
+    KeyDoc {
+        key: "log_format",
+        default: "\"text\"",
+        flag: Some("--log-format"),
+        about: "Log format on stderr: text or json.",
+    },
+    KeyDoc {
+        key: "log_level",
+        default: "\"info\"",
+        flag: Some("--log-level"),
+        about: "Log filter (tracing EnvFilter syntax, e.g. \"warn,postbox=debug\"). Precedence: \
+                --log-level, then RUST_LOG, then this key.",
+    },
+    KeyDoc {
+        key: "payload_limit",
+        default: "\"1MiB\"",
+        flag: None,
+        about: "Largest event payload accepted when enqueuing, in bytes or with a unit \
+                (B, KB, KiB, MB, MiB).",
+    },
+];
+
+/// The configuration-key section of `--help`.
+pub(crate) fn keys_help() -> String {
+    let mut out = String::from(
+        "Configuration (each layer overrides the one before):\n  \
+         built-in defaults → postbox.toml (working directory, or --config PATH) → POSTBOX_<KEY> \
+         environment variables → command-line flags.\n  \
+         Durations are written like \"500ms\", \"5s\", \"2m\". `postbox config` shows the \
+         effective values and where each comes from.\n\nKeys:\n",
+    );
+    for k in KEYS {
+        let flag = k.flag.map(|f| format!(", {f}")).unwrap_or_default();
+        out.push_str(&format!(
+            "  {} (POSTBOX_{}{flag})\n      default {}\n      {}\n",
+            k.key,
+            k.key.to_ascii_uppercase(),
+            k.default,
+            k.about
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_is_documented_in_config_md_and_help() {
+        let doc = include_str!("../../CONFIG.md");
+        let help = keys_help();
+        for k in KEYS {
+            assert!(
+                doc.contains(&format!("`{}`", k.key)),
+                "CONFIG.md lacks {}",
+                k.key
+            );
+            assert!(
+                doc.contains(&format!("POSTBOX_{}", k.key.to_ascii_uppercase())),
+                "CONFIG.md lacks the variable of {}",
+                k.key
+            );
+            assert!(help.contains(k.key), "help lacks {}", k.key);
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Value types of the configuration: log format, database URL (redacted when shown) and sizes.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Log output format on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A database URL. Its `Debug` and `Display` hide the password, so it can be logged.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    /// The URL with its password; for connecting only, never for logs.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for DatabaseUrl {
+    fn from(url: &str) -> Self {
+        DatabaseUrl(url.to_owned())
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", redact_url(&self.0))
+    }
+}
+
+/// Replaces the password of a URL (`user:secret@host`, or a `password=` query parameter) with
+/// `***`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest = scheme_end + 3;
+        let authority_end = out[rest..]
+            .find(['/', '?', '#'])
+            .map_or(out.len(), |i| rest + i);
+        if let Some(at) = out[rest..authority_end].rfind('@') {
+            let userinfo = &out[rest..rest + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest + colon + 1..rest + at, "***");
+            }
+        }
+    }
+    if let Some(query) = out.find('?') {
+        let (head, tail) = out.split_at(query + 1);
+        let redacted: Vec<String> = tail
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out = format!("{head}{}", redacted.join("&"));
+    }
+    out
+}
+
+/// A size in bytes, written as a number of bytes or with a unit (`"1MiB"`, `"64 KiB"`,
+/// `"500KB"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ByteSize(pub(crate) usize);
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (digits, unit) = s.split_at(split);
+        let n: usize = digits.parse().map_err(|_| {
+            format!("{s:?} is not a size (examples: 1048576, \"512KiB\", \"1MiB\")")
+        })?;
+        let factor: usize = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kb" => 1000,
+            "kib" => 1024,
+            "mb" => 1000 * 1000,
+            "mib" => 1024 * 1024,
+            other => {
+                return Err(format!(
+                    "unknown unit {other:?} in {s:?}; use B, KB, KiB, MB or MiB"
+                ));
+            }
+        };
+        n.checked_mul(factor)
+            .map(ByteSize)
+            .ok_or_else(|| format!("{s:?} is too large"))
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0 as u64)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// A size as written: bytes, or text with a unit.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bytes(n) => usize::try_from(n)
+                .map(ByteSize)
+                .map_err(|_| serde::de::Error::custom("size too large")),
+            Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!("1MiB".parse(), Ok(ByteSize(1024 * 1024)));
+        assert_eq!("64 KiB".parse(), Ok(ByteSize(64 * 1024)));
+        assert_eq!("500KB".parse(), Ok(ByteSize(500_000)));
+        assert_eq!("42".parse(), Ok(ByteSize(42)));
+        assert!("1 GiB".parse::<ByteSize>().is_err());
+        assert!("MiB".parse::<ByteSize>().is_err());
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/app"),
+            "postgres://app:***@db:5432/app"
+        );
+        assert_eq!(
+            redact_url("postgresql://app@db/app?password=s3cret&sslmode=require"),
+            "postgresql://app@db/app?password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://db/app?user=x&password=p@ss:word"),
+            "postgres://db/app?user=x&password=***"
+        );
+        assert_eq!(redact_url("sqlite://postbox.db"), "sqlite://postbox.db");
+        let url = DatabaseUrl::from("postgres://u:pw@h/d");
+        assert!(!format!("{url} {url:?}").contains("pw"));
+    }
+}

@@ -1,0 +1,261 @@
+//! Which database a `database_url` names, and connecting to it as a [`postbox::Store`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use postbox::{PgStore, SchemaName, SqliteStore, Store, Target};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+
+use crate::config::DatabaseUrl;
+
+/// The SQLite file used when no `database_url` is configured.
+pub(crate) const DEFAULT_SQLITE_FILE: &str = "postbox.db";
+
+/// Connections a CLI process opens to PostgreSQL at most: a relay claims and marks one batch at
+/// a time and holds one more for NOTIFY, so a few are plenty and many relays fit the server.
+const PG_MAX_CONNECTIONS: u32 = 4;
+
+/// Where the outbox lives, parsed from `database_url` without connecting.
+#[derive(Clone)]
+pub(crate) enum Location {
+    /// A PostgreSQL server.
+    Postgres(Box<PgConnectOptions>),
+    /// An SQLite database.
+    Sqlite {
+        /// The URL or path as configured.
+        url: String,
+        /// The database file (absent for an in-memory database).
+        file: Option<PathBuf>,
+    },
+}
+
+impl Location {
+    /// Reads `database_url`: none → the SQLite file `postbox.db` in the working directory;
+    /// `postgres://`/`postgresql://` → PostgreSQL; `sqlite:` or a path ending in `.db`,
+    /// `.sqlite` or `.sqlite3` → SQLite.
+    pub(crate) fn parse(url: Option<&DatabaseUrl>) -> anyhow::Result<Location> {
+        let Some(url) = url else {
+            return Ok(Location::sqlite_file(DEFAULT_SQLITE_FILE));
+        };
+        let raw = url.expose().trim();
+        let lower = raw.to_ascii_lowercase();
+        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(raw)
+                .with_context(|| format!("{url} is not a valid PostgreSQL URL"))?;
+            return Ok(Location::Postgres(Box::new(options)));
+        }
+        if lower.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(raw)
+                .with_context(|| format!("{url} is not a valid SQLite URL"))?;
+            let memory = lower.contains(":memory:") || lower.contains("mode=memory");
+            return Ok(Location::Sqlite {
+                url: raw.to_owned(),
+                file: (!memory).then(|| options.get_filename().to_owned()),
+            });
+        }
+        if [".db", ".sqlite", ".sqlite3"]
+            .iter()
+            .any(|ext| lower.ends_with(ext))
+        {
+            return Ok(Location::sqlite_file(raw));
+        }
+        bail!(
+            "{url:?} is neither a PostgreSQL URL (postgres://… or postgresql://…) nor SQLite \
+             (sqlite:… or a file path ending in .db)"
+        )
+    }
+
+    /// An SQLite database file at `path`.
+    fn sqlite_file(path: &str) -> Location {
+        Location::Sqlite {
+            url: path.to_owned(),
+            file: Some(PathBuf::from(path)),
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    /// Shows where the database is, never its password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Postgres(o) => write!(
+                f,
+                "PostgreSQL postgres://{}@{}:{}/{}",
+                o.get_username(),
+                o.get_host(),
+                o.get_port(),
+                o.get_database().unwrap_or("")
+            ),
+            Location::Sqlite { file: Some(p), .. } => write!(f, "SQLite file {}", p.display()),
+            Location::Sqlite { url, .. } => write!(f, "SQLite {url}"),
+        }
+    }
+}
+
+/// The pool behind a [`Database`], for the few commands that run their own SQL (the demo).
+#[derive(Clone)]
+pub(crate) enum Pool {
+    /// PostgreSQL.
+    Postgres(PgPool),
+    /// SQLite.
+    Sqlite(SqlitePool),
+}
+
+impl Pool {
+    /// Closes every connection (before removing the database's files, say).
+    pub(crate) async fn close(&self) {
+        match self {
+            Pool::Postgres(p) => p.close().await,
+            Pool::Sqlite(p) => p.close().await,
+        }
+    }
+}
+
+/// A connected outbox database.
+#[derive(Clone)]
+pub(crate) struct Database {
+    /// The store the library works through.
+    pub(crate) store: Arc<dyn Store>,
+    /// The same connections, for plain SQL.
+    pub(crate) pool: Pool,
+    /// Where it is (for messages; no password).
+    pub(crate) location: String,
+}
+
+/// Whether connecting may create a missing SQLite file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Create {
+    /// Create it (`migrate`, `relay --migrate`).
+    IfMissing,
+    /// Refuse: the caller expects a migrated database.
+    Never,
+}
+
+impl Database {
+    /// Connects; `schema` is the default schema on PostgreSQL (SQLite has one outbox per file).
+    pub(crate) async fn connect(
+        location: &Location,
+        schema: SchemaName,
+        create: Create,
+    ) -> anyhow::Result<Database> {
+        let shown = location.to_string();
+        match location {
+            Location::Postgres(options) => {
+                // One direct connection first: a pool reports only "timed out", while this says
+                // why (refused, authentication failed, no such database), and says it at once.
+                let probe = PgConnection::connect_with(options)
+                    .await
+                    .with_context(|| format!("cannot connect to {shown}"))?;
+                let _ = probe.close().await;
+                let pool = PgPoolOptions::new()
+                    .max_connections(PG_MAX_CONNECTIONS)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_with((**options).clone())
+                    .await
+                    .with_context(|| format!("cannot connect to {shown}"))?;
+                tracing::debug!(database = %shown, %schema, "connected");
+                Ok(Database {
+                    store: Arc::new(PgStore::with_schema(pool.clone(), schema)),
+                    pool: Pool::Postgres(pool),
+                    location: shown,
+                })
+            }
+            Location::Sqlite { url, file } => {
+                if schema != SchemaName::public() {
+                    tracing::warn!(%schema, "the `schema` setting is ignored on SQLite");
+                }
+                if let Some(file) = file
+                    && create == Create::Never
+                    && !file.exists()
+                {
+                    bail!(
+                        "there is no database at {}; create it with `postbox migrate` (or set \
+                         database_url / POSTBOX_DATABASE_URL)",
+                        file.display()
+                    );
+                }
+                let store = if url.to_ascii_lowercase().starts_with("sqlite:") {
+                    SqliteStore::connect(url).await
+                } else {
+                    SqliteStore::open(url).await
+                }
+                .with_context(|| format!("cannot open {shown}"))?;
+                Ok(Database {
+                    pool: Pool::Sqlite(store.pool().clone()),
+                    store: Arc::new(store),
+                    location: shown,
+                })
+            }
+        }
+    }
+
+    /// The default schema's target.
+    pub(crate) fn default_target(&self) -> Target {
+        Target::default_schema(self.store.default_schema())
+    }
+
+    /// Fails with "run `postbox migrate`" when the outbox tables are missing.
+    pub(crate) async fn ensure_migrated(&self) -> anyhow::Result<()> {
+        match self.store.status_counts(&self.default_target()).await {
+            Ok(_) => Ok(()),
+            Err(e @ postbox::Error::NotMigrated { .. }) => Err(anyhow::Error::new(e)
+                .context(format!("{} has no outbox tables yet", self.location))),
+            Err(e) => Err(anyhow::Error::new(e)
+                .context(format!("cannot read the outbox in {}", self.location))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn parse(url: &str) -> anyhow::Result<Location> {
+        Location::parse(Some(&DatabaseUrl::from(url)))
+    }
+
+    #[test]
+    fn urls_pick_the_database() {
+        assert!(matches!(
+            Location::parse(None),
+            Ok(Location::Sqlite { file: Some(f), .. }) if f == Path::new("postbox.db")
+        ));
+        assert!(matches!(
+            parse("postgres://u:pw@localhost:5432/app"),
+            Ok(Location::Postgres(_))
+        ));
+        assert!(matches!(
+            parse("postgresql://localhost/app"),
+            Ok(Location::Postgres(_))
+        ));
+        assert!(matches!(
+            parse("sqlite://data/outbox.db"),
+            Ok(Location::Sqlite { file: Some(f), .. }) if f == Path::new("data/outbox.db")
+        ));
+        assert!(matches!(
+            parse("/var/lib/app/outbox.db"),
+            Ok(Location::Sqlite { file: Some(_), .. })
+        ));
+        assert!(matches!(
+            parse("sqlite::memory:"),
+            Ok(Location::Sqlite { file: None, .. })
+        ));
+        assert!(parse("mysql://localhost/app").is_err());
+        assert!(parse("outbox").is_err());
+    }
+
+    #[test]
+    fn display_hides_the_password() {
+        let shown = parse("postgres://app:s3cret@db:5433/orders")
+            .map(|l| l.to_string())
+            .unwrap_or_default();
+        assert_eq!(shown, "PostgreSQL postgres://app@db:5433/orders");
+    }
+}

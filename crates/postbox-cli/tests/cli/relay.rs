@@ -1,0 +1,254 @@
+//! `postbox migrate` and `postbox relay`: exactly-once in the normal case, at-least-once across a
+//! crash, graceful stop on SIGTERM.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use crate::support::{DEADLINE, Pg, Running, parse_lines, run};
+
+/// The fields every stdout line carries.
+const FIELDS: &[&str] = &[
+    "id",
+    "tenant",
+    "event_type",
+    "aggregate_type",
+    "aggregate_id",
+    "idempotency_key",
+    "payload",
+    "headers",
+    "created_at",
+    "event_class",
+    "schema_version",
+    "retry_count",
+];
+
+/// The `id` of each JSON line.
+fn ids_of(lines: &[serde_json::Value]) -> Vec<i64> {
+    lines
+        .iter()
+        .map(|l| l["id"].as_i64().expect("id is a number"))
+        .collect()
+}
+
+#[tokio::test]
+async fn drain_prints_every_committed_event_once_and_no_rolled_back_one() {
+    let pg = Pg::new().await;
+    let migrated = pg.ok(&["migrate"]);
+    assert!(
+        migrated.stdout.contains("outbox_0001_events"),
+        "{}",
+        migrated.stdout
+    );
+    assert!(pg.ok(&["migrate"]).stdout.contains("up to date"));
+
+    pg.insert_events("outbox_events", "OrderPlaced", 40, true)
+        .await;
+    pg.insert_events("outbox_events", "Ghost", 15, false).await;
+    pg.insert_events("outbox_events", "OrderShipped", 25, true)
+        .await;
+    let committed = pg.ids("outbox_events", None).await;
+    assert_eq!(committed.len(), 65);
+
+    let out = pg.ok(&["relay", "--drain", "--sink", "stdout"]);
+    let lines = out.json_lines();
+    let mut printed = ids_of(&lines);
+    printed.sort_unstable();
+    assert_eq!(printed, committed, "every committed event exactly once");
+    for line in &lines {
+        for field in FIELDS {
+            assert!(line.get(*field).is_some(), "{field} missing in {line}");
+        }
+        assert_ne!(
+            line["event_type"], "Ghost",
+            "a rolled-back event was published"
+        );
+        assert!(line["tenant"].is_null());
+        assert!(line["payload"].is_object(), "payload is JSON: {line}");
+        assert_eq!(line["payload"]["note"], "plain SQL");
+        assert_eq!(line["aggregate_type"], "Order");
+        assert!(line["headers"].is_object());
+        assert_eq!(line["retry_count"], 0);
+        assert_eq!(line["schema_version"], 1);
+        let created = line["created_at"].as_str().expect("created_at is a string");
+        chrono::DateTime::parse_from_rfc3339(created).expect("created_at is RFC 3339");
+    }
+    assert!(
+        out.stderr.contains("relay starting"),
+        "logs go to stderr: {}",
+        out.stderr
+    );
+    assert_eq!(pg.ids("outbox_events", Some("PROCESSED")).await, committed);
+
+    // Nothing left: a second drain prints nothing.
+    assert!(pg.ok(&["relay", "--drain"]).stdout.is_empty());
+}
+
+#[tokio::test]
+async fn three_relays_at_once_publish_each_event_exactly_once() {
+    const EVENTS: usize = 20_000;
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    pg.insert_events("outbox_events", "OrderPlaced", EVENTS, true)
+        .await;
+    let args = [
+        "relay",
+        "--drain",
+        "--sink",
+        "stdout",
+        "--poll-interval",
+        "100ms",
+        "--log-level",
+        "warn",
+    ];
+    let relays: Vec<Running> = (0..3).map(|_| Running::spawn(pg.cmd(&args))).collect();
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    let mut per_relay = Vec::new();
+    for relay in relays {
+        let out = relay.finish(DEADLINE);
+        assert!(out.status.success(), "{}", out.stderr);
+        let ids = ids_of(&out.json_lines());
+        per_relay.push(ids.len());
+        for id in ids {
+            *seen.entry(id).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "printed more than once: {twice:?}");
+    assert_eq!(
+        seen.len(),
+        EVENTS,
+        "every event printed (per relay: {per_relay:?})"
+    );
+    assert_eq!(
+        pg.ids("outbox_events", Some("PROCESSED")).await.len(),
+        EVENTS
+    );
+}
+
+#[tokio::test]
+async fn a_relay_killed_mid_drain_is_taken_over_after_its_lease() {
+    const EVENTS: usize = 5_000;
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    pg.insert_events("outbox_events", "OrderPlaced", EVENTS, true)
+        .await;
+    let args = [
+        "relay",
+        "--drain",
+        "--batch-size",
+        "10",
+        "--concurrency",
+        "1",
+        "--lease",
+        "1s",
+        "--publish-timeout",
+        "500ms",
+        "--poll-interval",
+        "100ms",
+    ];
+    let mut first = Running::spawn(pg.cmd(&args));
+    first.wait_for_lines(200, DEADLINE);
+    let killed = first.kill();
+    assert!(!killed.status.success(), "SIGKILL, not a clean exit");
+    let before = parse_lines(killed.stdout.lines());
+    let done = pg.ids("outbox_events", Some("PROCESSED")).await.len();
+    assert!(
+        done < EVENTS,
+        "the relay finished before it was killed; the test needs a slower drain"
+    );
+
+    let second = pg.ok(&args);
+    let after = second.json_lines();
+    let printed: BTreeSet<i64> = ids_of(&before).into_iter().chain(ids_of(&after)).collect();
+    let all: BTreeSet<i64> = pg.ids("outbox_events", None).await.into_iter().collect();
+    assert_eq!(
+        printed, all,
+        "every event printed at least once across both runs"
+    );
+    assert_eq!(
+        pg.ids("outbox_events", Some("PROCESSED")).await.len(),
+        EVENTS,
+        "all end PROCESSED"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_stops_a_running_relay_with_exit_0() {
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    let mut relay = Running::spawn(pg.cmd(&["relay", "--poll-interval", "100ms"]));
+    // Proof that it runs: an event inserted now comes out.
+    pg.insert_events("outbox_events", "Ping", 1, true).await;
+    relay.wait_for_lines(1, DEADLINE);
+    relay.signal("TERM");
+    let out = relay.finish(Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "exit {:?}; stderr:\n{}",
+        out.status,
+        out.stderr
+    );
+    assert_eq!(out.json_lines().len(), 1);
+    assert!(out.stderr.contains("SIGTERM"), "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn relay_refuses_an_unmigrated_database_unless_asked_to_migrate() {
+    let pg = Pg::new().await;
+    let out = run(pg.cmd(&["relay", "--drain"]));
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("postbox migrate"),
+        "the error says what to do: {}",
+        out.stderr
+    );
+    pg.ok(&["relay", "--drain", "--migrate", "--sink", "null"]);
+    pg.insert_events("outbox_events", "A", 3, true).await;
+    assert!(
+        pg.ok(&["relay", "--drain", "--sink", "null"])
+            .stdout
+            .is_empty()
+    );
+    assert_eq!(pg.ids("outbox_events", Some("PROCESSED")).await.len(), 3);
+}
+
+/// `url` with a password, and that password: the URL's own if it has one, else a made-up one
+/// (the test server trusts local connections and ignores it).
+fn with_password(url: &str) -> (String, String) {
+    let start = url.find("://").expect("a URL") + 3;
+    let at = start + url[start..].find('@').expect("a user in the test URL");
+    match url[start..at].split_once(':') {
+        Some((_, password)) => (url.to_owned(), password.to_owned()),
+        None => {
+            let secret = "s3cr3t-pw".to_owned();
+            (format!("{}:{secret}{}", &url[..at], &url[at..]), secret)
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_database_password_never_reaches_the_logs() {
+    let pg = Pg::new().await;
+    let (url, secret) = with_password(pg.db.url());
+    let mut cmd = pg.cmd(&["relay", "--drain", "--migrate", "--log-level", "debug"]);
+    cmd.env("POSTBOX_DATABASE_URL", &url);
+    let out = run(cmd);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("relay starting"), "{}", out.stderr);
+    assert!(!out.stderr.contains(&secret), "{}", out.stderr);
+    let mut shown = pg.cmd(&["config"]);
+    shown.env("POSTBOX_DATABASE_URL", &url);
+    let shown = run(shown);
+    assert!(shown.stdout.contains(":***@"), "{}", shown.stdout);
+    assert!(!shown.stdout.contains(&secret));
+    // A connection error names the server, not the password.
+    let mut refused = pg.cmd(&["status"]);
+    refused.env(
+        "POSTBOX_DATABASE_URL",
+        format!("postgres://nobody:{secret}@127.0.0.1:1/nowhere"),
+    );
+    let refused = run(refused);
+    assert!(!refused.status.success());
+    assert!(refused.stderr.contains("127.0.0.1:1"), "{}", refused.stderr);
+    assert!(!refused.stderr.contains(&secret), "{}", refused.stderr);
+}

@@ -1,0 +1,59 @@
+//! `postbox status`: counts per status and target.
+
+use crate::support::{Pg, run};
+
+#[tokio::test]
+async fn status_reports_counts_per_target() {
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    pg.ok(&["tenants", "add", "acme"]);
+    pg.insert_events("outbox_events", "A", 6, true).await;
+    pg.insert_events("s_acme.outbox_events", "B", 2, true).await;
+    pg.sql(
+        "UPDATE outbox_events SET status = 'PROCESSED', processed_at = now() WHERE id IN (1, 2);
+         UPDATE outbox_events SET status = 'FAILED', last_error = 'boom' WHERE id = 3;
+         UPDATE outbox_events SET status = 'PROCESSING', locked_until = now() + interval '1 hour'
+             WHERE id = 4;
+         UPDATE outbox_events SET created_at = now() - interval '90 seconds' WHERE id = 5;",
+    )
+    .await;
+    pg.ok(&["tenants", "suspend", "acme"]);
+
+    let report: serde_json::Value =
+        serde_json::from_str(&pg.ok(&["status", "--json"]).stdout).expect("json");
+    let targets = report["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), 2);
+    let default = &targets[0];
+    assert!(default["tenant"].is_null());
+    assert_eq!(default["schema"], "public");
+    assert_eq!(default["pending"], 2);
+    assert_eq!(default["processing"], 1);
+    assert_eq!(default["processed"], 2);
+    assert_eq!(default["failed"], 1);
+    let age = default["oldest_pending_age_secs"].as_f64().expect("an age");
+    assert!(
+        (89.0..600.0).contains(&age),
+        "oldest pending is event 5: {age}"
+    );
+    let acme = &targets[1];
+    assert_eq!(acme["tenant"], "acme");
+    assert_eq!(acme["schema"], "s_acme");
+    assert_eq!(acme["tenant_status"], "SUSPENDED");
+    assert_eq!(acme["pending"], 2);
+    assert_eq!(acme["processed"], 0);
+
+    let table = pg.ok(&["status"]).stdout;
+    assert!(
+        table.contains("PENDING") && table.contains("(default)"),
+        "{table}"
+    );
+    assert!(table.contains("1m 3"), "age shown for humans: {table}");
+}
+
+#[tokio::test]
+async fn status_of_an_unmigrated_database_says_to_migrate() {
+    let pg = Pg::new().await;
+    let out = run(pg.cmd(&["status"]));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("postbox migrate"), "{}", out.stderr);
+}

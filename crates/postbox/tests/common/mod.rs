@@ -1,0 +1,142 @@
+//! Helpers shared by the relay test binaries: a migrated database per test, enqueueing, row
+//! inspection, and relays running in the background.
+
+#![allow(dead_code, reason = "each test binary uses some of the helpers")]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use postbox::{
+    Event, Outbox, PgStore, Relay, RelayConfig, RelayStats, RetryPolicy, SchemaName, Target,
+};
+use postbox_testkit::TestDb;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Short leases and backoffs, so the suite is fast.
+pub(crate) fn config() -> RelayConfig {
+    RelayConfig {
+        batch_size: 100,
+        poll_interval: Duration::from_millis(50),
+        lease: Duration::from_secs(5),
+        retry: RetryPolicy {
+            base: Duration::from_millis(20),
+            cap: Duration::from_millis(200),
+        },
+        publish_timeout: Duration::from_secs(2),
+        tenant_refresh: Duration::from_millis(100),
+        ..RelayConfig::default()
+    }
+}
+
+/// A fresh, migrated database and a store on it.
+pub(crate) async fn pg() -> (TestDb, PgStore) {
+    let db = TestDb::new().await;
+    let store = PgStore::new(db.pool().clone());
+    postbox::migrate(&store).await.expect("migrate");
+    (db, store)
+}
+
+/// A store on a pool of its own, as a separate relay process would have.
+pub(crate) async fn own_store(db: &TestDb, connections: u32) -> PgStore {
+    PgStore::new(db.new_pool(connections).await)
+}
+
+pub(crate) fn default_target() -> Target {
+    Target::default_schema(SchemaName::public())
+}
+
+/// Commits `events` with `outbox` in one transaction; returns their ids.
+pub(crate) async fn enqueue(db: &TestDb, outbox: &Outbox, events: Vec<Event>) -> Vec<i64> {
+    let mut tx = db.pool().begin().await.expect("begin");
+    let done = outbox.enqueue_many(&mut tx, events).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    done.into_iter()
+        .map(|e| e.id().expect("inserted"))
+        .collect()
+}
+
+/// `n` unkeyed events of `event_type`, payload `{"i": i}`.
+pub(crate) fn events(event_type: &str, n: usize) -> Vec<Event> {
+    (0..n)
+        .map(|i| {
+            Event::new(event_type, &serde_json::json!({ "i": i }))
+                .expect("event")
+                .without_idempotency_key()
+        })
+        .collect()
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub(crate) status: String,
+    pub(crate) retry_count: i32,
+    pub(crate) last_error: Option<String>,
+    pub(crate) locked_by: Option<String>,
+    pub(crate) claim_token: Option<uuid::Uuid>,
+}
+
+pub(crate) async fn row(db: &TestDb, schema: &str, id: i64) -> Row {
+    let (status, retry_count, last_error, locked_by, claim_token) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT status, retry_count, last_error, locked_by, claim_token
+             FROM \"{schema}\".outbox_events WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_one(db.pool())
+        .await
+        .expect("row");
+    Row {
+        status,
+        retry_count,
+        last_error,
+        locked_by,
+        claim_token,
+    }
+}
+
+pub(crate) async fn count(db: &TestDb, status: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = $1")
+        .bind(status)
+        .fetch_one(db.pool())
+        .await
+        .expect("count")
+}
+
+/// A relay running in the background until stopped.
+pub(crate) struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<postbox::Result<RelayStats>>,
+}
+
+impl Running {
+    pub(crate) fn start(relay: Relay) -> Running {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            relay
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Running { stop, task }
+    }
+
+    pub(crate) async fn stop(self) -> RelayStats {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the relay stops within 10 s of shutdown")
+            .expect("the relay task did not panic")
+            .expect("the relay returns Ok")
+    }
+}
+
+/// How many times each id appears.
+pub(crate) fn tally(ids: impl IntoIterator<Item = i64>) -> HashMap<i64, usize> {
+    let mut seen = HashMap::new();
+    for id in ids {
+        *seen.entry(id).or_insert(0) += 1;
+    }
+    seen
+}

@@ -1,0 +1,639 @@
+//! Tests that try to break the guarantees of DESIGN §1 on PostgreSQL, mostly through [`Relay`]:
+//! ghosts, duplicate keys, poison and backoff, many relays, crashes, stalls, fencing, database
+//! errors, shutdown and wake-ups. Handlers are tried in `handlers.rs`, tenants in `tenants.rs`.
+//!
+//! Each test has a database of its own and waits on conditions, never on guessed sleeps.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests fail loudly on the first unexpected error"
+)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use common::{Running, config, count, default_target, enqueue, events, own_store, pg, row, tally};
+use postbox::store::ClaimParams;
+use postbox::{
+    Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, RelayConfig, RelayStats,
+    RetryPolicy, Sink, Store, Target,
+};
+use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, TestSqlite, wait_until};
+
+// ---- G2: no ghosts -------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g2_a_rolled_back_enqueue_is_never_published_while_relays_run() {
+    let (db, _store) = pg().await;
+    let sink = RecordingSink::new();
+    let relays = [
+        Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), config()).unwrap()),
+        Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), config()).unwrap()),
+    ];
+    let outbox = Outbox::new();
+
+    // The ghosts sit in an open transaction while both relays keep claiming.
+    let mut ghost_tx = db.pool().begin().await.unwrap();
+    outbox
+        .enqueue_many(&mut ghost_tx, events("Ghost", 50))
+        .await
+        .unwrap();
+    for marker in ["Marker1", "Marker2", "Marker3"] {
+        let id = enqueue(&db, &outbox, events(marker, 1)).await[0];
+        wait_until(
+            "the marker is published",
+            Duration::from_secs(10),
+            || async { sink.published_ids().contains(&id) },
+        )
+        .await;
+    }
+    ghost_tx.rollback().await.unwrap();
+    let last = enqueue(&db, &outbox, events("AfterRollback", 1)).await[0];
+    wait_until(
+        "the last marker is published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&last) },
+    )
+    .await;
+    for relay in relays {
+        relay.stop().await;
+    }
+
+    let published = sink.published();
+    assert_eq!(published.len(), 4, "{published:?}");
+    assert!(published.iter().all(|e| e.event_type != "Ghost"));
+    let ghosts: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE event_type = 'Ghost'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(ghosts, 0);
+}
+
+// ---- idempotency keys under concurrency ----------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_enqueues_of_one_key_store_one_row() {
+    let (db, _store) = pg().await;
+    const N: usize = 16;
+    let barrier = Arc::new(tokio::sync::Barrier::new(N));
+    let outbox = Outbox::new();
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let (pool, barrier, outbox) = (db.pool().clone(), barrier.clone(), outbox.clone());
+            tokio::spawn(async move {
+                let mut tx = pool.begin().await.unwrap();
+                let shared = Event::new("OrderPaid", &i)
+                    .unwrap()
+                    .aggregate("Order", "42");
+                barrier.wait().await;
+                let results = if i % 2 == 0 {
+                    vec![outbox.enqueue(&mut tx, shared).await.unwrap()]
+                } else {
+                    let own = Event::new("OrderSeen", &i)
+                        .unwrap()
+                        .aggregate("Order", format!("own-{i}"));
+                    outbox.enqueue_many(&mut tx, [shared, own]).await.unwrap()
+                };
+                tx.commit().await.unwrap();
+                results
+            })
+        })
+        .collect();
+    let mut shared_inserted = 0;
+    for task in tasks {
+        let results = task.await.unwrap();
+        match results[0] {
+            Enqueued::Inserted(_) => shared_inserted += 1,
+            Enqueued::Duplicate => {}
+        }
+        if let Some(own) = results.get(1) {
+            assert!(matches!(own, Enqueued::Inserted(_)), "{results:?}");
+        }
+    }
+    assert_eq!(shared_inserted, 1, "exactly one transaction wins the key");
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE event_type = 'OrderPaid'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(rows, 1);
+    assert_eq!(count(&db, "PENDING").await, 1 + N as i64 / 2);
+}
+
+// ---- G5: bounded poison --------------------------------------------------------------------
+
+/// Fails `Poison` events, acknowledges the rest; notes the database clock at every call.
+struct ClockSink {
+    pool: sqlx::PgPool,
+    calls: Mutex<Vec<(i64, String, DateTime<Utc>)>>,
+}
+
+#[async_trait]
+impl Sink for ClockSink {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let now: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(PublishError::retryable)?;
+        self.calls
+            .lock()
+            .unwrap()
+            .push((event.id, event.event_type.clone(), now));
+        if event.event_type == "Poison" {
+            return Err(PublishError::retryable("broker said no"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g5_a_failing_event_is_tried_max_retries_times_with_backoff_on_the_database_clock() {
+    let (db, store) = pg().await;
+    let outbox = Outbox::new();
+    let poison = enqueue(
+        &db,
+        &outbox,
+        vec![Event::new("Poison", &0).unwrap().max_retries(4)],
+    )
+    .await[0];
+    let fine = enqueue(&db, &outbox, events("Fine", 20)).await;
+    let sink = Arc::new(ClockSink {
+        pool: db.pool().clone(),
+        calls: Mutex::default(),
+    });
+    let base = Duration::from_millis(50);
+    let cfg = RelayConfig {
+        retry: RetryPolicy {
+            base,
+            cap: Duration::from_secs(10),
+        },
+        poll_interval: Duration::from_millis(20),
+        ..config()
+    };
+    let relay = Relay::new(store, sink.clone(), cfg).unwrap();
+    let stats = relay.drain(std::future::pending()).await.unwrap();
+
+    let r = row(&db, "public", poison).await;
+    assert_eq!(r.status, "FAILED");
+    assert_eq!(r.retry_count, 4);
+    assert_eq!(r.last_error.as_deref(), Some("broker said no"));
+    let calls = sink.calls.lock().unwrap().clone();
+    let tries: Vec<DateTime<Utc>> = calls
+        .iter()
+        .filter(|(id, ..)| *id == poison)
+        .map(|(.., at)| *at)
+        .collect();
+    assert_eq!(tries.len(), 4, "tried exactly max_retries times");
+    for n in 1..tries.len() {
+        let gap = (tries[n] - tries[n - 1]).to_std().unwrap();
+        let backoff = base * 2u32.pow(n as u32);
+        assert!(
+            gap >= backoff,
+            "try {} came {gap:?} after try {n}; the backoff is {backoff:?}",
+            n + 1
+        );
+        assert!(
+            gap < backoff + Duration::from_millis(500),
+            "try {} came {gap:?} after try {n}; the backoff is only {backoff:?}",
+            n + 1
+        );
+    }
+    // The poison never held up the others: they went through once each, before its second try.
+    let fine_calls: Vec<_> = calls.iter().filter(|(_, t, _)| t == "Fine").collect();
+    assert_eq!(fine_calls.len(), 20);
+    assert!(fine_calls.iter().all(|(.., at)| *at < tries[1]));
+    assert_eq!(count(&db, "PROCESSED").await, fine.len() as i64);
+    assert_eq!(
+        (stats.published, stats.failed_tries, stats.gave_up),
+        (20, 4, 1)
+    );
+}
+
+// ---- G1/G3: many relays, crashes, stalls -----------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g3_four_relays_draining_10_000_events_publish_each_exactly_once() {
+    let (db, _store) = pg().await;
+    let outbox = Outbox::new();
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        ids.extend(enqueue(&db, &outbox, events("Bulk", 1000)).await);
+    }
+    let mut sinks = Vec::new();
+    let mut drains = Vec::new();
+    for i in 0..4 {
+        let sink = RecordingSink::new();
+        sinks.push(sink.clone());
+        let cfg = RelayConfig {
+            relay_id: Some(format!("relay-{i}")),
+            poll_interval: Duration::from_millis(20),
+            ..config()
+        };
+        let relay = Relay::new(own_store(&db, 3).await, sink, cfg).unwrap();
+        drains.push(tokio::spawn(async move {
+            relay.drain(std::future::pending()).await
+        }));
+    }
+    let mut total = RelayStats::default();
+    for drain in drains {
+        let stats = drain.await.unwrap().unwrap();
+        total.published += stats.published;
+        total.recovered += stats.recovered;
+        total.fenced += stats.fenced;
+    }
+
+    let published = tally(sinks.iter().flat_map(|s| s.published_ids()));
+    let repeated: Vec<_> = published.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "published more than once: {repeated:?}"
+    );
+    assert_eq!(published.len(), 10_000);
+    assert!(ids.iter().all(|id| published.contains_key(id)));
+    assert_eq!(count(&db, "PROCESSED").await, 10_000);
+    assert_eq!(
+        (total.published, total.recovered, total.fenced),
+        (10_000, 0, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g3_two_relays_on_one_sqlite_file_publish_each_event_exactly_once() {
+    let file = TestSqlite::new();
+    let store = file.store().await;
+    postbox::migrate(&store).await.unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    Outbox::new()
+        .enqueue_many(&mut tx, events("Bulk", 2000))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut sinks = Vec::new();
+    let mut drains = Vec::new();
+    for _ in 0..2 {
+        let sink = RecordingSink::new();
+        sinks.push(sink.clone());
+        let relay = Relay::new(file.store().await, sink, config()).unwrap();
+        drains.push(tokio::spawn(async move {
+            relay.drain(std::future::pending()).await
+        }));
+    }
+    for drain in drains {
+        let stats = drain.await.unwrap().unwrap();
+        assert_eq!((stats.recovered, stats.fenced), (0, 0));
+    }
+    let published = tally(sinks.iter().flat_map(|s| s.published_ids()));
+    assert_eq!(published.len(), 2000);
+    assert!(
+        published.values().all(|n| *n == 1),
+        "an event was published twice"
+    );
+    let counts = store
+        .status_counts(&Target::default_schema(store.default_schema()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (counts.processed, counts.pending, counts.processing),
+        (2000, 0, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g1_a_relay_dropped_mid_batch_loses_nothing() {
+    let (db, _store) = pg().await;
+    let ids = enqueue(&db, &Outbox::new(), events("Order", 30)).await;
+    let cfg = RelayConfig {
+        lease: Duration::from_secs(1),
+        publish_timeout: Duration::from_millis(900),
+        ..config()
+    };
+    let stuck = RecordingSink::new();
+    stuck.script("Order", Behaviour::Slow(Duration::from_secs(30)));
+    let doomed = Relay::new(
+        own_store(&db, 3).await,
+        stuck.clone(),
+        RelayConfig {
+            relay_id: Some("doomed".into()),
+            ..cfg.clone()
+        },
+    )
+    .unwrap();
+    let task = tokio::spawn(async move { doomed.run(std::future::pending()).await });
+    wait_until(
+        "the whole batch is in flight",
+        Duration::from_secs(5),
+        || async { stuck.calls() == 30 },
+    )
+    .await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    for id in &ids {
+        let r = row(&db, "public", *id).await;
+        assert_eq!(r.status, "PROCESSING");
+        assert_eq!(r.locked_by.as_deref(), Some("doomed"));
+    }
+
+    let sink = RecordingSink::new();
+    let rescuer = Relay::new(own_store(&db, 3).await, sink.clone(), cfg).unwrap();
+    let stats = rescuer.drain(std::future::pending()).await.unwrap();
+    assert_eq!(stats.recovered, 30);
+    assert_eq!(stats.published, 30);
+    let mut got = sink.published_ids();
+    got.sort_unstable();
+    assert_eq!(got, ids);
+    for id in &ids {
+        let r = row(&db, "public", *id).await;
+        assert_eq!((r.status.as_str(), r.retry_count), ("PROCESSED", 1));
+    }
+    assert!(stuck.published().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing() {
+    let (db, store) = pg().await;
+    let outbox = Outbox::new();
+    let ids = [
+        enqueue(&db, &outbox, events("Good", 3)).await,
+        enqueue(&db, &outbox, events("Bad", 2)).await,
+    ]
+    .concat();
+    let stalled = FaultyStore::new(own_store(&db, 3).await);
+    let sink = RecordingSink::new();
+    sink.script("Bad", Behaviour::Fail);
+    let relay_a = Relay::new(
+        stalled.clone(),
+        sink.clone(),
+        RelayConfig {
+            relay_id: Some("relay-a".into()),
+            lease: Duration::from_millis(300),
+            publish_timeout: Duration::from_millis(200),
+            ..config()
+        },
+    )
+    .unwrap();
+
+    // Relay A publishes, then stalls before recording the results, past its lease.
+    stalled.hold_marks();
+    let batch = tokio::spawn(async move { relay_a.batch(&default_target()).await });
+    wait_until(
+        "relay A is about to mark",
+        Duration::from_secs(5),
+        || async { stalled.marks_held() == 1 },
+    )
+    .await;
+    wait_until(
+        "relay A's leases have expired",
+        Duration::from_secs(5),
+        || async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT bool_and(locked_until < now()) FROM outbox_events",
+            )
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    let b = store
+        .events_claim(&ClaimParams {
+            target: &default_target(),
+            batch_size: 100,
+            lease: Duration::from_secs(30),
+            relay_id: "relay-b",
+        })
+        .await
+        .unwrap();
+    assert_eq!((b.events.len(), b.recovered), (5, 5));
+
+    stalled.release_marks();
+    let (stats, _) = batch.await.unwrap().unwrap();
+    assert_eq!(sink.published().len(), 3, "relay A did publish");
+    assert_eq!(stats.published, 0);
+    assert_eq!(stats.failed_tries, 0);
+    assert_eq!(stats.fenced, 5, "every late result was fenced off");
+    for id in ids {
+        let r = row(&db, "public", id).await;
+        assert_eq!(r.status, "PROCESSING");
+        assert_eq!(r.locked_by.as_deref(), Some("relay-b"));
+        assert_eq!(r.claim_token, Some(b.claim_token));
+        assert_eq!(r.retry_count, 1);
+        assert!(r.last_error.unwrap().contains("lease"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_renewal_keeps_a_batch_slower_than_its_lease() {
+    let (db, _store) = pg().await;
+    let ids = enqueue(&db, &Outbox::new(), events("Slow", 5)).await;
+    let cfg = RelayConfig {
+        lease: Duration::from_millis(600),
+        publish_timeout: Duration::from_millis(500),
+        concurrency: 1,
+        poll_interval: Duration::from_millis(20),
+        ..config()
+    };
+    let slow_sink = RecordingSink::new();
+    slow_sink.script("Slow", Behaviour::Slow(Duration::from_millis(400)));
+    let slow = Relay::new(own_store(&db, 3).await, slow_sink.clone(), cfg.clone()).unwrap();
+    let batch = tokio::spawn(async move { slow.batch(&default_target()).await });
+    wait_until(
+        "the slow batch is claimed",
+        Duration::from_secs(5),
+        || async { slow_sink.calls() >= 1 },
+    )
+    .await;
+
+    let thief_sink = RecordingSink::new();
+    let thief =
+        Running::start(Relay::new(own_store(&db, 3).await, thief_sink.clone(), cfg).unwrap());
+    let started = Instant::now();
+    let (stats, _) = batch.await.unwrap().unwrap();
+    assert!(
+        started.elapsed() > Duration::from_millis(1200),
+        "the batch outlived two leases"
+    );
+    let thief_stats = thief.stop().await;
+
+    assert_eq!((stats.published, stats.fenced), (5, 0));
+    assert!(thief_sink.published().is_empty(), "nothing was stolen");
+    assert_eq!(thief_stats.recovered, 0);
+    let mut got = slow_sink.published_ids();
+    got.sort_unstable();
+    assert_eq!(got, ids);
+    for id in ids {
+        let r = row(&db, "public", id).await;
+        assert_eq!((r.status.as_str(), r.retry_count), ("PROCESSED", 0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_rides_out_database_errors_and_loses_nothing() {
+    let (db, store) = pg().await;
+    let ids = enqueue(&db, &Outbox::new(), events("E", 50)).await;
+    let faulty = FaultyStore::new(store);
+    faulty.fail_next(StoreOp::Claim, 3);
+    faulty.fail_next(StoreOp::MarkProcessed, 2);
+    faulty.fail_next(StoreOp::Renew, u64::MAX);
+    let sink = RecordingSink::new();
+    let cfg = RelayConfig {
+        lease: Duration::from_secs(1),
+        publish_timeout: Duration::from_millis(500),
+        ..config()
+    };
+    let relay = Relay::new(faulty.clone(), sink.clone(), cfg).unwrap();
+    let stats = relay.drain(std::future::pending()).await.unwrap();
+
+    assert_eq!(faulty.injected(StoreOp::Claim), 3);
+    assert_eq!(faulty.injected(StoreOp::MarkProcessed), 2);
+    let published = tally(sink.published_ids());
+    assert_eq!(published.len(), 50);
+    assert!(
+        ids.iter().all(|id| published[id] == 1),
+        "a short outage is ridden out"
+    );
+    assert_eq!(count(&db, "PROCESSED").await, 50);
+    assert_eq!((stats.published, stats.recovered), (50, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_longer_than_the_relays_patience_republishes_only_the_batch_in_flight() {
+    let (db, store) = pg().await;
+    let ids = enqueue(&db, &Outbox::new(), events("E", 20)).await;
+    let faulty = FaultyStore::new(store);
+    // Three failures exhaust one batch's patience (half a lease); six exhaust two batches.
+    faulty.fail_next(StoreOp::MarkProcessed, 6);
+    let sink = RecordingSink::new();
+    let cfg = RelayConfig {
+        lease: Duration::from_millis(400),
+        publish_timeout: Duration::from_millis(300),
+        ..config()
+    };
+    let relay = Relay::new(faulty.clone(), sink.clone(), cfg).unwrap();
+    relay.drain(std::future::pending()).await.unwrap();
+
+    assert_eq!(faulty.injected(StoreOp::MarkProcessed), 6);
+    assert_eq!(count(&db, "PROCESSED").await, 20, "nothing is lost");
+    let published = tally(sink.published_ids());
+    assert_eq!(published.len(), 20);
+    assert!(
+        ids.iter().all(|id| (1..=3).contains(&published[id])),
+        "at most once per failed batch, plus the one that stuck: {published:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_survives_its_connections_being_killed() {
+    let (db, _store) = pg().await;
+    let sink = RecordingSink::new();
+    let cfg = RelayConfig {
+        poll_interval: Duration::from_millis(200),
+        ..config()
+    };
+    let running = Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), cfg).unwrap());
+    let mut ids = enqueue(&db, &Outbox::new(), events("Before", 50)).await;
+    wait_until(
+        "the first events are published",
+        Duration::from_secs(5),
+        || async { sink.published().len() == 50 },
+    )
+    .await;
+    // What a database restart does to a relay: every one of its connections, the notification
+    // listener's included, is cut.
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(
+        killed >= 2,
+        "the relay's connections and its listener were cut ({killed})"
+    );
+    ids.extend(enqueue(&db, &Outbox::new(), events("After", 50)).await);
+    wait_until(
+        "the later events are published",
+        Duration::from_secs(5),
+        || async { sink.published().len() == 100 },
+    )
+    .await;
+    running.stop().await;
+    let published = tally(sink.published_ids());
+    assert!(ids.iter().all(|id| published.get(id) == Some(&1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_on_a_one_connection_pool_still_publishes() {
+    let (db, _store) = pg().await;
+    let store = own_store(&db, 1).await;
+    let sink = RecordingSink::new();
+    let running = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
+    let id = enqueue(&db, &Outbox::new(), events("E", 1)).await[0];
+    wait_until("the event is published", Duration::from_secs(5), || async {
+        sink.published_ids() == [id]
+    })
+    .await;
+    running.stop().await;
+}
+
+// ---- shutdown and wake-ups -----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_finishes_the_batch_in_flight() {
+    let (db, store) = pg().await;
+    let ids = enqueue(&db, &Outbox::new(), events("Slow", 10)).await;
+    let sink = RecordingSink::new();
+    sink.script("Slow", Behaviour::Slow(Duration::from_millis(300)));
+    let cfg = RelayConfig {
+        poll_interval: Duration::from_secs(30),
+        ..config()
+    };
+    let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    wait_until("the batch is in flight", Duration::from_secs(5), || async {
+        sink.calls() == 10
+    })
+    .await;
+    assert!(sink.published().is_empty(), "still publishing at shutdown");
+    let stats = running.stop().await;
+
+    assert_eq!(stats.published, 10);
+    let mut got = sink.published_ids();
+    got.sort_unstable();
+    assert_eq!(got, ids);
+    assert_eq!(count(&db, "PROCESSED").await, 10);
+    assert_eq!(count(&db, "PROCESSING").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_wakes_an_idle_relay_at_once() {
+    let (db, store) = pg().await;
+    let sink = RecordingSink::new();
+    let cfg = RelayConfig {
+        poll_interval: Duration::from_secs(30),
+        ..config()
+    };
+    let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    let first = enqueue(&db, &Outbox::new(), events("First", 1)).await[0];
+    wait_until(
+        "the first event is published",
+        Duration::from_secs(2),
+        || async { sink.published_ids() == [first] },
+    )
+    .await;
+    // The relay is now idle for 30 s unless the commit's notification wakes it.
+    for n in 0..3 {
+        let id = enqueue(&db, &Outbox::new(), events("Next", 1)).await[0];
+        wait_until(
+            &format!("event {n} is published within a second of its commit"),
+            Duration::from_secs(1),
+            || async { sink.published_ids().contains(&id) },
+        )
+        .await;
+    }
+    running.stop().await;
+}

@@ -1,0 +1,1082 @@
+//! The store conformance suite: every behaviour the relay relies on, written once and run against
+//! every [`Store`] (PostgreSQL and SQLite), each test on a database of its own.
+//!
+//! A case is a generic `async fn case<B: Backend>()`; the `conformance!` macro at the bottom turns
+//! each case into one `#[tokio::test]` per back-end (`postgres::case`, `sqlite::case`).
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests fail loudly on the first unexpected error"
+)]
+
+use std::time::Duration;
+
+use postbox::store::{
+    ClaimParams, Claimed, FailedTry, MarkFailedParams, MarkProcessedParams, RenewParams,
+};
+use postbox::{Enqueued, Error, Event, Outbox, RetryPolicy, Store, Target};
+use postbox_testkit::{TestDb, TestSqlite, wait_until};
+use sqlx::Row;
+use uuid::Uuid;
+
+/// One row of `outbox_events` as the tests inspect it; times are differences computed by the
+/// database, on its clock.
+#[derive(Debug)]
+struct RowView {
+    status: String,
+    event_type: String,
+    retry_count: i32,
+    max_retries: i32,
+    schema_version: i32,
+    headers: serde_json::Value,
+    last_error: Option<String>,
+    locked_by: Option<String>,
+    claim_token: Option<String>,
+    /// `locked_until - updated_at` in ms: the backoff or lease granted by the last write.
+    granted_ms: Option<f64>,
+    /// `locked_until - now()` in ms.
+    left_ms: Option<f64>,
+    processed: bool,
+}
+
+/// What a back-end must offer the suite besides its [`Store`]: plain SQL access to its table.
+trait Backend: Sized {
+    /// A fresh, empty, unmigrated database.
+    async fn new() -> Self;
+    fn store(&self) -> &dyn Store;
+    /// Writes `events` with `outbox` in one transaction, committed if the enqueue succeeded.
+    async fn enqueue(&self, outbox: &Outbox, events: Vec<Event>) -> postbox::Result<Vec<Enqueued>>;
+    /// Writes one event with `outbox` in its own committed transaction.
+    async fn enqueue_one(&self, outbox: &Outbox, event: Event) -> postbox::Result<Enqueued>;
+    /// Enqueues `events` one by one in a single transaction, whatever each result, then commits.
+    async fn enqueue_each_then_commit(
+        &self,
+        outbox: &Outbox,
+        events: Vec<Event>,
+    ) -> Vec<postbox::Result<Enqueued>>;
+    /// Inserts an event by plain SQL, naming only the four columns a non-Rust producer must give.
+    async fn insert_plain(&self, event_type: &str, payload: &str) -> i64;
+    /// Runs a statement valid on every back-end.
+    async fn exec(&self, sql: &str);
+    async fn row(&self, id: i64) -> RowView;
+    async fn row_count(&self) -> i64;
+}
+
+struct Pg {
+    db: TestDb,
+    store: postbox::PgStore,
+}
+
+impl Backend for Pg {
+    async fn new() -> Self {
+        let db = TestDb::new().await;
+        // The smallest work_mem makes large joins spill into batches, as they do on a busy server
+        // with big claims; that is where a statement's row order gets lost.
+        let options = db
+            .url()
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .expect("test database URL")
+            .options([("work_mem", "64kB")]);
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .expect("connect");
+        let store = postbox::PgStore::new(pool);
+        Pg { db, store }
+    }
+
+    fn store(&self) -> &dyn Store {
+        &self.store
+    }
+
+    async fn enqueue(&self, outbox: &Outbox, events: Vec<Event>) -> postbox::Result<Vec<Enqueued>> {
+        let mut tx = self.db.pool().begin().await?;
+        let done = outbox.enqueue_many(&mut tx, events).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn enqueue_one(&self, outbox: &Outbox, event: Event) -> postbox::Result<Enqueued> {
+        let mut tx = self.db.pool().begin().await?;
+        let done = outbox.enqueue(&mut tx, event).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn enqueue_each_then_commit(
+        &self,
+        outbox: &Outbox,
+        events: Vec<Event>,
+    ) -> Vec<postbox::Result<Enqueued>> {
+        let mut tx = self.db.pool().begin().await.unwrap();
+        let mut results = Vec::new();
+        for event in events {
+            results.push(outbox.enqueue(&mut tx, event).await);
+        }
+        tx.commit()
+            .await
+            .expect("the caller's transaction still commits");
+        results
+    }
+
+    async fn insert_plain(&self, event_type: &str, payload: &str) -> i64 {
+        sqlx::query_scalar(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+             VALUES ($1, 'Invoice', '456', $2::jsonb) RETURNING id",
+        )
+        .bind(event_type)
+        .bind(payload)
+        .fetch_one(self.db.pool())
+        .await
+        .expect("plain insert")
+    }
+
+    async fn exec(&self, sql: &str) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(self.db.pool())
+            .await
+            .expect(sql);
+    }
+
+    async fn row(&self, id: i64) -> RowView {
+        let r = sqlx::query(
+            "SELECT status, event_type, retry_count, max_retries, schema_version, headers::text,
+                    last_error, locked_by, claim_token::text,
+                    (EXTRACT(EPOCH FROM locked_until - updated_at) * 1000)::float8,
+                    (EXTRACT(EPOCH FROM locked_until - now()) * 1000)::float8,
+                    processed_at IS NOT NULL
+             FROM outbox_events WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(self.db.pool())
+        .await
+        .expect("row");
+        row_view(&r)
+    }
+
+    async fn row_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+            .fetch_one(self.db.pool())
+            .await
+            .expect("count")
+    }
+}
+
+struct Lite {
+    _file: TestSqlite,
+    store: postbox::SqliteStore,
+}
+
+impl Backend for Lite {
+    async fn new() -> Self {
+        let file = TestSqlite::new();
+        let store = file.store().await;
+        Lite { _file: file, store }
+    }
+
+    fn store(&self) -> &dyn Store {
+        &self.store
+    }
+
+    async fn enqueue(&self, outbox: &Outbox, events: Vec<Event>) -> postbox::Result<Vec<Enqueued>> {
+        let mut tx = self.store.pool().begin().await?;
+        let done = outbox.enqueue_many(&mut tx, events).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn enqueue_one(&self, outbox: &Outbox, event: Event) -> postbox::Result<Enqueued> {
+        let mut tx = self.store.pool().begin().await?;
+        let done = outbox.enqueue(&mut tx, event).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn enqueue_each_then_commit(
+        &self,
+        outbox: &Outbox,
+        events: Vec<Event>,
+    ) -> Vec<postbox::Result<Enqueued>> {
+        let mut tx = self.store.pool().begin().await.unwrap();
+        let mut results = Vec::new();
+        for event in events {
+            results.push(outbox.enqueue(&mut tx, event).await);
+        }
+        tx.commit()
+            .await
+            .expect("the caller's transaction still commits");
+        results
+    }
+
+    async fn insert_plain(&self, event_type: &str, payload: &str) -> i64 {
+        sqlx::query_scalar(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+             VALUES (?1, 'Invoice', '456', ?2) RETURNING id",
+        )
+        .bind(event_type)
+        .bind(payload)
+        .fetch_one(self.store.pool())
+        .await
+        .expect("plain insert")
+    }
+
+    async fn exec(&self, sql: &str) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(self.store.pool())
+            .await
+            .expect(sql);
+    }
+
+    async fn row(&self, id: i64) -> RowView {
+        let r = sqlx::query(
+            "SELECT status, event_type, retry_count, max_retries, schema_version, headers,
+                    last_error, locked_by, claim_token,
+                    (julianday(locked_until) - julianday(updated_at)) * 86400000.0,
+                    (julianday(locked_until) - julianday('now')) * 86400000.0,
+                    processed_at IS NOT NULL
+             FROM outbox_events WHERE id = ?1",
+        )
+        .bind(id)
+        .fetch_one(self.store.pool())
+        .await
+        .expect("row");
+        row_view(&r)
+    }
+
+    async fn row_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+            .fetch_one(self.store.pool())
+            .await
+            .expect("count")
+    }
+}
+
+fn row_view<R: Row>(r: &R) -> RowView
+where
+    usize: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i32: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<f64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> bool: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let headers: String = r.get(5);
+    RowView {
+        status: r.get(0),
+        event_type: r.get(1),
+        retry_count: r.get(2),
+        max_retries: r.get(3),
+        schema_version: r.get(4),
+        headers: serde_json::from_str(&headers).expect("headers are JSON"),
+        last_error: r.get(6),
+        locked_by: r.get(7),
+        claim_token: r.get(8),
+        granted_ms: r.get(9),
+        left_ms: r.get(10),
+        processed: r.get(11),
+    }
+}
+
+// ---- helpers -------------------------------------------------------------------------------
+
+async fn ready<B: Backend>() -> B {
+    let b = B::new().await;
+    let applied = postbox::migrate(b.store()).await.expect("migrate");
+    assert!(!applied.is_empty(), "a fresh database gets migrations");
+    b
+}
+
+fn target<B: Backend>(b: &B) -> Target {
+    Target::default_schema(b.store().default_schema())
+}
+
+async fn claim<B: Backend>(b: &B, relay: &str, batch_size: u32, lease: Duration) -> Claimed {
+    b.store()
+        .events_claim(&ClaimParams {
+            target: &target(b),
+            batch_size,
+            lease,
+            relay_id: relay,
+        })
+        .await
+        .expect("claim")
+}
+
+async fn mark_processed<B: Backend>(b: &B, token: Uuid, ids: &[i64]) -> u64 {
+    b.store()
+        .events_mark_processed(&MarkProcessedParams {
+            target: &target(b),
+            claim_token: token,
+            ids,
+        })
+        .await
+        .expect("mark processed")
+}
+
+const POLICY: RetryPolicy = RetryPolicy {
+    base: Duration::from_millis(100),
+    cap: Duration::from_millis(1000),
+};
+
+async fn mark_failed<B: Backend>(
+    b: &B,
+    token: Uuid,
+    tries: &[FailedTry],
+) -> Vec<postbox::store::FailedMark> {
+    b.store()
+        .events_mark_failed(&MarkFailedParams {
+            target: &target(b),
+            claim_token: token,
+            tries,
+            retry: POLICY,
+        })
+        .await
+        .expect("mark failed")
+}
+
+fn failed(id: i64, error: &str, permanent: bool) -> FailedTry {
+    FailedTry {
+        id,
+        error: error.to_owned(),
+        permanent,
+    }
+}
+
+async fn renew<B: Backend>(b: &B, token: Uuid, ids: &[i64], lease: Duration) -> u64 {
+    b.store()
+        .leases_renew(&RenewParams {
+            target: &target(b),
+            claim_token: token,
+            ids,
+            lease,
+        })
+        .await
+        .expect("renew")
+}
+
+/// `n` unkeyed events `E0`, `E1`, …
+fn events(n: usize) -> Vec<Event> {
+    (0..n)
+        .map(|i| {
+            Event::new(format!("E{i}"), &serde_json::json!({ "i": i }))
+                .expect("event")
+                .without_idempotency_key()
+        })
+        .collect()
+}
+
+async fn enqueue_n<B: Backend>(b: &B, n: usize) -> Vec<i64> {
+    b.enqueue(&Outbox::new(), events(n))
+        .await
+        .expect("enqueue")
+        .into_iter()
+        .map(|e| e.id().expect("inserted"))
+        .collect()
+}
+
+async fn enqueue_with_max_retries<B: Backend>(b: &B, max_retries: i32) -> i64 {
+    let event = Event::new("Flaky", &1)
+        .expect("event")
+        .without_idempotency_key()
+        .max_retries(max_retries);
+    b.enqueue_one(&Outbox::new(), event)
+        .await
+        .expect("enqueue")
+        .id()
+        .expect("inserted")
+}
+
+/// Waits, on the database clock, until the lease of `id` has run out.
+async fn lease_expired<B: Backend>(b: &B, id: i64) {
+    wait_until("the lease has expired", Duration::from_secs(5), || async {
+        b.row(id).await.left_ms.is_some_and(|ms| ms < 0.0)
+    })
+    .await;
+}
+
+fn assert_ms(actual: Option<f64>, expected: f64, what: &str) {
+    let actual = actual.unwrap_or_else(|| panic!("{what}: locked_until is NULL"));
+    assert!(
+        (actual - expected).abs() < 2.0,
+        "{what}: granted {actual} ms, expected {expected} ms"
+    );
+}
+
+// ---- cases ---------------------------------------------------------------------------------
+
+async fn migrate_is_idempotent<B: Backend>() {
+    let b = B::new().await;
+    let err = b.store().status_counts(&target(&b)).await.unwrap_err();
+    assert!(matches!(err, Error::NotMigrated { .. }), "{err:?}");
+
+    // Several relays starting at once all migrate.
+    let (x, y, z) = tokio::join!(
+        postbox::migrate(b.store()),
+        postbox::migrate(b.store()),
+        postbox::migrate(b.store())
+    );
+    let applied: Vec<Vec<String>> = vec![x.unwrap(), y.unwrap(), z.unwrap()];
+    assert_eq!(
+        applied.iter().filter(|a| !a.is_empty()).count(),
+        1,
+        "exactly one migration run applies the migrations: {applied:?}"
+    );
+    let id = enqueue_n(&b, 1).await[0];
+    assert_eq!(
+        postbox::migrate(b.store()).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        b.row(id).await.status,
+        "PENDING",
+        "migrating again keeps the data"
+    );
+    assert_eq!(b.row_count().await, 1);
+}
+
+async fn plain_sql_insert_is_a_valid_pending_event<B: Backend>() {
+    let b = ready::<B>().await;
+    let id = b
+        .insert_plain("InvoiceCreated", r#"{"invoice_id": 456}"#)
+        .await;
+    let row = b.row(id).await;
+    assert_eq!(row.status, "PENDING");
+    assert_eq!(row.retry_count, 0);
+    assert_eq!(row.max_retries, 5);
+    assert_eq!(row.schema_version, 1);
+    assert_eq!(row.headers, serde_json::json!({}));
+    assert_eq!(row.claim_token, None);
+
+    let claimed = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    assert_eq!(claimed.events.len(), 1);
+    let e = &claimed.events[0];
+    assert_eq!(e.id, id);
+    assert_eq!(e.tenant, None);
+    assert_eq!(e.event_type, "InvoiceCreated");
+    assert_eq!(e.aggregate_type.as_deref(), Some("Invoice"));
+    assert_eq!(e.aggregate_id.as_deref(), Some("456"));
+    assert_eq!(e.idempotency_key, None);
+    assert_eq!(e.dedup_id(), id.to_string());
+    assert!(e.headers.is_empty());
+    assert_eq!((e.retry_count, e.max_retries, e.schema_version), (0, 5, 1));
+    assert_eq!(e.claim_token, claimed.claim_token);
+    let payload: serde_json::Value = e.payload_as().unwrap();
+    assert_eq!(payload, serde_json::json!({"invoice_id": 456}));
+    let age = chrono::Utc::now() - e.created_at;
+    assert!(
+        age.num_seconds().abs() < 60,
+        "created_at is UTC now: {}",
+        e.created_at
+    );
+}
+
+async fn enqueued_event_keeps_its_fields<B: Backend>() {
+    let b = ready::<B>().await;
+    let event = Event::new(
+        "InvoiceCreated",
+        &serde_json::json!({"invoice_id": 456, "n": [1, 2]}),
+    )
+    .unwrap()
+    .aggregate("Invoice", "456")
+    .event_class("billing::InvoiceCreated")
+    .schema_version(3)
+    .header("traceparent", "00-abc-01")
+    .max_retries(7);
+    let id = b
+        .enqueue_one(&Outbox::new(), event)
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let claimed = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let e = &claimed.events[0];
+    assert_eq!(e.id, id);
+    let today = chrono::Utc::now().date_naive();
+    assert_eq!(
+        e.idempotency_key.as_deref(),
+        Some(postbox::daily_idempotency_key("Invoice", "456", "InvoiceCreated", today).as_str())
+    );
+    assert_eq!(e.event_class.as_deref(), Some("billing::InvoiceCreated"));
+    assert_eq!((e.schema_version, e.max_retries), (3, 7));
+    assert_eq!(
+        e.headers.get("traceparent").map(String::as_str),
+        Some("00-abc-01")
+    );
+    let payload: serde_json::Value = e.payload_as().unwrap();
+    assert_eq!(payload, serde_json::json!({"invoice_id": 456, "n": [1, 2]}));
+}
+
+async fn claim_takes_due_events_in_id_order_up_to_batch_size<B: Backend>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3000).await;
+    // Rewrite every third row so the physical order of rows is no longer the id order, and give
+    // the planner statistics, so that a claim of thousands is planned as it is in production.
+    b.exec(r#"UPDATE outbox_events SET headers = '{"touched": "yes"}' WHERE id % 3 = 0"#)
+        .await;
+    b.exec("ANALYZE outbox_events").await;
+
+    let first = claim(&b, "relay-1", 2000, Duration::from_secs(30)).await;
+    let got: Vec<i64> = first.events.iter().map(|e| e.id).collect();
+    assert!(got == ids[..2000], "the first 2000 due events, in id order");
+    assert_eq!(first.recovered, 0);
+    for id in ids[..2000].iter().step_by(97) {
+        let row = b.row(*id).await;
+        assert_eq!(row.status, "PROCESSING");
+        assert_eq!(row.locked_by.as_deref(), Some("relay-1"));
+        assert_eq!(row.claim_token, Some(first.claim_token.to_string()));
+        assert_ms(row.granted_ms, 30_000.0, "lease");
+    }
+    assert_eq!(b.row(ids[2000]).await.status, "PENDING");
+
+    let rest = claim(&b, "relay-2", 100, Duration::from_secs(30)).await;
+    let got: Vec<i64> = rest.events.iter().map(|e| e.id).collect();
+    assert!(got == ids[2000..2100], "the next 100, in id order");
+    let rest = claim(&b, "relay-2", 10_000, Duration::from_secs(30)).await;
+    let got: Vec<i64> = rest.events.iter().map(|e| e.id).collect();
+    assert!(got == ids[2100..], "the remaining 900, in id order");
+    assert_ne!(
+        rest.claim_token, first.claim_token,
+        "every claim has a fresh token"
+    );
+    assert!(
+        claim(&b, "relay-3", 1000, Duration::from_secs(30))
+            .await
+            .events
+            .is_empty()
+    );
+}
+
+async fn claimed_events_are_not_claimed_again_before_the_lease_expires<B: Backend>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3).await;
+    let first = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    assert_eq!(first.events.len(), 3);
+    let again = claim(&b, "r2", 10, Duration::from_secs(30)).await;
+    assert!(again.events.is_empty(), "{:?}", again.events);
+    assert_eq!(again.recovered, 0);
+    for id in ids {
+        let row = b.row(id).await;
+        assert_eq!(row.locked_by.as_deref(), Some("r1"));
+        assert_eq!(row.claim_token, Some(first.claim_token.to_string()));
+        assert_eq!(row.retry_count, 0);
+    }
+}
+
+async fn an_expired_lease_is_reclaimed_and_counted_as_recovered<B: Backend>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 2).await;
+    let first = claim(&b, "crashed-relay", 10, Duration::from_millis(50)).await;
+    assert_eq!(first.events.len(), 2);
+    lease_expired(&b, ids[1]).await;
+
+    let second = claim(&b, "r2", 10, Duration::from_secs(30)).await;
+    assert_eq!(second.events.iter().map(|e| e.id).collect::<Vec<_>>(), ids);
+    assert_eq!(second.recovered, 2);
+    assert!(second.exhausted.is_empty());
+    for e in &second.events {
+        assert_eq!(e.retry_count, 1, "a lost lease counts as a failed try");
+    }
+    for id in ids {
+        let row = b.row(id).await;
+        assert_eq!(row.status, "PROCESSING");
+        assert_eq!(row.retry_count, 1);
+        assert_eq!(row.locked_by.as_deref(), Some("r2"));
+        assert_eq!(row.claim_token, Some(second.claim_token.to_string()));
+        let error = row.last_error.expect("last_error");
+        assert!(
+            error.contains("lease") && error.contains("crashed-relay"),
+            "{error}"
+        );
+    }
+}
+
+async fn a_stale_event_on_its_last_try_goes_failed<B: Backend>() {
+    let b = ready::<B>().await;
+    let last_try = enqueue_with_max_retries(&b, 1).await;
+    let has_more = enqueue_with_max_retries(&b, 2).await;
+    claim(&b, "crashed-relay", 10, Duration::from_millis(50)).await;
+    lease_expired(&b, has_more).await;
+
+    let second = claim(&b, "r2", 10, Duration::from_secs(30)).await;
+    assert_eq!(
+        second.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [has_more]
+    );
+    assert_eq!(second.recovered, 1);
+    assert_eq!(second.exhausted.len(), 1);
+    let gone = &second.exhausted[0];
+    assert_eq!((gone.id, gone.retry_count), (last_try, 1));
+    assert_eq!(gone.event_type, "Flaky");
+    assert!(gone.last_error.contains("lease"), "{}", gone.last_error);
+
+    let row = b.row(last_try).await;
+    assert_eq!(row.status, "FAILED");
+    assert_eq!(row.retry_count, 1);
+    assert_eq!(row.left_ms, None, "a FAILED event holds no lease");
+    assert!(row.last_error.unwrap().contains("lease"));
+    assert!(
+        claim(&b, "r3", 10, Duration::from_secs(30))
+            .await
+            .events
+            .is_empty()
+    );
+}
+
+async fn late_writes_of_a_fenced_claim_change_nothing<B: Backend>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 2).await;
+    let a = claim(&b, "relay-a", 10, Duration::from_millis(50)).await;
+    lease_expired(&b, ids[1]).await;
+    let bb = claim(&b, "relay-b", 10, Duration::from_secs(30)).await;
+    assert_eq!(bb.events.len(), 2);
+
+    // Relay A wakes up and reports: none of it may land.
+    assert_eq!(mark_processed(&b, a.claim_token, &ids).await, 0);
+    let marks = mark_failed(&b, a.claim_token, &[failed(ids[0], "late", false)]).await;
+    assert!(marks.is_empty(), "{marks:?}");
+    let marks = mark_failed(&b, a.claim_token, &[failed(ids[1], "late", true)]).await;
+    assert!(marks.is_empty(), "{marks:?}");
+    assert_eq!(
+        renew(&b, a.claim_token, &ids, Duration::from_secs(60)).await,
+        0
+    );
+    assert_eq!(
+        mark_processed(&b, Uuid::new_v4(), &ids).await,
+        0,
+        "a made-up token"
+    );
+
+    for id in &ids {
+        let row = b.row(*id).await;
+        assert_eq!(row.status, "PROCESSING");
+        assert_eq!(row.claim_token, Some(bb.claim_token.to_string()));
+        assert_eq!(row.locked_by.as_deref(), Some("relay-b"));
+        assert_eq!(row.retry_count, 1, "only the take-over counted");
+        assert!(!row.processed);
+        assert_ms(row.granted_ms, 30_000.0, "relay B's lease is untouched");
+    }
+    assert_eq!(mark_processed(&b, bb.claim_token, &ids).await, 2);
+    assert_eq!(
+        mark_processed(&b, bb.claim_token, &ids).await,
+        0,
+        "marking twice is a no-op"
+    );
+}
+
+async fn mark_failed_backs_off_exponentially_on_the_database_clock<B: Backend>() {
+    let b = ready::<B>().await;
+    let id = enqueue_with_max_retries(&b, 10).await;
+    for n in 1..=5 {
+        let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+        assert_eq!(c.events.len(), 1, "try {n}");
+        assert_eq!(c.events[0].retry_count, n - 1);
+        let marks = mark_failed(
+            &b,
+            c.claim_token,
+            &[failed(id, &format!("broker down {n}"), false)],
+        )
+        .await;
+        assert_eq!(
+            marks,
+            [postbox::store::FailedMark {
+                id,
+                retry_count: n,
+                gave_up: false
+            }]
+        );
+        let row = b.row(id).await;
+        assert_eq!(row.status, "PENDING");
+        assert_eq!(row.retry_count, n);
+        assert_eq!(
+            row.last_error.as_deref(),
+            Some(format!("broker down {n}").as_str())
+        );
+        let expected = (100.0 * 2f64.powi(n)).min(1000.0);
+        assert_ms(row.granted_ms, expected, &format!("backoff after try {n}"));
+        assert_eq!(expected, POLICY.delay(n).as_secs_f64() * 1000.0);
+        assert!(row.left_ms.unwrap() > 0.0);
+        assert!(
+            claim(&b, "r2", 10, Duration::from_secs(30))
+                .await
+                .events
+                .is_empty(),
+            "not due during its backoff"
+        );
+        // Skip the wait instead of sleeping it out.
+        b.exec(&format!(
+            "UPDATE outbox_events SET locked_until = NULL WHERE id = {id}"
+        ))
+        .await;
+    }
+}
+
+async fn mark_failed_at_max_retries_goes_failed<B: Backend>() {
+    let b = ready::<B>().await;
+    let id = enqueue_with_max_retries(&b, 2).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let marks = mark_failed(&b, c.claim_token, &[failed(id, "first", false)]).await;
+    assert!(!marks[0].gave_up);
+    b.exec(&format!(
+        "UPDATE outbox_events SET locked_until = NULL WHERE id = {id}"
+    ))
+    .await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    assert_eq!(c.events.len(), 1);
+    let marks = mark_failed(&b, c.claim_token, &[failed(id, "second and last", false)]).await;
+    assert_eq!(
+        marks,
+        [postbox::store::FailedMark {
+            id,
+            retry_count: 2,
+            gave_up: true
+        }]
+    );
+    let row = b.row(id).await;
+    assert_eq!(row.status, "FAILED");
+    assert_eq!(row.retry_count, 2);
+    assert_eq!(row.last_error.as_deref(), Some("second and last"));
+    assert_eq!(row.left_ms, None);
+    assert!(
+        claim(&b, "r1", 10, Duration::from_secs(30))
+            .await
+            .events
+            .is_empty()
+    );
+}
+
+async fn a_permanent_error_fails_at_once<B: Backend>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 2).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let marks = mark_failed(
+        &b,
+        c.claim_token,
+        &[
+            failed(ids[0], "400 Bad Request", true),
+            failed(ids[1], "503", false),
+        ],
+    )
+    .await;
+    assert_eq!(marks.len(), 2);
+    let by_id = |id| marks.iter().find(|m| m.id == id).expect("mark");
+    assert!(by_id(ids[0]).gave_up);
+    assert!(!by_id(ids[1]).gave_up);
+    let row = b.row(ids[0]).await;
+    assert_eq!((row.status.as_str(), row.retry_count), ("FAILED", 1));
+    assert_eq!(row.last_error.as_deref(), Some("400 Bad Request"));
+    assert_eq!(b.row(ids[1]).await.status, "PENDING");
+}
+
+async fn renew_extends_the_lease_of_the_token_holder_only<B: Backend>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3).await;
+    let c = claim(&b, "r1", 10, Duration::from_millis(500)).await;
+    assert_eq!(
+        renew(&b, c.claim_token, &ids[..2], Duration::from_secs(60)).await,
+        2
+    );
+    for id in &ids[..2] {
+        let row = b.row(*id).await;
+        assert_ms(row.granted_ms, 60_000.0, "renewed lease");
+        assert!(row.left_ms.unwrap() > 59_000.0);
+    }
+    assert!(
+        b.row(ids[2]).await.left_ms.unwrap() < 1_000.0,
+        "not asked, not renewed"
+    );
+    assert_eq!(
+        renew(&b, Uuid::new_v4(), &ids, Duration::from_secs(60)).await,
+        0
+    );
+    assert!(b.row(ids[2]).await.left_ms.unwrap() < 1_000.0);
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[..1]).await, 1);
+    assert_eq!(
+        renew(&b, c.claim_token, &ids, Duration::from_secs(60)).await,
+        2,
+        "a processed event is not renewed"
+    );
+    assert_eq!(b.row(ids[0]).await.left_ms, None);
+}
+
+async fn status_counts_and_backlog_are_right<B: Backend>() {
+    let b = ready::<B>().await;
+    let t = target(&b);
+    let counts = b.store().status_counts(&t).await.unwrap();
+    assert_eq!(counts, postbox::store::StatusCounts::default());
+    let backlog = b.store().backlog(&t).await.unwrap();
+    assert_eq!(backlog, postbox::store::Backlog::default());
+
+    let ids = enqueue_n(&b, 6).await;
+    let c = claim(&b, "r1", 3, Duration::from_secs(30)).await;
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[..1]).await, 1);
+    mark_failed(&b, c.claim_token, &[failed(ids[1], "bad", true)]).await;
+
+    let counts = b.store().status_counts(&t).await.unwrap();
+    assert_eq!(
+        (
+            counts.pending,
+            counts.processing,
+            counts.processed,
+            counts.failed
+        ),
+        (3, 1, 1, 1)
+    );
+    let age = counts
+        .oldest_pending_age
+        .expect("an outstanding event has an age");
+    assert!(age < Duration::from_secs(60), "{age:?}");
+    let backlog = b.store().backlog(&t).await.unwrap();
+    assert_eq!(backlog.outstanding, 4);
+    assert_eq!(
+        backlog.next_due_in,
+        Some(Duration::ZERO),
+        "pending events are due now"
+    );
+
+    claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let backlog = b.store().backlog(&t).await.unwrap();
+    assert_eq!(backlog.outstanding, 4);
+    let due = backlog.next_due_in.expect("due when the leases run out");
+    assert!(
+        due > Duration::from_secs(28) && due <= Duration::from_secs(30),
+        "{due:?}"
+    );
+    let counts = b.store().status_counts(&t).await.unwrap();
+    assert_eq!((counts.pending, counts.processing), (0, 4));
+}
+
+async fn duplicates_are_reported_and_stored_once<B: Backend>() {
+    let b = ready::<B>().await;
+    let outbox = Outbox::new();
+    let keyed = |key: &str| Event::new("Paid", &1).unwrap().idempotency_key(key);
+    let first = b.enqueue_one(&outbox, keyed("k1")).await.unwrap();
+    assert!(matches!(first, Enqueued::Inserted(_)));
+    assert_eq!(
+        b.enqueue_one(&outbox, keyed("k1")).await.unwrap(),
+        Enqueued::Duplicate
+    );
+
+    let daily = || {
+        Event::new("InvoiceCreated", &1)
+            .unwrap()
+            .aggregate("Invoice", "456")
+    };
+    assert!(
+        b.enqueue_one(&outbox, daily())
+            .await
+            .unwrap()
+            .id()
+            .is_some()
+    );
+    assert_eq!(
+        b.enqueue_one(&outbox, daily()).await.unwrap(),
+        Enqueued::Duplicate
+    );
+
+    let many = b
+        .enqueue(
+            &outbox,
+            vec![keyed("k2"), keyed("k1"), keyed("k2"), daily(), keyed("k3")],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(many[0], Enqueued::Inserted(_)), "{many:?}");
+    assert_eq!(many[1..4], [Enqueued::Duplicate; 3], "{many:?}");
+    assert!(matches!(many[4], Enqueued::Inserted(_)), "{many:?}");
+    assert_eq!(b.row_count().await, 4);
+}
+
+async fn enqueue_many_returns_results_in_input_order<B: Backend>() {
+    let b = ready::<B>().await;
+    let outbox = Outbox::new();
+    b.enqueue_one(
+        &outbox,
+        Event::new("Seed", &0).unwrap().idempotency_key("dup-7"),
+    )
+    .await
+    .unwrap();
+    let batch: Vec<Event> = (0..40)
+        .map(|i| {
+            let e = Event::new(format!("E{i}"), &i).unwrap();
+            match i % 4 {
+                0 => e.without_idempotency_key(),
+                1 => e.idempotency_key(format!("key-{i}")),
+                2 => e.aggregate("Order", i.to_string()),
+                _ if i == 7 => e.idempotency_key("dup-7"),
+                _ => e.without_idempotency_key(),
+            }
+        })
+        .collect();
+    let results = b.enqueue(&outbox, batch).await.unwrap();
+    assert_eq!(results.len(), 40);
+    let mut last_id = 0;
+    for (i, result) in results.iter().enumerate() {
+        if i == 7 {
+            assert_eq!(*result, Enqueued::Duplicate);
+            continue;
+        }
+        let id = result
+            .id()
+            .unwrap_or_else(|| panic!("event {i} was inserted"));
+        assert_eq!(
+            b.row(id).await.event_type,
+            format!("E{i}"),
+            "result {i} names its row"
+        );
+        assert!(id > last_id, "ids follow the input order");
+        last_id = id;
+    }
+    assert_eq!(b.row_count().await, 40);
+    assert_eq!(
+        b.enqueue(&outbox, Vec::new()).await.unwrap(),
+        Vec::<Enqueued>::new()
+    );
+}
+
+async fn oversized_events_are_refused_and_nothing_is_written<B: Backend>() {
+    let b = ready::<B>().await;
+    let outbox = Outbox::builder().payload_limit(1024).build();
+    let long = "x".repeat(101);
+    let cases: Vec<(&str, Event)> = vec![
+        ("payload", Event::new("Big", &"y".repeat(1100)).unwrap()),
+        ("event_type", Event::new(long.clone(), &1).unwrap()),
+        (
+            "aggregate_type",
+            Event::new("T", &1).unwrap().aggregate(long.clone(), "1"),
+        ),
+        (
+            "aggregate_id",
+            Event::new("T", &1).unwrap().aggregate("A", long.clone()),
+        ),
+        (
+            "event_class",
+            Event::new("T", &1).unwrap().event_class("c".repeat(256)),
+        ),
+        (
+            "idempotency_key",
+            Event::new("T", &1)
+                .unwrap()
+                .idempotency_key("k".repeat(256)),
+        ),
+    ];
+    for (field, event) in cases {
+        let err = b.enqueue_one(&outbox, event.clone()).await.unwrap_err();
+        match &err {
+            Error::InvalidEvent { field: f, .. } => assert_eq!(*f, field),
+            other => panic!("{field}: expected InvalidEvent, got {other:?}"),
+        }
+        assert!(err.to_string().contains(field), "{err}");
+        // One bad event refuses the whole batch, before anything is written.
+        let batch = vec![Event::new("Good", &1).unwrap(), event];
+        let err = b.enqueue(&outbox, batch).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidEvent { .. }), "{err:?}");
+    }
+    assert_eq!(b.row_count().await, 0);
+
+    // The limits are inclusive, and count characters, not bytes.
+    let at_limit = "é".repeat(100);
+    let fits = Event::new(at_limit.clone(), &"y".repeat(1022))
+        .unwrap()
+        .aggregate(at_limit.clone(), "1");
+    let id = b.enqueue_one(&outbox, fits).await.unwrap().id().unwrap();
+    assert_eq!(b.row(id).await.event_type.chars().count(), 100);
+    let fits = Event::new("T", &1)
+        .unwrap()
+        .aggregate("A", at_limit)
+        .without_idempotency_key();
+    assert!(b.enqueue_one(&outbox, fits).await.unwrap().id().is_some());
+}
+
+async fn a_refused_event_leaves_the_callers_transaction_usable<B: Backend>() {
+    let b = ready::<B>().await;
+    let outbox = Outbox::builder().payload_limit(1024).build();
+    let good = |n: i32| Event::new("Good", &n).unwrap().without_idempotency_key();
+    let bad: Vec<(&str, Event)> = vec![
+        ("payload", Event::new("T", &"y".repeat(2000)).unwrap()),
+        ("payload", Event::new("T", &"nul \0 inside").unwrap()),
+        ("event_type", Event::new("Nul\0Type", &1).unwrap()),
+        ("aggregate_id", good(0).aggregate("Invoice", "4\0 56")),
+        ("event_class", good(0).event_class("a\0b")),
+        ("headers", good(0).header("traceparent", "00-\0")),
+        ("headers", good(0).header("bad\0name", "v")),
+        ("idempotency_key", good(0).idempotency_key("k\0")),
+    ];
+    let mut events = vec![good(1)];
+    let fields: Vec<&str> = bad.iter().map(|(f, _)| *f).collect();
+    events.extend(bad.into_iter().map(|(_, e)| e));
+    events.push(good(2));
+    let results = b.enqueue_each_then_commit(&outbox, events).await;
+    assert!(results[0].as_ref().is_ok_and(|r| r.id().is_some()));
+    for (result, field) in results[1..=fields.len()].iter().zip(&fields) {
+        match result {
+            Err(Error::InvalidEvent { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected InvalidEvent, got {other:?}"),
+        }
+    }
+    assert!(
+        results
+            .last()
+            .unwrap()
+            .as_ref()
+            .is_ok_and(|r| r.id().is_some())
+    );
+    assert_eq!(
+        b.row_count().await,
+        2,
+        "the good events around the refused ones committed"
+    );
+
+    // A backslash followed by the text `u0000` is no NUL, and is stored as given.
+    let lookalike = serde_json::json!({ "path": "C:\\u0000dir", "odd": "\\\\u0000" });
+    let id = b
+        .enqueue_one(&outbox, Event::new("Path", &lookalike).unwrap())
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let claimed = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let e = claimed.events.iter().find(|e| e.id == id).unwrap();
+    assert_eq!(e.payload_as::<serde_json::Value>().unwrap(), lookalike);
+}
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case::<super::Pg>().await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case::<super::Lite>().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    migrate_is_idempotent,
+    plain_sql_insert_is_a_valid_pending_event,
+    enqueued_event_keeps_its_fields,
+    claim_takes_due_events_in_id_order_up_to_batch_size,
+    claimed_events_are_not_claimed_again_before_the_lease_expires,
+    an_expired_lease_is_reclaimed_and_counted_as_recovered,
+    a_stale_event_on_its_last_try_goes_failed,
+    late_writes_of_a_fenced_claim_change_nothing,
+    mark_failed_backs_off_exponentially_on_the_database_clock,
+    mark_failed_at_max_retries_goes_failed,
+    a_permanent_error_fails_at_once,
+    renew_extends_the_lease_of_the_token_holder_only,
+    status_counts_and_backlog_are_right,
+    duplicates_are_reported_and_stored_once,
+    enqueue_many_returns_results_in_input_order,
+    oversized_events_are_refused_and_nothing_is_written,
+    a_refused_event_leaves_the_callers_transaction_usable,
+);

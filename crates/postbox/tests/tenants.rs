@@ -1,0 +1,291 @@
+//! Tenant isolation (G7), suspension, fairness and hostile names, on PostgreSQL.
+//!
+//! Each test has a database of its own and waits on conditions, never on guessed sleeps.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests fail loudly on the first unexpected error"
+)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use common::{Running, config, default_target, enqueue, own_store, pg, row};
+use postbox::{
+    Error, Event, Outbox, OutboxEvent, PgStore, Relay, RelayConfig, SchemaName, Store, TenantId,
+    TenantStatus,
+};
+use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
+
+// ---- G7: tenants ---------------------------------------------------------------------------
+
+async fn add_tenant(store: &PgStore, id: &str) -> postbox::Tenant {
+    store
+        .tenant_add(&postbox::store::TenantAddParams {
+            id: &TenantId::new(id).unwrap(),
+            schema: None,
+        })
+        .await
+        .unwrap()
+}
+
+/// Enqueues `n` events into `tenant`'s schema, each naming its tenant in the payload.
+async fn enqueue_for(
+    db: &TestDb,
+    tenant: Option<&postbox::Tenant>,
+    event_type: &str,
+    n: usize,
+) -> Vec<i64> {
+    let outbox = match tenant {
+        Some(t) => Outbox::builder().schema(t.schema.clone()).build(),
+        None => Outbox::new(),
+    };
+    let name = tenant.map(|t| t.id.to_string());
+    let batch = (0..n)
+        .map(|i| {
+            Event::new(event_type, &serde_json::json!({ "tenant": name, "i": i }))
+                .unwrap()
+                .without_idempotency_key()
+        })
+        .collect();
+    enqueue(db, &outbox, batch).await
+}
+
+fn payload_tenant(e: &OutboxEvent) -> Option<String> {
+    let payload: serde_json::Value = e.payload_as().unwrap();
+    payload["tenant"].as_str().map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g7_each_tenant_is_published_as_itself_and_never_mixed() {
+    let (db, store) = pg().await;
+    let a = add_tenant(&store, "a").await;
+    let b = add_tenant(&store, "b").await;
+    assert_eq!(a.schema.as_str(), "s_a");
+    enqueue_for(&db, Some(&a), "E", 20).await;
+    enqueue_for(&db, Some(&b), "E", 20).await;
+    enqueue_for(&db, None, "E", 5).await;
+    let bad = enqueue_for(&db, Some(&a), "Bad", 1).await[0];
+    let sink = RecordingSink::new();
+    sink.script("Bad", Behaviour::FailPermanently);
+    let relay = Relay::new(store, sink.clone(), config()).unwrap();
+    let stats = relay.drain(std::future::pending()).await.unwrap();
+
+    let published = sink.published();
+    assert_eq!(published.len(), 45);
+    let mut per_tenant: BTreeMap<Option<String>, HashSet<i64>> = BTreeMap::new();
+    for e in &published {
+        assert_eq!(
+            e.tenant,
+            payload_tenant(e),
+            "event {} of {:?}",
+            e.id,
+            e.tenant
+        );
+        assert!(
+            per_tenant.entry(e.tenant.clone()).or_default().insert(e.id),
+            "{:?} event {} published twice",
+            e.tenant,
+            e.id
+        );
+    }
+    let sizes: Vec<usize> = per_tenant.values().map(HashSet::len).collect();
+    assert_eq!(sizes, [5, 20, 20], "{per_tenant:?}");
+    assert_eq!((stats.published, stats.gave_up), (45, 1));
+
+    // The failure is tenant a's, stored and shown as a's only.
+    let relay_store = PgStore::new(db.pool().clone());
+    let counts_a = relay_store.status_counts(&a.target()).await.unwrap();
+    let counts_b = relay_store.status_counts(&b.target()).await.unwrap();
+    let counts_default = relay_store.status_counts(&default_target()).await.unwrap();
+    assert_eq!((counts_a.processed, counts_a.failed), (20, 1));
+    assert_eq!((counts_b.processed, counts_b.failed), (20, 0));
+    assert_eq!((counts_default.processed, counts_default.failed), (5, 0));
+    assert_eq!(row(&db, "s_a", bad).await.status, "FAILED");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_tenant_is_not_served_until_resumed() {
+    let (db, store) = pg().await;
+    let a = add_tenant(&store, "a").await;
+    let b = add_tenant(&store, "b").await;
+    store
+        .tenant_set_status(&b.id, TenantStatus::Suspended)
+        .await
+        .unwrap();
+    enqueue_for(&db, Some(&a), "E", 5).await;
+    let b_ids = enqueue_for(&db, Some(&b), "E", 5).await;
+    let sink = RecordingSink::new();
+    let relay = Relay::new(own_store(&db, 3).await, sink.clone(), config()).unwrap();
+    relay.drain(std::future::pending()).await.unwrap();
+    assert!(
+        sink.published()
+            .iter()
+            .all(|e| e.tenant.as_deref() == Some("a"))
+    );
+    assert_eq!(sink.published().len(), 5);
+    let counts_b = store.status_counts(&b.target()).await.unwrap();
+    assert_eq!(
+        (counts_b.pending, counts_b.processing),
+        (5, 0),
+        "b's events wait"
+    );
+
+    let running = Running::start(relay);
+    store
+        .tenant_set_status(&b.id, TenantStatus::Active)
+        .await
+        .unwrap();
+    wait_until(
+        "b's events are published once b is resumed",
+        Duration::from_secs(5),
+        || async {
+            sink.published()
+                .iter()
+                .filter(|e| e.tenant.as_deref() == Some("b"))
+                .count()
+                == 5
+        },
+    )
+    .await;
+    running.stop().await;
+    let got: HashSet<i64> = sink
+        .published()
+        .iter()
+        .filter(|e| e.tenant.as_deref() == Some("b"))
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(got, b_ids.into_iter().collect());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_tenant_does_not_starve_a_small_one() {
+    let (db, store) = pg().await;
+    let a = add_tenant(&store, "a").await;
+    let b = add_tenant(&store, "b").await;
+    enqueue_for(&db, Some(&a), "E", 5000).await;
+    enqueue_for(&db, Some(&b), "E", 10).await;
+    let sink = RecordingSink::new();
+    let relay = Relay::new(store, sink.clone(), config()).unwrap();
+    relay.drain(std::future::pending()).await.unwrap();
+
+    let order: Vec<Option<String>> = sink.published().into_iter().map(|e| e.tenant).collect();
+    assert_eq!(order.len(), 5010);
+    let last_b = order
+        .iter()
+        .rposition(|t| t.as_deref() == Some("b"))
+        .expect("b was published");
+    let a_before = order[..last_b]
+        .iter()
+        .filter(|t| t.as_deref() == Some("a"))
+        .count();
+    assert!(
+        a_before <= 200,
+        "b's 10 events waited for {a_before} of a's (one batch of 100 per round is fair)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_tenant_does_not_stop_the_others() {
+    let (db, store) = pg().await;
+    let a = add_tenant(&store, "a").await;
+    let b = add_tenant(&store, "b").await;
+    // Someone dropped tenant a's table by hand; every claim in a fails.
+    sqlx::raw_sql("DROP TABLE s_a.outbox_events")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let b_ids = enqueue_for(&db, Some(&b), "E", 250).await;
+    let sink = RecordingSink::new();
+    let cfg = RelayConfig {
+        poll_interval: Duration::from_secs(2),
+        ..config()
+    };
+    let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    wait_until(
+        "b's 250 events are published",
+        Duration::from_secs(3),
+        || async { sink.published().len() == b_ids.len() },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(a.schema.as_str(), "s_a");
+}
+
+#[tokio::test]
+async fn hostile_schema_and_tenant_names_are_refused_and_create_nothing() {
+    let (db, store) = pg().await;
+    let schemas = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM information_schema.schemata")
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+    };
+    let before = schemas().await;
+    let too_long = "a".repeat(64);
+    for bad in [
+        "a\"b",
+        "a'b",
+        "x; DROP SCHEMA public CASCADE",
+        "with space",
+        "tab\tname",
+        "dash-ed",
+        "Upper",
+        "1st",
+        "é",
+        "",
+        "nul\0byte",
+        too_long.as_str(),
+        "pg_catalog",
+        "pg_toast",
+        "information_schema",
+    ] {
+        let err = SchemaName::new(bad).expect_err(bad);
+        assert!(
+            matches!(err, Error::InvalidName { kind: "schema", .. }),
+            "{bad:?}: {err:?}"
+        );
+        if !bad.starts_with("pg_") && bad != "information_schema" {
+            let err = TenantId::new(bad).expect_err(bad);
+            assert!(
+                matches!(err, Error::InvalidName { kind: "tenant", .. }),
+                "{bad:?}: {err:?}"
+            );
+        }
+    }
+    // A tenant id whose default schema `s_<id>` would pass 63 bytes.
+    let err = TenantId::new(&"t".repeat(62)).unwrap_err();
+    assert!(matches!(err, Error::InvalidName { .. }), "{err:?}");
+    // Valid names that would collide are refused too.
+    let err = store
+        .tenant_add(&postbox::store::TenantAddParams {
+            id: &TenantId::new("evil").unwrap(),
+            schema: Some(&SchemaName::public()),
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TenantExists(_)), "{err:?}");
+    assert_eq!(schemas().await, before, "no schema was created");
+
+    add_tenant(&store, "acme").await;
+    let err = store
+        .tenant_add(&postbox::store::TenantAddParams {
+            id: &TenantId::new("acme2").unwrap(),
+            schema: Some(&SchemaName::new("s_acme").unwrap()),
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TenantExists(_)), "{err:?}");
+    let err = store
+        .tenant_add(&postbox::store::TenantAddParams {
+            id: &TenantId::new("acme").unwrap(),
+            schema: Some(&SchemaName::new("s_other").unwrap()),
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TenantExists(_)), "{err:?}");
+    assert_eq!(schemas().await, before + 1, "only s_acme was created");
+    assert_eq!(store.tenant_list().await.unwrap().len(), 1);
+}
