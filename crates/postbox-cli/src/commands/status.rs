@@ -38,6 +38,8 @@ struct Counts {
     failed: i64,
     /// Age in seconds of the oldest PENDING or PROCESSING event; `null` when there is none.
     oldest_pending_age_secs: Option<f64>,
+    /// Dead row versions of the outbox table (PostgreSQL); `null` on SQLite.
+    dead_tuples: Option<i64>,
 }
 
 impl From<StatusCounts> for Counts {
@@ -48,6 +50,7 @@ impl From<StatusCounts> for Counts {
             processed: c.processed,
             failed: c.failed,
             oldest_pending_age_secs: c.oldest_pending_age.map(|d| d.as_secs_f64()),
+            dead_tuples: c.dead_tuples,
         }
     }
 }
@@ -57,6 +60,9 @@ impl From<StatusCounts> for Counts {
 struct Report {
     /// Where the outbox is (no password).
     database: String,
+    /// Age in seconds of the database's oldest open transaction that holds a snapshot
+    /// (PostgreSQL); a long one keeps vacuum from removing dead rows and slows claims.
+    oldest_transaction_age_secs: Option<f64>,
     /// The default schema first, then tenants by id.
     targets: Vec<TargetStatus>,
 }
@@ -71,8 +77,14 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
         Err(postbox::Error::Unsupported(_)) => {}
         Err(e) => return Err(e).context("cannot read the tenant registry"),
     }
+    let oldest_transaction = db
+        .store
+        .oldest_transaction_age()
+        .await
+        .context("cannot read the age of the oldest open transaction")?;
     let mut report = Report {
         database: db.location.clone(),
+        oldest_transaction_age_secs: oldest_transaction.map(|d| d.as_secs_f64()),
         targets: Vec::with_capacity(targets.len()),
     };
     for (target, tenant_status) in targets {
@@ -112,8 +124,9 @@ fn table(report: &Report) -> String {
         "PROCESSED",
         "FAILED",
         "OLDEST",
+        "DEAD ROWS",
     ];
-    let mut rows: Vec<[String; 8]> = vec![header.map(str::to_owned)];
+    let mut rows: Vec<[String; 9]> = vec![header.map(str::to_owned)];
     for t in &report.targets {
         let tenant = t.tenant.clone().unwrap_or_else(|| "(default)".to_owned());
         let state = match t.tenant_status {
@@ -131,6 +144,7 @@ fn table(report: &Report) -> String {
                 c.failed.to_string(),
                 c.oldest_pending_age_secs
                     .map_or_else(|| "-".to_owned(), age),
+                c.dead_tuples.map_or_else(|| "-".to_owned(), |d| d.to_string()),
             ],
             (None, error) => [
                 tenant,
@@ -141,11 +155,12 @@ fn table(report: &Report) -> String {
                 String::new(),
                 String::new(),
                 String::new(),
+                String::new(),
             ],
         };
         rows.push(row);
     }
-    let mut widths = [0usize; 8];
+    let mut widths = [0usize; 9];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -165,6 +180,17 @@ fn table(report: &Report) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    if let Some(secs) = report.oldest_transaction_age_secs {
+        out.push_str(&format!(
+            "\noldest open transaction: {}{}\n",
+            age(secs),
+            if secs > 60.0 {
+                " (long transactions keep vacuum from removing dead rows; claims slow down)"
+            } else {
+                ""
+            }
+        ));
+    }
     out
 }
 
@@ -182,6 +208,7 @@ mod tests {
     fn table_aligns_and_marks_missing_ages() {
         let report = Report {
             database: "SQLite file postbox.db".to_owned(),
+            oldest_transaction_age_secs: Some(125.0),
             targets: vec![
                 TargetStatus {
                     tenant: None,
@@ -193,6 +220,7 @@ mod tests {
                         processed: 1200,
                         failed: 1,
                         oldest_pending_age_secs: Some(65.2),
+                        dead_tuples: Some(4200),
                     }),
                     error: None,
                 },
@@ -206,6 +234,7 @@ mod tests {
                         processed: 0,
                         failed: 0,
                         oldest_pending_age_secs: None,
+                        dead_tuples: None,
                     }),
                     error: None,
                 },
@@ -215,10 +244,14 @@ mod tests {
         assert!(text.contains("1m 5s"), "{text}");
         assert!(text.contains("SUSPENDED"), "{text}");
         assert!(text.contains("(default)"), "{text}");
+        assert!(text.contains("DEAD ROWS") && text.contains("4200"), "{text}");
+        assert!(text.contains("oldest open transaction: 2m 5s (long"), "{text}");
         let json = serde_json::to_value(&report).expect("json");
         assert_eq!(json["targets"][0]["pending"], 3);
         assert_eq!(json["targets"][0]["tenant"], serde_json::Value::Null);
         assert_eq!(json["targets"][1]["tenant_status"], "SUSPENDED");
         assert!(json["targets"][1]["oldest_pending_age_secs"].is_null());
+        assert_eq!(json["targets"][0]["dead_tuples"], 4200);
+        assert_eq!(json["oldest_transaction_age_secs"], 125.0);
     }
 }

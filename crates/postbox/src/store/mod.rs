@@ -138,6 +138,9 @@ pub struct StatusCounts {
     /// Age of the oldest `PENDING` or `PROCESSING` event, by the database clock.
     #[serde(with = "opt_secs")]
     pub oldest_pending_age: Option<Duration>,
+    /// Dead row versions in the target's `outbox_events` (PostgreSQL's statistics; `None` on
+    /// SQLite). Many of them slow claims down until vacuum removes them.
+    pub dead_tuples: Option<i64>,
 }
 
 mod opt_secs {
@@ -274,4 +277,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// A source of wake-up hints, where the database has one.
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>>;
+
+    /// Age of the oldest open transaction in the database, where the database can tell. A long
+    /// one keeps vacuum from removing processed events' dead rows, and claims slow down.
+    async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {
+        Ok(None)
+    }
 }

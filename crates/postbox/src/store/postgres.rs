@@ -112,6 +112,10 @@ impl PgStore {
             .execute(&mut *conn)
             .await?;
         let q = schema.quoted();
+        // "already exists, skipping" notices are noise in an operator's log.
+        sqlx::query("SET LOCAL client_min_messages = warning")
+            .execute(&mut *conn)
+            .await?;
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE SCHEMA IF NOT EXISTS {q};
              CREATE TABLE IF NOT EXISTS {q}.postbox_schema_history (
@@ -311,6 +315,7 @@ impl Store for PgStore {
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
         let sql = self.sql.get(&target.schema);
         let row = sqlx::query(safe(&sql.status_counts))
+            .bind(target.schema.as_str())
             .fetch_one(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &target.schema))?;
@@ -320,6 +325,7 @@ impl Store for PgStore {
             processed: row.try_get(2)?,
             failed: row.try_get(3)?,
             oldest_pending_age: secs(row.try_get(4)?),
+            dead_tuples: row.try_get(5)?,
         })
     }
 
@@ -383,6 +389,19 @@ impl Store for PgStore {
         .map_err(|e| map_missing_table(e, &self.default_schema))?
         .ok_or_else(|| Error::UnknownTenant(id.to_string()))?;
         Self::tenant_from_row(&row)
+    }
+
+    async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {
+        // Only transactions that hold a snapshot (backend_xmin) keep vacuum from working.
+        let age: Option<f64> = sqlx::query_scalar(
+            "SELECT EXTRACT(EPOCH FROM now() - min(xact_start))::float8
+             FROM pg_stat_activity
+             WHERE datname = current_database() AND backend_xmin IS NOT NULL
+               AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(secs(age))
     }
 
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {

@@ -293,6 +293,7 @@ impl Store for SqliteStore {
             processed: row.try_get(2)?,
             failed: row.try_get(3)?,
             oldest_pending_age: secs(row.try_get(4)?),
+            dead_tuples: row.try_get(5)?,
         })
     }
 

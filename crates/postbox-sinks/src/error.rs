@@ -1,0 +1,100 @@
+//! Errors of building a sink: bad configuration, an unreachable broker.
+//!
+//! Errors of publishing one event are [`postbox::PublishError`]s, classed retryable or permanent.
+
+use crate::template::TemplateError;
+
+/// A boxed error from a broker client, kept as the source of an [`Error`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a sink could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A destination template could not be parsed.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// A configuration value is invalid; `field` names it as written in the configuration.
+    #[error("invalid sink configuration `{field}`: {reason}")]
+    Config {
+        /// The configuration key, e.g. `url`.
+        field: &'static str,
+        /// What is wrong and what to write instead.
+        reason: String,
+    },
+    /// The broker could not be reached, or refused the connection, when the sink was built.
+    ///
+    /// A sink that is running reconnects by itself; only the first connection is checked here,
+    /// so that a wrong address or password shows at start-up.
+    #[error("cannot connect to {broker} at {address}: {source}")]
+    Connect {
+        /// The kind of broker, e.g. `NATS`.
+        broker: &'static str,
+        /// The address tried (credentials removed).
+        address: String,
+        /// The client's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    #[allow(dead_code, reason = "used only by some sink features")]
+    pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::Config {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    #[allow(dead_code, reason = "used only by some sink features")]
+    pub(crate) fn connect(
+        broker: &'static str,
+        address: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Connect {
+            broker,
+            address: address.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Removes the password from a URL-like address, for messages and logs.
+#[allow(dead_code, reason = "used only by some sink features")]
+pub(crate) fn redact(address: &str) -> String {
+    if let Some(scheme_end) = address.find("://") {
+        let rest = &address[scheme_end + 3..];
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            return format!(
+                "{}://{}:***@{}",
+                &address[..scheme_end],
+                user,
+                &rest[at + 1..]
+            );
+        }
+    }
+    address.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_passwords_only() {
+        assert_eq!(
+            redact("amqp://guest:secret@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact("127.0.0.1:4222"), "127.0.0.1:4222");
+    }
+}

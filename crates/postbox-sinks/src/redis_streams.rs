@@ -1,0 +1,209 @@
+//! Redis Streams sink: `XADD` per event; the entry id in the reply is the acknowledgement.
+
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, RedisError};
+use async_trait::async_trait;
+use postbox::{OutboxEvent, PublishError, Sink};
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::{Error, Result, Template, defaults, headers};
+
+/// The stream field that holds the event payload (JSON).
+pub const PAYLOAD_FIELD: &str = "payload";
+
+/// Configuration of a [`RedisSink`].
+///
+/// ```
+/// let config: postbox_sinks::RedisConfig = serde_json::from_value(serde_json::json!({
+///     "url": "redis://127.0.0.1:6379",
+///     "stream": "billing:{aggregate_type}",
+///     "maxlen": 100000,
+/// })).unwrap();
+/// assert_eq!(config.maxlen, Some(100_000));
+/// ```
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RedisConfig {
+    /// The server, e.g. `redis://:password@host:6379/0` (`rediss://` is not built in). Default
+    /// `redis://127.0.0.1:6379`.
+    #[serde(default = "default_url")]
+    pub url: String,
+    /// The stream key template, e.g. `billing:{aggregate_type}`.
+    pub stream: Template,
+    /// Trim each stream to about this many entries (`XADD key MAXLEN ~ N`; Redis trims whole
+    /// macro nodes, so a stream may hold somewhat more). Trimmed entries are gone: keep `N` well
+    /// above what consumers may lag behind. Default none: never trimmed.
+    #[serde(default)]
+    pub maxlen: Option<u64>,
+    /// Bound on one publish, reconnecting included. Default 5 s.
+    #[serde(default = "defaults::publish_timeout", with = "humantime_serde")]
+    pub publish_timeout: Duration,
+    /// Bound on the first connection in [`RedisSink::connect`], and on each reconnection
+    /// attempt. Default 5 s.
+    #[serde(default = "defaults::connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Longest wait between reconnection attempts. Default 2 s.
+    #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
+    pub reconnect_max_delay: Duration,
+}
+
+fn default_url() -> String {
+    "redis://127.0.0.1:6379".to_owned()
+}
+
+impl RedisConfig {
+    /// A configuration with every default and this stream key template.
+    pub fn new(stream: Template) -> Self {
+        RedisConfig {
+            url: default_url(),
+            stream,
+            maxlen: None,
+            publish_timeout: defaults::publish_timeout(),
+            connect_timeout: defaults::connect_timeout(),
+            reconnect_max_delay: defaults::reconnect_max_delay(),
+        }
+    }
+}
+
+/// Appends events to Redis streams; an event counts as published when `XADD` answers with the
+/// new entry's id.
+///
+/// Each entry has the field `payload` (the event payload, JSON), the [`headers`] metadata as
+/// fields (`postbox-event-id`, `postbox-dedup-id`, …) and the event's own headers as fields
+/// (one named `payload` is left out). How long an acknowledged entry survives depends on the
+/// server's persistence (`appendonly yes` with `appendfsync always` or `everysec`) and on
+/// replication; see `docs/sinks.md`.
+///
+/// The connection is re-established by itself; a publish made while the server is away retries
+/// until `publish_timeout`. A retry after a connection dropped mid-command can append the entry
+/// twice (same `postbox-dedup-id`).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use postbox_sinks::{RedisConfig, RedisSink};
+///
+/// let sink = RedisSink::connect(RedisConfig::new("billing:{aggregate_type}".parse()?)).await?;
+/// # let _ = sink; Ok(()) }
+/// ```
+pub struct RedisSink {
+    connection: ConnectionManager,
+    config: RedisConfig,
+}
+
+impl std::fmt::Debug for RedisSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSink")
+            .field("url", &crate::error::redact(&self.config.url))
+            .field("stream", &self.config.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisSink {
+    /// Connects to `config.url`; fails if the first connection does not succeed within
+    /// `connect_timeout`.
+    pub async fn connect(config: RedisConfig) -> Result<RedisSink> {
+        let address = crate::error::redact(&config.url);
+        let client = Client::open(config.url.as_str())
+            .map_err(|e| Error::config("url", format!("{address:?}: {e}")))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.publish_timeout))
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(config.reconnect_max_delay)
+            .set_number_of_retries(3);
+        let connection = tokio::time::timeout(
+            config.connect_timeout,
+            ConnectionManager::new_with_config(client, manager_config),
+        )
+        .await
+        .map_err(|_| {
+            Error::connect(
+                "Redis",
+                &address,
+                format!("no connection within {:?}", config.connect_timeout),
+            )
+        })?
+        .map_err(|e| Error::connect("Redis", &address, e))?;
+        Ok(RedisSink { connection, config })
+    }
+
+    fn command(&self, key: &str, event: &OutboxEvent) -> ::redis::Cmd {
+        let mut cmd = ::redis::cmd("XADD");
+        cmd.arg(key);
+        if let Some(n) = self.config.maxlen {
+            cmd.arg("MAXLEN").arg("~").arg(n);
+        }
+        cmd.arg("*");
+        for (name, value) in headers::all(event) {
+            if name != PAYLOAD_FIELD {
+                cmd.arg(name).arg(value);
+            }
+        }
+        cmd.arg(PAYLOAD_FIELD).arg(event.payload.get());
+        cmd
+    }
+
+    async fn add(
+        &self,
+        cmd: &::redis::Cmd,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<(), PublishError> {
+        let mut backoff = Backoff::new(Duration::from_millis(50), self.config.reconnect_max_delay);
+        loop {
+            let mut connection = self.connection.clone();
+            let error = match cmd.query_async::<Option<String>>(&mut connection).await {
+                Ok(Some(_entry_id)) => return Ok(()),
+                Ok(None) => {
+                    return Err(PublishError::retryable(format!(
+                        "Redis: XADD to {key:?} answered nil instead of an entry id"
+                    )));
+                }
+                Err(e) => e,
+            };
+            let delay = backoff.next_delay();
+            if !reconnectable(&error) || Instant::now() + delay >= deadline {
+                return Err(classify(key, &error));
+            }
+            tracing::debug!(%error, ?delay, "Redis sink retries after a connection error");
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for RedisSink {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let key = self.config.stream.render(event)?;
+        let cmd = self.command(&key, event);
+        let deadline = Instant::now() + self.config.publish_timeout;
+        match tokio::time::timeout_at(deadline, self.add(&cmd, &key, deadline)).await {
+            Ok(result) => result,
+            Err(_) => Err(PublishError::retryable(format!(
+                "Redis: no XADD reply for {key:?} within {:?} (server away or slow)",
+                self.config.publish_timeout
+            ))),
+        }
+    }
+}
+
+/// Errors after which a new connection may succeed: the server was away, not a reply.
+fn reconnectable(e: &RedisError) -> bool {
+    (e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()) && !e.is_timeout()
+}
+
+fn classify(key: &str, e: &RedisError) -> PublishError {
+    match e.code() {
+        Some("WRONGTYPE") => PublishError::permanent(format!(
+            "Redis: key {key:?} holds something other than a stream ({e}); rename the stream or \
+             remove that key"
+        )),
+        _ => PublishError::retryable(format!("Redis: XADD to {key:?}: {e}")),
+    }
+}

@@ -1,0 +1,500 @@
+//! HTTP webhook sink: POSTs each event as a signed JSON envelope; a 2xx answer is the
+//! acknowledgement.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hmac::{Hmac, KeyInit, Mac};
+use postbox::{OutboxEvent, PublishError, Sink};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::{StatusCode, Url};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use sha2::Sha256;
+use tokio::time::Instant;
+
+use crate::{Error, Result, Template, defaults, headers};
+
+/// The header that carries the dedup id.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
+/// The default signature header: `sha256=<hex HMAC-SHA256 of the body>`.
+pub const DEFAULT_SIGNATURE_HEADER: &str = "X-Postbox-Signature";
+
+/// How much of an error response's body goes into the error message.
+const ERROR_BODY_LIMIT: usize = 512;
+
+/// Configuration of a [`WebhookSink`].
+///
+/// ```
+/// let config: postbox_sinks::WebhookConfig = serde_json::from_value(serde_json::json!({
+///     "url": "https://hooks.example.com/billing/{event_type}",
+///     "secret": "s3cr3t",
+///     "headers": {"Authorization": "Bearer abc"},
+/// })).unwrap();
+/// assert_eq!(config.signature_header, "X-Postbox-Signature");
+/// ```
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct WebhookConfig {
+    /// The endpoint, an `http` or `https` URL template, e.g.
+    /// `https://hooks.example.com/{tenant}/events`. Placeholder values are percent-encoded.
+    pub url: Template,
+    /// Key of the HMAC-SHA256 signature over the body; without one, no signature header is sent.
+    /// Default none.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// The header carrying the signature. Default `X-Postbox-Signature`.
+    #[serde(default = "default_signature_header")]
+    pub signature_header: String,
+    /// Further headers sent with every request (e.g. `Authorization`). Default none.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Bound on one request, connecting and reading the answer included. Default 5 s.
+    #[serde(default = "defaults::publish_timeout", with = "humantime_serde")]
+    pub publish_timeout: Duration,
+    /// Bound on opening a connection. Default 5 s (still within `publish_timeout`).
+    #[serde(default = "defaults::connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("url", &self.url)
+            .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .field("signature_header", &self.signature_header)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("publish_timeout", &self.publish_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+fn default_signature_header() -> String {
+    DEFAULT_SIGNATURE_HEADER.to_owned()
+}
+
+impl WebhookConfig {
+    /// A configuration with every default and this URL template.
+    pub fn new(url: Template) -> Self {
+        WebhookConfig {
+            url,
+            secret: None,
+            signature_header: default_signature_header(),
+            headers: BTreeMap::new(),
+            publish_timeout: defaults::publish_timeout(),
+            connect_timeout: defaults::connect_timeout(),
+        }
+    }
+}
+
+/// The JSON body of a webhook request: the event's metadata and its payload.
+///
+/// ```json
+/// {
+///   "id": 42,
+///   "dedup_id": "Invoice:456:InvoiceCreated:2026-04-24",
+///   "idempotency_key": "Invoice:456:InvoiceCreated:2026-04-24",
+///   "event_type": "InvoiceCreated",
+///   "aggregate_type": "Invoice",
+///   "aggregate_id": "456",
+///   "tenant": null,
+///   "event_class": "billing::InvoiceCreated",
+///   "schema_version": 1,
+///   "created_at": "2026-04-24T10:00:00.000Z",
+///   "headers": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+///   "payload": {"invoice_id": 456, "amount_cents": 1200}
+/// }
+/// ```
+#[derive(Debug, Serialize)]
+pub struct Envelope<'a> {
+    /// The event id.
+    pub id: i64,
+    /// The idempotency key, else the event id as a string.
+    pub dedup_id: String,
+    /// The idempotency key, if the event has one.
+    pub idempotency_key: Option<&'a str>,
+    /// The event type.
+    pub event_type: &'a str,
+    /// The aggregate type, if any.
+    pub aggregate_type: Option<&'a str>,
+    /// The aggregate id, if any.
+    pub aggregate_id: Option<&'a str>,
+    /// The tenant; `null` for the default schema.
+    pub tenant: Option<&'a str>,
+    /// The producer's type name, if set.
+    pub event_class: Option<&'a str>,
+    /// The payload's schema version.
+    pub schema_version: i32,
+    /// Enqueue time, RFC 3339 UTC with milliseconds.
+    pub created_at: String,
+    /// The event's own headers.
+    pub headers: &'a BTreeMap<String, String>,
+    /// The event payload, as stored.
+    pub payload: &'a RawValue,
+}
+
+impl<'a> Envelope<'a> {
+    /// The envelope of `event`.
+    pub fn of(event: &'a OutboxEvent) -> Self {
+        Envelope {
+            id: event.id,
+            dedup_id: event.dedup_id(),
+            idempotency_key: event.idempotency_key.as_deref(),
+            event_type: &event.event_type,
+            aggregate_type: event.aggregate_type.as_deref(),
+            aggregate_id: event.aggregate_id.as_deref(),
+            tenant: event.tenant.as_deref(),
+            event_class: event.event_class.as_deref(),
+            schema_version: event.schema_version,
+            created_at: event
+                .created_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            headers: &event.headers,
+            payload: &event.payload,
+        }
+    }
+}
+
+/// The signature header's value for `body`: `sha256=` and the lower-case hex HMAC-SHA256 of the
+/// exact body bytes under `secret`. A receiver recomputes it and compares in constant time.
+///
+/// ```
+/// let sig = postbox_sinks::webhook::sign(b"key", b"The quick brown fox jumps over the lazy dog");
+/// assert_eq!(sig, "sha256=f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8");
+/// ```
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
+    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
+        unreachable!("HMAC takes keys of any length")
+    };
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// POSTs events to an HTTP endpoint; an event counts as published when the endpoint answers
+/// 2xx.
+///
+/// The body is an [`Envelope`] (JSON). Headers: `Content-Type: application/json`,
+/// `Idempotency-Key` = the dedup id, the signature header (with a `secret`), the [`headers`]
+/// metadata, the event's own headers (`traceparent`, …) and the configured ones.
+///
+/// Answers: 2xx acknowledges; 408 and 429 are retryable, other 4xx permanent (the message has
+/// the status and the start of the body); 3xx is permanent (redirects are not followed: a POST
+/// must not turn into a GET); 5xx, timeouts and connection errors are retryable. A request that
+/// got no answer because the connection failed is sent up to twice more within
+/// `publish_timeout`.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use postbox_sinks::{WebhookConfig, WebhookSink};
+///
+/// let mut config = WebhookConfig::new("https://hooks.example.com/{event_type}".parse()?);
+/// config.secret = Some("s3cr3t".into());
+/// let sink = WebhookSink::new(config)?;
+/// # let _ = sink; Ok(()) }
+/// ```
+pub struct WebhookSink {
+    client: reqwest::Client,
+    url: Template,
+    /// The parsed URL when the template has no placeholders.
+    fixed_url: Option<Url>,
+    secret: Option<Vec<u8>>,
+    signature_header: HeaderName,
+    publish_timeout: Duration,
+}
+
+impl std::fmt::Debug for WebhookSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSink")
+            .field("url", &self.url)
+            .field("signed", &self.secret.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebhookSink {
+    /// Builds the HTTP client (rustls). Nothing is sent until the first publish.
+    pub fn new(config: WebhookConfig) -> Result<WebhookSink> {
+        let fixed_url = if config.url.is_static() {
+            Some(parse_url(config.url.as_str()).map_err(|e| Error::config("url", e))?)
+        } else {
+            // Check the scheme and shape with placeholder values filled in.
+            let sample = config.url.as_str().replace(['{', '}'], "");
+            parse_url(&sample).map_err(|e| Error::config("url", e))?;
+            None
+        };
+        let signature_header = HeaderName::from_bytes(config.signature_header.as_bytes())
+            .map_err(|e| Error::config("signature_header", e.to_string()))?;
+        let mut default_headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| Error::config("headers", format!("{name:?}: {e}")))?;
+            let mut value = HeaderValue::from_str(value)
+                .map_err(|e| Error::config("headers", format!("value of {name}: {e}")))?;
+            value.set_sensitive(true);
+            default_headers.insert(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("postbox/", env!("CARGO_PKG_VERSION")))
+            .default_headers(default_headers)
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(config.publish_timeout)
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| Error::config("url", format!("cannot build the HTTP client: {e}")))?;
+        Ok(WebhookSink {
+            client,
+            url: config.url,
+            fixed_url,
+            secret: config.secret.map(String::into_bytes),
+            signature_header,
+            publish_timeout: config.publish_timeout,
+        })
+    }
+
+    fn url(&self, event: &OutboxEvent) -> Result<Url, PublishError> {
+        if let Some(url) = &self.fixed_url {
+            return Ok(url.clone());
+        }
+        let rendered = self.url.render_with(event, percent_encode)?;
+        parse_url(&rendered).map_err(|e| PublishError::permanent(format!("webhook: {e}")))
+    }
+
+    fn request_headers(&self, event: &OutboxEvent, body: &[u8]) -> Result<HeaderMap, PublishError> {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers::all(event) {
+            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
+                PublishError::permanent(format!(
+                    "webhook: event header {name:?} is not a valid HTTP header name ({e})"
+                ))
+            })?;
+            let value = HeaderValue::from_str(&value).map_err(|e| {
+                PublishError::permanent(format!(
+                    "webhook: the value of event header {name:?} is not a valid HTTP header value ({e})"
+                ))
+            })?;
+            map.insert(header, value);
+        }
+        map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let dedup = HeaderValue::from_str(&event.dedup_id()).map_err(|e| {
+            PublishError::permanent(format!(
+                "webhook: the dedup id of event {} is not a valid header value ({e})",
+                event.id
+            ))
+        })?;
+        map.insert(IDEMPOTENCY_KEY_HEADER, dedup);
+        if let Some(secret) = &self.secret {
+            let signature = HeaderValue::from_str(&sign(secret, body))
+                .map_err(|e| PublishError::retryable(format!("webhook: signature: {e}")))?;
+            map.insert(self.signature_header.clone(), signature);
+        }
+        Ok(map)
+    }
+}
+
+#[async_trait]
+impl Sink for WebhookSink {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let url = self.url(event)?;
+        let body = serde_json::to_vec(&Envelope::of(event))
+            .map_err(|e| PublishError::permanent(format!("webhook: cannot encode event: {e}")))?;
+        let headers = self.request_headers(event, &body)?;
+        let body = bytes::Bytes::from(body);
+        let deadline = Instant::now() + self.publish_timeout;
+        let mut attempt = 0;
+        let response = loop {
+            attempt += 1;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let sent = self
+                .client
+                .post(url.clone())
+                .headers(headers.clone())
+                .timeout(remaining)
+                .body(body.clone())
+                .send()
+                .await;
+            match sent {
+                Ok(response) => break response,
+                // A kept-alive connection the server closed meanwhile, or a refused connection:
+                // no answer came, so send once more while time is left (the endpoint drops a
+                // repeat by its Idempotency-Key).
+                Err(e)
+                    if attempt < 3
+                        && !e.is_timeout()
+                        && Instant::now() + Duration::from_millis(100) < deadline =>
+                {
+                    tracing::debug!(error = %error_chain(&e), "webhook request failed; sending again");
+                    tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
+                }
+                Err(e) => return Err(self.transport_error(&url, &e)),
+            }
+        };
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| format!(" (Retry-After: {v})"))
+            .unwrap_or_default();
+        let body = error_body(response).await;
+        let message = format!(
+            "webhook {} answered {status}{retry_after}: {body}",
+            redact_url(&url)
+        );
+        Err(classify(status, message))
+    }
+}
+
+impl WebhookSink {
+    fn transport_error(&self, url: &Url, e: &reqwest::Error) -> PublishError {
+        let url = redact_url(url);
+        if e.is_timeout() {
+            PublishError::retryable(format!(
+                "webhook {url}: no answer within {:?}",
+                self.publish_timeout
+            ))
+        } else if e.is_connect() {
+            PublishError::retryable(format!("webhook {url}: cannot connect: {}", error_chain(e)))
+        } else {
+            PublishError::retryable(format!("webhook {url}: {}", error_chain(e)))
+        }
+    }
+}
+
+/// Classes a non-2xx status: 408, 429 and 5xx are worth retrying; other 4xx and 3xx are not.
+fn classify(status: StatusCode, message: String) -> PublishError {
+    match status.as_u16() {
+        408 | 429 => PublishError::retryable(message),
+        300..=499 => PublishError::permanent(message),
+        _ => PublishError::retryable(message),
+    }
+}
+
+/// The start of a response body, for an error message.
+async fn error_body(mut response: reqwest::Response) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() <= ERROR_BODY_LIMIT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let truncated = bytes.len() > ERROR_BODY_LIMIT;
+    bytes.truncate(ERROR_BODY_LIMIT);
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim();
+    match (text.is_empty(), truncated) {
+        (true, _) => "(empty body)".to_owned(),
+        (false, true) => format!("{text}…"),
+        (false, false) => text.to_owned(),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+fn parse_url(text: &str) -> Result<Url, String> {
+    let url = Url::parse(text).map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(format!("{text:?} has scheme {other:?}; use http or https")),
+    }
+}
+
+/// The URL without user name and password, for messages.
+fn redact_url(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_password(None);
+    let _ = shown.set_username("");
+    shown.to_string()
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn percent_encode(value: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in value.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn statuses_are_classed() {
+        for (code, permanent) in [
+            (400, true),
+            (401, true),
+            (404, true),
+            (422, true),
+            (301, true),
+            (408, false),
+            (429, false),
+            (500, false),
+            (503, false),
+        ] {
+            let e = classify(StatusCode::from_u16(code).unwrap(), "m".into());
+            assert_eq!(e.is_permanent(), permanent, "{code}");
+        }
+    }
+
+    #[test]
+    fn url_values_are_percent_encoded() {
+        let mut out = String::new();
+        percent_encode("a b/c?d=é", &mut out);
+        assert_eq!(out, "a%20b%2Fc%3Fd%3D%C3%A9");
+    }
+
+    #[test]
+    fn bad_urls_and_headers_are_config_errors() {
+        let err = WebhookSink::new(WebhookConfig::new("ftp://x/{event_type}".parse().unwrap()))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("url"), "{err}");
+        let mut config = WebhookConfig::new("http://127.0.0.1:1/x".parse().unwrap());
+        config.headers.insert("bad header".into(), "v".into());
+        assert!(WebhookSink::new(config).is_err());
+    }
+
+    #[test]
+    fn envelope_carries_metadata_and_the_raw_payload() {
+        let mut e = crate::test_event::event(9, true, Some("acme"));
+        e.idempotency_key = Some("k-1".into());
+        let json: serde_json::Value =
+            serde_json::from_slice(&serde_json::to_vec(&Envelope::of(&e)).unwrap()).unwrap();
+        assert_eq!(json["id"], 9);
+        assert_eq!(json["dedup_id"], "k-1");
+        assert_eq!(json["tenant"], "acme");
+        assert_eq!(json["created_at"], "2026-04-24T10:00:00.000Z");
+        assert_eq!(json["payload"]["amount_cents"], 1200);
+    }
+
+    #[test]
+    fn redacts_credentials() {
+        let url = Url::parse("https://u:p@example.com/x").unwrap();
+        assert_eq!(redact_url(&url), "https://example.com/x");
+    }
+}

@@ -1,0 +1,123 @@
+//! A TCP forwarding proxy that a test can switch off, stall and switch on again, to take a
+//! broker away from one sink without touching the shared broker.
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Forward both ways.
+    Up,
+    /// Drop every connection; accept new ones only to close them at once.
+    Down,
+    /// Forward client → broker, but throw away everything the broker answers: the broker gets
+    /// (and may store) each message, the client never sees an acknowledgement.
+    Stall,
+}
+
+/// Forwards connections from an ephemeral loopback port to `upstream`.
+///
+/// The port stays bound in every mode, so nothing else can take it.
+pub(crate) struct Proxy {
+    addr: SocketAddr,
+    mode: watch::Sender<Mode>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    pub(crate) async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let (mode, mode_rx) = watch::channel(Mode::Up);
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                if *mode_rx.borrow() == Mode::Down {
+                    drop(inbound);
+                    continue;
+                }
+                tokio::spawn(forward(inbound, upstream, mode_rx.clone()));
+            }
+        });
+        Proxy { addr, mode, accept }
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Drops every connection and refuses (accepts and closes) new ones.
+    pub(crate) fn down(&self) {
+        self.mode.send_replace(Mode::Down);
+    }
+
+    /// Keeps connections open and forwards requests, but swallows every answer.
+    pub(crate) fn stall(&self) {
+        self.mode.send_replace(Mode::Stall);
+    }
+
+    /// Forwards again; connections that were stalled are dropped (their streams lost bytes).
+    pub(crate) fn up(&self) {
+        self.mode.send_replace(Mode::Up);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.mode.send_replace(Mode::Down);
+        self.accept.abort();
+    }
+}
+
+async fn forward(inbound: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+    let Ok(outbound) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let _ = inbound.set_nodelay(true);
+    let _ = outbound.set_nodelay(true);
+    let (mut client_read, mut client_write) = inbound.into_split();
+    let (mut broker_read, mut broker_write) = outbound.into_split();
+    let requests = tokio::io::copy(&mut client_read, &mut broker_write);
+    let answers_mode = mode.clone();
+    let answers = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match broker_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if *answers_mode.borrow() == Mode::Stall {
+                continue;
+            }
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let ended = async {
+        let mut stalled = false;
+        loop {
+            match *mode.borrow_and_update() {
+                Mode::Down => return,
+                Mode::Stall => stalled = true,
+                Mode::Up if stalled => return,
+                Mode::Up => {}
+            }
+            if mode.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = requests => {}
+        _ = answers => {}
+        _ = ended => {}
+    }
+}
