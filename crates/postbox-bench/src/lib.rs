@@ -155,7 +155,25 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         let with =
             phases::enqueue_rate(&db, producers, opts.enqueue_duration, Some(&outbox), &b).await?;
         b.finish_and_clear();
+        let mut quiet = None;
+        if scratch.is_postgres() {
+            scratch.reset().await?;
+            let b = bar(
+                opts,
+                0,
+                &format!("enqueue: {producers} producers, no NOTIFY"),
+            );
+            let silent = Outbox::builder().notify(false).build();
+            quiet = Some(
+                phases::enqueue_rate(&db, producers, opts.enqueue_duration, Some(&silent), &b)
+                    .await?,
+            );
+            b.finish_and_clear();
+        }
         enqueue.push(EnqueueOverhead {
+            with_event_no_notify: quiet,
+            overhead_no_notify_pct: quiet
+                .map(|q| (without.per_second / q.per_second - 1.0) * 100.0),
             producers,
             overhead_pct: (without.per_second / with.per_second - 1.0) * 100.0,
             without_event: without,

@@ -73,6 +73,10 @@ pub struct EnqueueOverhead {
     pub with_event: Throughput,
     /// How much longer a transaction takes with the event: `without / with - 1`, in percent.
     pub overhead_pct: f64,
+    /// The same transactions with an enqueue that sends no `NOTIFY` (PostgreSQL).
+    pub with_event_no_notify: Option<Throughput>,
+    /// Overhead of the enqueue without `NOTIFY`, in percent.
+    pub overhead_no_notify_pct: Option<f64>,
 }
 
 /// Drain and ceiling at one level of parallelism.
@@ -139,14 +143,23 @@ impl BenchReport {
         let _ = writeln!(out, "enqueue overhead (business transactions/s)");
         let _ = writeln!(
             out,
-            "  {:>9}  {:>12}  {:>12}  {:>9}",
-            "producers", "without", "with event", "overhead"
+            "  {:>9}  {:>12}  {:>12}  {:>9}  {:>16}  {:>9}",
+            "producers", "without", "with event", "overhead", "event, no NOTIFY", "overhead"
         );
         for e in &self.enqueue {
+            let (quiet, quiet_pct) = match (e.with_event_no_notify, e.overhead_no_notify_pct) {
+                (Some(t), Some(p)) => (format!("{:.0}", t.per_second), format!("{p:.1}%")),
+                _ => ("-".to_owned(), "-".to_owned()),
+            };
             let _ = writeln!(
                 out,
-                "  {:>9}  {:>12.0}  {:>12.0}  {:>8.1}%",
-                e.producers, e.without_event.per_second, e.with_event.per_second, e.overhead_pct
+                "  {:>9}  {:>12.0}  {:>12.0}  {:>8.1}%  {:>16}  {:>9}",
+                e.producers,
+                e.without_event.per_second,
+                e.with_event.per_second,
+                e.overhead_pct,
+                quiet,
+                quiet_pct
             );
         }
         let _ = writeln!(out);

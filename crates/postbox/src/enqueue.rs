@@ -43,6 +43,7 @@ struct Inner {
     schema: SchemaName,
     payload_limit: usize,
     max_retries: i32,
+    notify: bool,
     pg_one: Arc<str>,
     pg_many: Arc<str>,
 }
@@ -74,12 +75,18 @@ impl Outbox {
             schema: SchemaName::public(),
             payload_limit: DEFAULT_PAYLOAD_LIMIT,
             max_retries: 5,
+            notify: true,
         }
     }
 
     /// The schema this outbox writes to (PostgreSQL; SQLite has one outbox per file).
     pub fn schema(&self) -> &SchemaName {
         &self.inner.schema
+    }
+
+    /// The notification payload (the schema), or `None` when notifications are off.
+    fn notify_payload(&self) -> Option<&str> {
+        self.inner.notify.then(|| self.inner.schema.as_str())
     }
 
     /// Writes one event through `conn`, normally the caller's open transaction. Returns
@@ -105,7 +112,7 @@ impl Outbox {
                     .bind(&headers)
                     .bind(&key)
                     .bind(max_retries)
-                    .bind(self.inner.schema.as_str())
+                    .bind(self.notify_payload())
                     .fetch_optional(c)
                     .await?
             }
@@ -175,7 +182,7 @@ impl Outbox {
                             .map(|e| e.max_retries.unwrap_or(self.inner.max_retries))
                             .collect::<Vec<_>>(),
                     )
-                    .bind(self.inner.schema.as_str())
+                    .bind(self.notify_payload())
                     .fetch_all(c)
                     .await?;
                 Ok(match_results(&keys, rows))
@@ -239,9 +246,19 @@ pub struct OutboxBuilder {
     schema: SchemaName,
     payload_limit: usize,
     max_retries: i32,
+    notify: bool,
 }
 
 impl OutboxBuilder {
+    /// Whether enqueue sends `NOTIFY` (PostgreSQL; default true), so relays wake the moment the
+    /// transaction commits. PostgreSQL serializes the commits of notifying transactions, so
+    /// producers with many concurrent transactions may trade latency for throughput by turning it
+    /// off: relays then find new events at their next poll.
+    pub fn notify(mut self, notify: bool) -> Self {
+        self.notify = notify;
+        self
+    }
+
     /// The schema to write to (default `public`); for a tenant, its schema (`s_<tenant>`).
     pub fn schema(mut self, schema: SchemaName) -> Self {
         self.schema = schema;
@@ -272,6 +289,7 @@ impl OutboxBuilder {
                 schema: self.schema,
                 payload_limit: self.payload_limit,
                 max_retries: self.max_retries,
+                notify: self.notify,
             }),
         }
     }

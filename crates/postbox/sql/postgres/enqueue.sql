@@ -1,5 +1,5 @@
 -- One event, in the caller's transaction. pg_notify is delivered only if that transaction commits.
--- $1..$9 columns, $10 the schema name (the notification's payload)
+-- $1..$9 columns, $10 the schema name (the notification's payload), or NULL for no notification
 WITH ins AS (
     INSERT INTO {schema}.outbox_events
         (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,
@@ -8,4 +8,5 @@ WITH ins AS (
     ON CONFLICT DO NOTHING
     RETURNING id
 )
-SELECT ins.id FROM ins, LATERAL (SELECT pg_notify('postbox_events', $10)) AS wake
+SELECT ins.id FROM ins
+LEFT JOIN LATERAL (SELECT pg_notify('postbox_events', $10) WHERE $10::text IS NOT NULL) AS wake ON true

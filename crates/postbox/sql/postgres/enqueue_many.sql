@@ -8,4 +8,5 @@ WITH ins AS (
     ON CONFLICT DO NOTHING
     RETURNING id, idempotency_key
 )
-SELECT ins.id, ins.idempotency_key FROM ins, LATERAL (SELECT pg_notify('postbox_events', $10)) AS wake
+SELECT ins.id, ins.idempotency_key FROM ins
+LEFT JOIN LATERAL (SELECT pg_notify('postbox_events', $10) WHERE $10::text IS NOT NULL) AS wake ON true
