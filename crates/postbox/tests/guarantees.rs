@@ -637,3 +637,38 @@ async fn a_notification_wakes_an_idle_relay_at_once() {
     }
     running.stop().await;
 }
+
+#[tokio::test]
+async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
+    let (db, store) = pg().await;
+    let sink = RecordingSink::new();
+    let cfg = RelayConfig {
+        poll_interval: Duration::from_millis(1500),
+        ..config()
+    };
+    let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    let first = enqueue(&db, &Outbox::new(), events("First", 1)).await[0];
+    wait_until(
+        "the first event is published",
+        Duration::from_secs(2),
+        || async { sink.published_ids() == [first] },
+    )
+    .await;
+    // Give the relay a moment to finish that round and go idle until its next poll.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let silent = Outbox::builder().notify(false).build();
+    let id = enqueue(&db, &silent, events("Quiet", 1)).await[0];
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        sink.published_ids(),
+        [first],
+        "no notification was sent, so the idle relay had no reason to wake"
+    );
+    wait_until(
+        "the next poll publishes the event",
+        Duration::from_secs(3),
+        || async { sink.published_ids() == [first, id] },
+    )
+    .await;
+    running.stop().await;
+}

@@ -803,7 +803,15 @@ async fn status_counts_and_backlog_are_right<B: Backend>() {
     let b = ready::<B>().await;
     let t = target(&b);
     let counts = b.store().status_counts(&t).await.unwrap();
-    assert_eq!(counts, postbox::store::StatusCounts::default());
+    assert_eq!(
+        counts,
+        postbox::store::StatusCounts {
+            // PostgreSQL reports its statistics (0 on a new table); SQLite has none.
+            dead_tuples: counts.dead_tuples,
+            ..Default::default()
+        }
+    );
+    assert!(counts.dead_tuples.is_none_or(|d| d >= 0));
     let backlog = b.store().backlog(&t).await.unwrap();
     assert_eq!(backlog, postbox::store::Backlog::default());
 
