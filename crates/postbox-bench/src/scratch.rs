@@ -10,7 +10,7 @@ use crate::db::Db;
 /// Where the benchmark runs.
 pub(crate) enum Scratch {
     Postgres {
-        admin: PgConnectOptions,
+        admin: Box<PgConnectOptions>,
         name: String,
     },
     Sqlite {
@@ -35,7 +35,10 @@ impl Scratch {
                     .await
                     .map_err(BenchError::db)?;
                 conn.close().await.ok();
-                Ok(Scratch::Postgres { admin, name })
+                Ok(Scratch::Postgres {
+                    admin: Box::new(admin),
+                    name,
+                })
             }
             _ => Ok(Scratch::Sqlite {
                 dir: tempfile::tempdir().map_err(|e| BenchError::Setup(e.to_string()))?,

@@ -1,6 +1,11 @@
 //! `postbox bench --quick` as a smoke test: every phase runs and its checks hold (no assertions
 //! on speed).
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests fail loudly on the first unexpected error"
+)]
+
 use postbox_bench::{BenchOptions, run};
 
 fn quiet(mut o: BenchOptions) -> BenchOptions {

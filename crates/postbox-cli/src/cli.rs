@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-use crate::config::{LogFormat, Overrides, keys_help};
+use crate::config::{LogFormat, Overrides, SinkKind, keys_help};
 
 /// `postbox`: the transactional outbox relay and its admin commands.
 #[derive(Debug, Parser)]
@@ -84,6 +84,14 @@ pub(crate) enum Command {
                       Serves the default schema and every ACTIVE tenant. Run as many relays as \
                       you like: they never publish an event twice unless one dies or stalls past \
                       its lease.\n\n\
+                      Sinks: stdout (the default), null, or a broker: --sink nats|amqp|kafka|\
+                      redis|mqtt with --topic (the subject, routing key, topic or stream key, a \
+                      template) and --sink-url (default: the broker on 127.0.0.1), or --sink \
+                      webhook with --sink-url (the endpoint, a template). An event counts as \
+                      published only once the broker acknowledged it. A broker that is away at \
+                      start-up does not stop the relay: its events are retried until it is back. \
+                      Several sinks with routing rules by event and aggregate type (globs) go in \
+                      postbox.toml as [sinks.NAME] and [[routes]] tables (see the README).\n\n\
                       SIGINT or SIGTERM: stop claiming, finish the batch in flight, exit 0 (a \
                       second signal exits at once). Logs go to stderr; with --sink stdout, \
                       stdout carries only event lines.",
@@ -170,15 +178,6 @@ pub(crate) struct MigrateArgs {
     pub(crate) schema: SchemaArg,
 }
 
-/// Where the relay publishes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum SinkKind {
-    /// One JSON line per event on stdout, flushed before the event counts as published
-    Stdout,
-    /// Discard events (they are still marked PROCESSED): for trials and benchmarks
-    Null,
-}
-
 /// `postbox relay`.
 #[derive(Debug, Args)]
 pub(crate) struct RelayArgs {
@@ -186,10 +185,6 @@ pub(crate) struct RelayArgs {
     /// leases), and exit 0; without it the relay runs until SIGINT/SIGTERM
     #[arg(long)]
     pub(crate) drain: bool,
-
-    /// Where events are published
-    #[arg(long, value_enum, default_value_t = SinkKind::Stdout)]
-    pub(crate) sink: SinkKind,
 
     /// Run the migrations first (by default the relay refuses to start on a database without
     /// outbox tables, and says to run `postbox migrate`)
@@ -200,9 +195,42 @@ pub(crate) struct RelayArgs {
     #[command(flatten)]
     pub(crate) schema: SchemaArg,
 
+    /// Where events are published.
+    #[command(flatten)]
+    pub(crate) sink: SinkArgs,
+
     /// Relay tuning.
     #[command(flatten)]
     pub(crate) tuning: RelayTuning,
+}
+
+/// The relay's one sink, from the command line.
+#[derive(Debug, Args, Default)]
+#[command(next_help_heading = "Sink (flags override postbox.toml and POSTBOX_*)")]
+pub(crate) struct SinkArgs {
+    /// Where events are published [config: sink; default: stdout, or the [[routes]] of
+    /// postbox.toml when it has some (a --sink flag overrides them)]
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub(crate) sink: Option<SinkKind>,
+
+    /// The sink's address [config: sink_url; defaults: nats://127.0.0.1:4222,
+    /// amqp://127.0.0.1:5672/%2f (guest/guest), kafka://127.0.0.1:9092 (or a host:port list),
+    /// redis://127.0.0.1:6379, mqtt://127.0.0.1:1883]. For webhooks, required: the endpoint, a
+    /// template like https://hooks.example.com/{event_type}. Passwords in it are never logged;
+    /// prefer POSTBOX_SINK_URL to the flag for URLs with a password
+    #[arg(long, value_name = "URL")]
+    pub(crate) sink_url: Option<String>,
+
+    /// Destination template, required for brokers: the NATS subject, the AMQP routing key, the
+    /// Kafka topic, the Redis stream key or the MQTT topic, e.g. 'billing.{aggregate_type}.{event_type}'.
+    /// Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant} [config: topic]
+    #[arg(long, value_name = "TEMPLATE")]
+    pub(crate) topic: Option<String>,
+
+    /// AMQP exchange to publish to [config: exchange; default: "", the default exchange, which
+    /// delivers to the queue named by the routing key]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) exchange: Option<String>,
 }
 
 /// Relay settings that also exist as configuration keys.
@@ -326,6 +354,10 @@ pub(crate) struct ConfigArgs {
     #[command(flatten)]
     pub(crate) schema: SchemaArg,
 
+    /// The sink, to preview its effect.
+    #[command(flatten)]
+    pub(crate) sink: SinkArgs,
+
     /// Relay tuning, to preview its effect.
     #[command(flatten)]
     pub(crate) tuning: RelayTuning,
@@ -341,19 +373,25 @@ impl Cli {
             log_level: g.log_level.clone(),
             ..Overrides::default()
         };
-        let (schema, tuning) = match &self.command {
-            Command::Migrate(a) => (Some(&a.schema), None),
-            Command::Relay(a) => (Some(&a.schema), Some(&a.tuning)),
-            Command::Status(a) => (Some(&a.schema), None),
-            Command::Tenants(TenantsCommand::Add(_)) => (None, None),
-            Command::Tenants(TenantsCommand::List(a)) => (Some(&a.schema), None),
+        let (schema, tuning, sink) = match &self.command {
+            Command::Migrate(a) => (Some(&a.schema), None, None),
+            Command::Relay(a) => (Some(&a.schema), Some(&a.tuning), Some(&a.sink)),
+            Command::Status(a) => (Some(&a.schema), None, None),
+            Command::Tenants(TenantsCommand::Add(_)) => (None, None, None),
+            Command::Tenants(TenantsCommand::List(a)) => (Some(&a.schema), None, None),
             Command::Tenants(TenantsCommand::Suspend(a) | TenantsCommand::Resume(a)) => {
-                (Some(&a.schema), None)
+                (Some(&a.schema), None, None)
             }
-            Command::Demo(_) | Command::Bench(_) => (None, None),
-            Command::Config(a) => (Some(&a.schema), Some(&a.tuning)),
+            Command::Demo(_) | Command::Bench(_) => (None, None, None),
+            Command::Config(a) => (Some(&a.schema), Some(&a.tuning), Some(&a.sink)),
         };
         o.schema = schema.and_then(|s| s.schema.clone());
+        if let Some(s) = sink {
+            o.sink = s.sink;
+            o.sink_url = s.sink_url.clone();
+            o.topic = s.topic.clone();
+            o.exchange = s.exchange.clone();
+        }
         if let Some(t) = tuning {
             o.batch_size = t.batch_size;
             o.poll_interval = t.poll_interval;
@@ -398,6 +436,34 @@ mod tests {
         assert_eq!(o.schema.as_deref(), Some("app"));
         assert_eq!(o.database_url.as_deref(), Some("postgres://x/y"));
         assert_eq!(o.poll_interval, None);
+    }
+
+    #[test]
+    fn sink_flags_become_overrides() {
+        let cli = Cli::try_parse_from([
+            "postbox",
+            "relay",
+            "--sink",
+            "amqp",
+            "--sink-url",
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+            "--topic",
+            "{aggregate_type}.{event_type}",
+            "--exchange",
+            "billing",
+        ])
+        .expect("parses");
+        let o = cli.overrides();
+        assert_eq!(o.sink, Some(SinkKind::Amqp));
+        assert_eq!(o.topic.as_deref(), Some("{aggregate_type}.{event_type}"));
+        assert_eq!(o.exchange.as_deref(), Some("billing"));
+        assert!(o.sink_url.is_some());
+        for kind in [
+            "stdout", "null", "webhook", "nats", "amqp", "kafka", "redis", "mqtt",
+        ] {
+            Cli::try_parse_from(["postbox", "relay", "--sink", kind]).expect(kind);
+        }
+        assert!(Cli::try_parse_from(["postbox", "relay", "--sink", "sqs"]).is_err());
     }
 
     #[test]

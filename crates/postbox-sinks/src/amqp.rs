@@ -12,7 +12,8 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::{Error, Result, Template, defaults, headers};
+use crate::router::no_destination;
+use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// Configuration of an [`AmqpSink`].
 ///
@@ -37,8 +38,11 @@ pub struct AmqpConfig {
     /// named by the routing key. The exchange must exist; Postbox declares nothing.
     #[serde(default)]
     pub exchange: String,
-    /// The routing key template, e.g. `{aggregate_type}.{event_type}`.
-    pub routing_key: Template,
+    /// The routing key template, e.g. `{aggregate_type}.{event_type}`. Required, unless the sink
+    /// is used only through [`RoutableSink::publish_to`] with a destination (a [`crate::Router`]
+    /// whose routes each give one).
+    #[serde(default)]
+    pub routing_key: Option<Template>,
     /// Publish with the `mandatory` flag, so that a message no queue receives is returned and the
     /// publish fails (retryable) instead of being dropped by the broker. Default `true`; turn it
     /// off only for fan-out where nobody listening is fine.
@@ -72,7 +76,7 @@ impl AmqpConfig {
         AmqpConfig {
             url: default_url(),
             exchange: String::new(),
-            routing_key,
+            routing_key: Some(routing_key),
             mandatory: true,
             connection_name: defaults::client_name(),
             publish_timeout: defaults::publish_timeout(),
@@ -308,7 +312,23 @@ impl AmqpSink {
 #[async_trait]
 impl Sink for AmqpSink {
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
-        let routing_key = self.config.routing_key.render(event)?;
+        self.publish_to(event, None).await
+    }
+}
+
+#[async_trait]
+impl RoutableSink for AmqpSink {
+    /// Publishes to the configured exchange with the routing key `destination` renders (the
+    /// configured `routing_key` when `None`).
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
+        let template = destination
+            .or(self.config.routing_key.as_ref())
+            .ok_or_else(|| no_destination("RabbitMQ", "routing_key"))?;
+        let routing_key = template.render(event)?;
         let routing_key = ShortString::try_new(routing_key).map_err(|e| {
             PublishError::permanent(format!(
                 "RabbitMQ: the routing key of event {}: {e}",

@@ -65,7 +65,6 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Removes the password from a URL-like address, for messages and logs.
-#[allow(dead_code, reason = "used only by some sink features")]
 pub(crate) fn redact(address: &str) -> String {
     if let Some(scheme_end) = address.find("://") {
         let rest = &address[scheme_end + 3..];

@@ -13,7 +13,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use serde::Deserialize;
 
-use crate::{Error, Result, Template, defaults, headers};
+use crate::router::no_destination;
+use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// librdkafka settings Postbox fixes, because the acknowledgement means nothing without them.
 const FIXED: [(&str, &str); 2] = [("acks", "all"), ("enable.idempotence", "true")];
@@ -35,8 +36,11 @@ pub struct KafkaConfig {
     /// `bootstrap.servers`, e.g. `kafka-1:9092,kafka-2:9092`.
     pub bootstrap_servers: String,
     /// The topic template, e.g. `billing.{aggregate_type}`. The topic must exist unless the
-    /// cluster creates topics on first use.
-    pub topic: Template,
+    /// cluster creates topics on first use. Required, unless the sink is used only through
+    /// [`RoutableSink::publish_to`] with a destination (a [`crate::Router`] whose routes each give
+    /// one).
+    #[serde(default)]
+    pub topic: Option<Template>,
     /// `client.id`. Default `postbox`.
     #[serde(default = "defaults::client_name")]
     pub client_id: String,
@@ -61,7 +65,7 @@ impl KafkaConfig {
     pub fn new(bootstrap_servers: impl Into<String>, topic: Template) -> Self {
         KafkaConfig {
             bootstrap_servers: bootstrap_servers.into(),
-            topic,
+            topic: Some(topic),
             client_id: defaults::client_name(),
             properties: BTreeMap::new(),
             publish_timeout: defaults::publish_timeout(),
@@ -121,7 +125,7 @@ impl KafkaConfig {
 pub struct KafkaSink {
     client_config: ClientConfig,
     producer: RwLock<FutureProducer>,
-    topic: Template,
+    topic: Option<Template>,
     publish_timeout: Duration,
 }
 
@@ -191,7 +195,22 @@ impl KafkaSink {
 #[async_trait]
 impl Sink for KafkaSink {
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
-        let topic = self.topic.render(event)?;
+        self.publish_to(event, None).await
+    }
+}
+
+#[async_trait]
+impl RoutableSink for KafkaSink {
+    /// Produces to the topic `destination` renders (the configured `topic` when `None`).
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
+        let template = destination
+            .or(self.topic.as_ref())
+            .ok_or_else(|| no_destination("Kafka", "topic"))?;
+        let topic = template.render(event)?;
         if topic.is_empty() {
             return Err(PublishError::permanent(format!(
                 "Kafka: event {} renders an empty topic",

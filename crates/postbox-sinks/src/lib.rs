@@ -18,6 +18,10 @@
 //! itself when its broker comes back: a publish made while the broker is away waits for it up to
 //! `publish_timeout`, then fails as retryable.
 //!
+//! Several sinks and destinations at once: a [`Router`] sends each event to every [`Route`] whose
+//! globs match its event type and aggregate type (`Invoice*`), each route with a destination
+//! template of its own, over the route's sink's shared connection ([`RoutableSink`]).
+//!
 //! Each message carries the event's metadata under the names in [`headers`] (`postbox-event-id`,
 //! `postbox-dedup-id`, `postbox-event-type`, …) and the event's own headers (`traceparent`, …),
 //! plus the broker's own dedup field where it has one (`Nats-Msg-Id`, AMQP `message_id`,
@@ -39,7 +43,9 @@
 //! ```
 
 mod error;
+mod glob;
 pub mod headers;
+mod router;
 mod template;
 
 #[cfg(feature = "amqp")]
@@ -59,6 +65,8 @@ pub mod webhook;
 mod backoff;
 
 pub use error::{BoxError, Error, Result};
+pub use glob::{Glob, GlobError};
+pub use router::{RoutableSink, Route, Router, Unmatched};
 pub use template::{RenderError, Template, TemplateError};
 
 #[cfg(feature = "amqp")]

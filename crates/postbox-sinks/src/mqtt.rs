@@ -26,7 +26,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::{Error, Result, Template, defaults, headers};
+use crate::router::no_destination;
+use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// Configuration of an [`MqttSink`].
 ///
@@ -48,8 +49,11 @@ pub struct MqttConfig {
     /// Broker port (plain TCP; TLS is not built in). Default 1883.
     #[serde(default = "default_port")]
     pub port: u16,
-    /// The topic template, e.g. `billing/{aggregate_type}/{event_type}`.
-    pub topic: Template,
+    /// The topic template, e.g. `billing/{aggregate_type}/{event_type}`. Required, unless the sink
+    /// is used only through [`RoutableSink::publish_to`] with a destination (a [`crate::Router`]
+    /// whose routes each give one).
+    #[serde(default)]
+    pub topic: Option<Template>,
     /// Client id; it must be unique among the broker's clients (a second client with the same id
     /// disconnects the first). Default `postbox-<process id>-<random>`.
     #[serde(default)]
@@ -104,7 +108,7 @@ impl MqttConfig {
         MqttConfig {
             host: default_host(),
             port: default_port(),
-            topic,
+            topic: Some(topic),
             client_id: None,
             username: None,
             password: None,
@@ -182,7 +186,7 @@ fn generated_client_id() -> String {
 pub struct MqttSink {
     shared: Arc<Shared>,
     requests: mpsc::UnboundedSender<Request>,
-    topic: Template,
+    topic: Option<Template>,
     retain: bool,
     publish_timeout: Duration,
     tasks: [JoinHandle<()>; 2],
@@ -326,7 +330,22 @@ impl MqttSink {
 #[async_trait]
 impl Sink for MqttSink {
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
-        let topic = self.topic.render(event)?;
+        self.publish_to(event, None).await
+    }
+}
+
+#[async_trait]
+impl RoutableSink for MqttSink {
+    /// Publishes to the topic `destination` renders (the configured `topic` when `None`).
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
+        let template = destination
+            .or(self.topic.as_ref())
+            .ok_or_else(|| no_destination("MQTT", "topic"))?;
+        let topic = template.render(event)?;
         if topic.is_empty() || topic.contains(['+', '#', '\0']) {
             return Err(PublishError::permanent(format!(
                 "MQTT: {topic:?} is not a topic one can publish to (empty, or has a wildcard or \

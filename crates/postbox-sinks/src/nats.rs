@@ -12,7 +12,8 @@ use postbox::{OutboxEvent, PublishError, Sink};
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use crate::{Error, Result, Template, defaults, headers};
+use crate::router::no_destination;
+use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// The JetStream header that carries the dedup id; the stream drops a repeat within its
 /// duplicate window.
@@ -37,8 +38,11 @@ pub struct NatsConfig {
     pub url: String,
     /// The subject template, e.g. `billing.{aggregate_type}.{event_type}`. A JetStream stream must
     /// capture every subject it renders; an event whose subject no stream captures fails
-    /// (retryable) until one does.
-    pub subject: Template,
+    /// (retryable) until one does. Required, unless the sink is used only through
+    /// [`RoutableSink::publish_to`] with a destination (a [`crate::Router`] whose routes each give
+    /// one).
+    #[serde(default)]
+    pub subject: Option<Template>,
     /// Sets `Nats-Expected-Stream`: the publish fails unless this stream stores it. Default none.
     #[serde(default)]
     pub expected_stream: Option<String>,
@@ -77,7 +81,7 @@ impl NatsConfig {
     pub fn new(subject: Template) -> Self {
         NatsConfig {
             url: default_url(),
-            subject,
+            subject: Some(subject),
             expected_stream: None,
             user: None,
             password: None,
@@ -113,7 +117,7 @@ pub struct NatsSink {
     jetstream: jetstream::Context,
     /// Counts lost connections; a publish awaiting its ack resends when it changes.
     disconnects: Arc<watch::Sender<u64>>,
-    subject: Template,
+    subject: Option<Template>,
     expected_stream: Option<HeaderValue>,
     publish_timeout: Duration,
 }
@@ -209,7 +213,22 @@ impl NatsSink {
 #[async_trait]
 impl Sink for NatsSink {
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
-        let subject = self.subject.render(event)?;
+        self.publish_to(event, None).await
+    }
+}
+
+#[async_trait]
+impl RoutableSink for NatsSink {
+    /// Publishes to the subject `destination` renders (the configured `subject` when `None`).
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
+        let template = destination
+            .or(self.subject.as_ref())
+            .ok_or_else(|| no_destination("NATS", "subject"))?;
+        let subject = template.render(event)?;
         check_subject(&subject)?;
         let message = jetstream::message::PublishMessage::build()
             .payload(Bytes::copy_from_slice(event.payload.get().as_bytes()))

@@ -10,7 +10,8 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::{Error, Result, Template, defaults, headers};
+use crate::router::no_destination;
+use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// The stream field that holds the event payload (JSON).
 pub const PAYLOAD_FIELD: &str = "payload";
@@ -33,8 +34,11 @@ pub struct RedisConfig {
     /// `redis://127.0.0.1:6379`.
     #[serde(default = "default_url")]
     pub url: String,
-    /// The stream key template, e.g. `billing:{aggregate_type}`.
-    pub stream: Template,
+    /// The stream key template, e.g. `billing:{aggregate_type}`. Required, unless the sink is used
+    /// only through [`RoutableSink::publish_to`] with a destination (a [`crate::Router`] whose
+    /// routes each give one).
+    #[serde(default)]
+    pub stream: Option<Template>,
     /// Trim each stream to about this many entries (`XADD key MAXLEN ~ N`; Redis trims whole
     /// macro nodes, so a stream may hold somewhat more). Trimmed entries are gone: keep `N` well
     /// above what consumers may lag behind. Default none: never trimmed.
@@ -61,7 +65,7 @@ impl RedisConfig {
     pub fn new(stream: Template) -> Self {
         RedisConfig {
             url: default_url(),
-            stream,
+            stream: Some(stream),
             maxlen: None,
             publish_timeout: defaults::publish_timeout(),
             connect_timeout: defaults::connect_timeout(),
@@ -180,7 +184,23 @@ impl RedisSink {
 #[async_trait]
 impl Sink for RedisSink {
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
-        let key = self.config.stream.render(event)?;
+        self.publish_to(event, None).await
+    }
+}
+
+#[async_trait]
+impl RoutableSink for RedisSink {
+    /// Appends to the stream whose key `destination` renders (the configured `stream` when
+    /// `None`).
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
+        let template = destination
+            .or(self.config.stream.as_ref())
+            .ok_or_else(|| no_destination("Redis", "stream"))?;
+        let key = template.render(event)?;
         let cmd = self.command(&key, event);
         let deadline = Instant::now() + self.config.publish_timeout;
         match tokio::time::timeout_at(deadline, self.add(&cmd, &key, deadline)).await {

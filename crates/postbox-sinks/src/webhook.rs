@@ -14,7 +14,8 @@ use serde_json::value::RawValue;
 use sha2::Sha256;
 use tokio::time::Instant;
 
-use crate::{Error, Result, Template, defaults, headers};
+use crate::router::no_destination;
+use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// The header that carries the dedup id.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
@@ -41,7 +42,10 @@ const ERROR_BODY_LIMIT: usize = 512;
 pub struct WebhookConfig {
     /// The endpoint, an `http` or `https` URL template, e.g.
     /// `https://hooks.example.com/{tenant}/events`. Placeholder values are percent-encoded.
-    pub url: Template,
+    /// Required, unless the sink is used only through [`RoutableSink::publish_to`] with a
+    /// destination (a [`crate::Router`] whose routes each give their URL).
+    #[serde(default)]
+    pub url: Option<Template>,
     /// Key of the HMAC-SHA256 signature over the body; without one, no signature header is sent.
     /// Default none.
     #[serde(default)]
@@ -81,7 +85,7 @@ impl WebhookConfig {
     /// A configuration with every default and this URL template.
     pub fn new(url: Template) -> Self {
         WebhookConfig {
-            url,
+            url: Some(url),
             secret: None,
             signature_header: default_signature_header(),
             headers: BTreeMap::new(),
@@ -199,7 +203,7 @@ pub fn sign(secret: &[u8], body: &[u8]) -> String {
 /// ```
 pub struct WebhookSink {
     client: reqwest::Client,
-    url: Template,
+    url: Option<Template>,
     /// The parsed URL when the template has no placeholders.
     fixed_url: Option<Url>,
     secret: Option<Vec<u8>>,
@@ -219,13 +223,9 @@ impl std::fmt::Debug for WebhookSink {
 impl WebhookSink {
     /// Builds the HTTP client (rustls). Nothing is sent until the first publish.
     pub fn new(config: WebhookConfig) -> Result<WebhookSink> {
-        let fixed_url = if config.url.is_static() {
-            Some(parse_url(config.url.as_str()).map_err(|e| Error::config("url", e))?)
-        } else {
-            // Check the scheme and shape with placeholder values filled in.
-            let sample = config.url.as_str().replace(['{', '}'], "");
-            parse_url(&sample).map_err(|e| Error::config("url", e))?;
-            None
+        let fixed_url = match &config.url {
+            Some(url) => fixed_url(url)?,
+            None => None,
         };
         let signature_header = HeaderName::from_bytes(config.signature_header.as_bytes())
             .map_err(|e| Error::config("signature_header", e.to_string()))?;
@@ -256,11 +256,24 @@ impl WebhookSink {
         })
     }
 
-    fn url(&self, event: &OutboxEvent) -> Result<Url, PublishError> {
-        if let Some(url) = &self.fixed_url {
-            return Ok(url.clone());
-        }
-        let rendered = self.url.render_with(event, percent_encode)?;
+    /// The URL of `event`: from `destination`, else from the configured `url`.
+    fn url(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<Url, PublishError> {
+        let template = match destination {
+            Some(template) => template,
+            None => {
+                if let Some(url) = &self.fixed_url {
+                    return Ok(url.clone());
+                }
+                self.url
+                    .as_ref()
+                    .ok_or_else(|| no_destination("webhook", "url"))?
+            }
+        };
+        let rendered = template.render_with(event, percent_encode)?;
         parse_url(&rendered).map_err(|e| PublishError::permanent(format!("webhook: {e}")))
     }
 
@@ -296,10 +309,52 @@ impl WebhookSink {
     }
 }
 
+/// Checks that `template` renders `http` or `https` URLs (with placeholder values filled in).
+///
+/// [`WebhookSink::new`] checks its `url` with it; check the URL templates of routes with it too,
+/// so that a mistake shows at start-up rather than as failed events.
+///
+/// ```
+/// use postbox_sinks::webhook::check_url;
+///
+/// assert!(check_url(&"https://hooks.example.com/{event_type}".parse().unwrap()).is_ok());
+/// let err = check_url(&"hooks.example.com/{event_type}".parse().unwrap()).unwrap_err();
+/// assert!(err.to_string().contains("url"));
+/// ```
+pub fn check_url(template: &Template) -> Result<()> {
+    fixed_url(template).map(drop)
+}
+
+/// Checks `template` as [`check_url`] does; the URL when the template has no placeholders.
+fn fixed_url(template: &Template) -> Result<Option<Url>> {
+    if template.is_static() {
+        return parse_url(template.as_str())
+            .map(Some)
+            .map_err(|e| Error::config("url", e));
+    }
+    // Check the scheme and shape with placeholder values filled in.
+    let sample = template.as_str().replace(['{', '}'], "");
+    parse_url(&sample).map_err(|e| Error::config("url", e))?;
+    Ok(None)
+}
+
 #[async_trait]
 impl Sink for WebhookSink {
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
-        let url = self.url(event)?;
+        self.publish_to(event, None).await
+    }
+}
+
+#[async_trait]
+impl RoutableSink for WebhookSink {
+    /// POSTs to the URL `destination` renders (the configured `url` when `None`); the route's
+    /// template is checked by [`check_url`] at start-up, its rendered URL at each publish.
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
+        let url = self.url(event, destination)?;
         let body = serde_json::to_vec(&Envelope::of(event))
             .map_err(|e| PublishError::permanent(format!("webhook: cannot encode event: {e}")))?;
         let headers = self.request_headers(event, &body)?;
@@ -408,11 +463,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// Parses an endpoint URL; messages show it without its password.
 fn parse_url(text: &str) -> Result<Url, String> {
-    let url = Url::parse(text).map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+    let shown = crate::error::redact(text);
+    let url = Url::parse(text).map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
     match url.scheme() {
         "http" | "https" => Ok(url),
-        other => Err(format!("{text:?} has scheme {other:?}; use http or https")),
+        other => Err(format!("{shown:?} has scheme {other:?}; use http or https")),
     }
 }
 
@@ -477,6 +534,40 @@ mod tests {
         let mut config = WebhookConfig::new("http://127.0.0.1:1/x".parse().unwrap());
         config.headers.insert("bad header".into(), "v".into());
         assert!(WebhookSink::new(config).is_err());
+    }
+
+    #[tokio::test]
+    async fn without_a_url_of_its_own_only_a_route_gives_one() {
+        let mut config = WebhookConfig::new("http://127.0.0.1:1/x".parse().unwrap());
+        config.url = None;
+        let sink = WebhookSink::new(config).unwrap();
+        let event = crate::test_event::event(1, true, None);
+        let err = sink.publish(&event).await.unwrap_err();
+        assert!(err.is_permanent(), "{err}");
+        assert!(err.to_string().contains("no `url` of its own"), "{err}");
+        // A route's template is rendered with percent-encoded values.
+        let mut odd = event.clone();
+        odd.aggregate_id = Some("a b/c".into());
+        let url = sink
+            .url(
+                &odd,
+                Some(&"https://h.example/{aggregate_id}".parse().unwrap()),
+            )
+            .unwrap();
+        assert_eq!(url.as_str(), "https://h.example/a%20b%2Fc");
+    }
+
+    #[test]
+    fn route_urls_are_checked_like_the_sinks_own() {
+        assert!(check_url(&"https://h.example/{event_type}".parse().unwrap()).is_ok());
+        assert!(check_url(&"https://h.example/fixed".parse().unwrap()).is_ok());
+        for bad in [
+            "h.example/{event_type}",
+            "ftp://h.example/x",
+            "{event_type}",
+        ] {
+            assert!(check_url(&bad.parse().unwrap()).is_err(), "{bad}");
+        }
     }
 
     #[test]

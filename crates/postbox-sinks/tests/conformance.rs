@@ -38,6 +38,11 @@ macro_rules! conformance {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn publishes_to_a_destination_given_per_call() {
+                support::publishes_to_a_destination_given_per_call::<$harness>().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn missing_template_value_is_permanent() {
                 support::missing_template_value_is_permanent::<$harness>().await;
             }

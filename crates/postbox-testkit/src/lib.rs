@@ -1,6 +1,8 @@
 //! Test helpers for Postbox: a fresh PostgreSQL database or SQLite file per test, and scripted
 //! sinks. Dev-only; never part of a release build.
 
+pub mod proxy;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

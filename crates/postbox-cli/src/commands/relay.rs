@@ -3,15 +3,15 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
-use postbox::{Relay, Sink};
-use tracing::info;
+use anyhow::{anyhow, bail};
+use postbox::Relay;
+use tracing::{info, warn};
 
-use crate::cli::{RelayArgs, SinkKind};
-use crate::config::{Config, show};
+use crate::cli::RelayArgs;
+use crate::config::{Config, SinkKind, show};
 use crate::database::{Create, Database};
 use crate::shutdown::Shutdown;
-use crate::sinks::{NullSink, StdoutSink};
+use crate::sinks::{self, SinkPlan};
 
 /// Runs the relay until a signal (or, with `--drain`, until the outbox is drained).
 pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<ExitCode> {
@@ -30,23 +30,21 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
     }
     db.ensure_migrated().await?;
 
-    let (sink, stdout_broken): (Arc<dyn Sink>, _) = match args.sink {
-        SinkKind::Stdout => {
-            let sink = StdoutSink::start().context("cannot start the stdout writer")?;
-            let broken = sink.broken();
-            (Arc::new(sink), Some(broken))
-        }
-        SinkKind::Null => (Arc::new(NullSink), None),
-    };
-    let relay = Relay::from_parts(Arc::clone(&db.store), sink, config.relay_config())?;
+    // Checked when the configuration loaded; an error here would be a bug.
+    let plan = sinks::plan(config).map_err(|e| anyhow!("invalid sink configuration: {e:?}"))?;
+    let sink_description = describe(config, &plan);
+    let opened = sinks::open(plan).await?;
+    let stdout_broken = opened.stdout_broken;
+    let relay = Relay::from_parts(Arc::clone(&db.store), opened.sink, config.relay_config())?;
     info!(
         relay = relay.id(),
         database = %db.location,
-        sink = %format!("{:?}", args.sink).to_lowercase(),
+        sink = %sink_description,
         mode = if args.drain { "drain" } else { "run" },
         batch_size = config.batch_size,
         lease = %show(config.lease),
         poll_interval = %show(config.poll_interval),
+        publish_timeout = %show(config.publish_timeout),
         "relay starting"
     );
 
@@ -92,4 +90,59 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         "relay finished"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The sink for the start-up log (addresses without passwords, never secrets); logs the routes.
+fn describe(config: &Config, plan: &SinkPlan) -> String {
+    match plan {
+        SinkPlan::Single(spec) => {
+            if !config.routes.is_empty() {
+                info!(
+                    routes = config.routes.len(),
+                    "--sink given: the [[routes]] of the configuration are not used"
+                );
+            }
+            let mut text = spec.kind().to_string();
+            let address = spec.address();
+            if !address.is_empty() {
+                text.push_str(&format!(" {address}"));
+            }
+            // The webhook's URL is its address, shown above without its password.
+            if let Some(topic) = spec
+                .own_destination()
+                .filter(|_| spec.kind() != SinkKind::Webhook)
+            {
+                text.push_str(&format!(" topic {:?}", topic.as_str()));
+            }
+            text
+        }
+        SinkPlan::Routed(routed) => {
+            for (name, spec) in &routed.sinks {
+                info!(sink = %name, kind = %spec.kind(), address = %spec.address(), "sink");
+            }
+            for name in &routed.unused {
+                warn!(sink = %name, "sink defined but used by no route; not opened");
+            }
+            for route in routed.routes.iter().chain(&routed.default_route) {
+                info!(
+                    route = %route.label,
+                    event_type = route.event_type.as_ref().map_or("*", |g| g.as_str()),
+                    aggregate_type = route.aggregate_type.as_ref().map_or("(any)", |g| g.as_str()),
+                    sink = %route.sink,
+                    topic = %route.shown_topic(),
+                    "route"
+                );
+            }
+            let unmatched = if routed.default_route.is_some() {
+                "default route"
+            } else {
+                "fail"
+            };
+            format!(
+                "{} routes to {} sinks, unmatched: {unmatched}",
+                routed.routes.len(),
+                routed.sinks.len()
+            )
+        }
+    }
 }

@@ -144,7 +144,8 @@ fn table(report: &Report) -> String {
                 c.failed.to_string(),
                 c.oldest_pending_age_secs
                     .map_or_else(|| "-".to_owned(), age),
-                c.dead_tuples.map_or_else(|| "-".to_owned(), |d| d.to_string()),
+                c.dead_tuples
+                    .map_or_else(|| "-".to_owned(), |d| d.to_string()),
             ],
             (None, error) => [
                 tenant,
@@ -244,8 +245,14 @@ mod tests {
         assert!(text.contains("1m 5s"), "{text}");
         assert!(text.contains("SUSPENDED"), "{text}");
         assert!(text.contains("(default)"), "{text}");
-        assert!(text.contains("DEAD ROWS") && text.contains("4200"), "{text}");
-        assert!(text.contains("oldest open transaction: 2m 5s (long"), "{text}");
+        assert!(
+            text.contains("DEAD ROWS") && text.contains("4200"),
+            "{text}"
+        );
+        assert!(
+            text.contains("oldest open transaction: 2m 5s (long"),
+            "{text}"
+        );
         let json = serde_json::to_value(&report).expect("json");
         assert_eq!(json["targets"][0]["pending"], 3);
         assert_eq!(json["targets"][0]["tenant"], serde_json::Value::Null);

@@ -102,6 +102,45 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "Largest event payload accepted when enqueuing, in bytes or with a unit \
                 (B, KB, KiB, MB, MiB).",
     },
+    KeyDoc {
+        key: "sink",
+        default: "(none: stdout, or the [[routes]] when postbox.toml has some)",
+        flag: Some("--sink"),
+        about: "The relay's one sink: stdout, null, webhook, nats, amqp, kafka, redis or mqtt. \
+                Set in postbox.toml or POSTBOX_SINK it excludes [[routes]]; the --sink flag \
+                overrides them.",
+    },
+    KeyDoc {
+        key: "sink_url",
+        default: "(the broker's: nats://127.0.0.1:4222, amqp://127.0.0.1:5672/%2f, \
+                  kafka://127.0.0.1:9092, redis://127.0.0.1:6379, mqtt://127.0.0.1:1883)",
+        flag: Some("--sink-url"),
+        about: "The sink's address; for webhook the endpoint, required, a URL template. Kafka: \
+                kafka://host:port,host:port or host:port,host:port. Passwords are never logged \
+                or shown; prefer POSTBOX_SINK_URL to the flag.",
+    },
+    KeyDoc {
+        key: "topic",
+        default: "(none; required by the broker sinks)",
+        flag: Some("--topic"),
+        about: "Destination template: NATS subject, AMQP routing key, Kafka topic, Redis stream \
+                key or MQTT topic, e.g. \"billing.{aggregate_type}.{event_type}\". \
+                Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant}.",
+    },
+    KeyDoc {
+        key: "exchange",
+        default: "(none: \"\", the default exchange)",
+        flag: Some("--exchange"),
+        about: "The AMQP exchange the amqp sink publishes to (it must exist). The default \
+                exchange delivers to the queue named by the routing key.",
+    },
+    KeyDoc {
+        key: "webhook_secret",
+        default: "(none: requests are not signed)",
+        flag: None,
+        about: "HMAC-SHA256 key of the webhook sink's X-Postbox-Signature header. Never logged \
+                or shown by `postbox config`; prefer POSTBOX_WEBHOOK_SECRET to the file.",
+    },
 ];
 
 /// The configuration-key section of `--help`.
@@ -111,7 +150,9 @@ pub(crate) fn keys_help() -> String {
          built-in defaults → postbox.toml (working directory, or --config PATH) → POSTBOX_<KEY> \
          environment variables → command-line flags.\n  \
          Durations are written like \"500ms\", \"5s\", \"2m\". `postbox config` shows the \
-         effective values and where each comes from.\n\nKeys:\n",
+         effective values and where each comes from.\n  \
+         Several sinks with routing rules: [sinks.NAME] and [[routes]] tables in postbox.toml \
+         (see CONFIG.md and the README).\n\nKeys:\n",
     );
     for k in KEYS {
         let flag = k.flag.map(|f| format!(", {f}")).unwrap_or_default();

@@ -7,6 +7,7 @@
 mod keys;
 mod values;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use figment::{Figment, Metadata, Profile, Provider, Source};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use keys::{KEYS, keys_help};
-pub(crate) use values::{ByteSize, DatabaseUrl, LogFormat};
+pub(crate) use values::{ByteSize, DatabaseUrl, LogFormat, Secret, SecretUrl, SinkKind};
 
 use crate::database::Location;
 
@@ -32,6 +33,11 @@ const DEFAULTS_SOURCE: &str = "built-in default";
 
 /// Metadata name of the command-line flags layer.
 const FLAGS_SOURCE: &str = "command-line flag";
+
+/// Keys whose `POSTBOX_*` variable is taken as written, never parsed as a number, array or
+/// quoted string the way figment parses the others: a secret `0123` stays `0123`, a topic
+/// `{event_type}` stays a template.
+const RAW_ENV_KEYS: &[&str] = &["sink_url", "topic", "exchange", "webhook_secret"];
 
 /// The effective configuration. Field docs: see [`KEYS`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -69,6 +75,45 @@ pub(crate) struct Config {
     pub(crate) log_level: String,
     /// Largest payload enqueued.
     pub(crate) payload_limit: ByteSize,
+    /// The one sink of the relay (`None`: stdout, or the routes when there are some).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sink: Option<SinkKind>,
+    /// The sink's address (a template for webhooks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sink_url: Option<SecretUrl>,
+    /// The sink's destination template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) topic: Option<postbox_sinks::Template>,
+    /// The AMQP exchange.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) exchange: Option<String>,
+    /// The webhook signing key; never serialized (so never shown).
+    #[serde(default, skip_serializing)]
+    pub(crate) webhook_secret: Option<Secret>,
+    /// `[sinks.NAME]` tables, as written (they may hold secrets: never serialized).
+    #[serde(default, skip_serializing)]
+    pub(crate) sinks: BTreeMap<String, RawTable>,
+    /// `[[routes]]` tables, as written.
+    #[serde(default, skip_serializing)]
+    pub(crate) routes: Vec<RawTable>,
+    /// The `[routing]` table, as written.
+    #[serde(default, skip_serializing)]
+    pub(crate) routing: Option<RawTable>,
+}
+
+/// A table of `postbox.toml` kept as written, parsed later into what it describes (a sink, a
+/// route) so that errors can name it. Its `Debug` hides the values, which may be secrets.
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct RawTable(pub(crate) serde_json::Value);
+
+impl std::fmt::Debug for RawTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            serde_json::Value::Object(map) => f.debug_set().entries(map.keys()).finish(),
+            _ => f.write_str("(not a table)"),
+        }
+    }
 }
 
 impl Default for Config {
@@ -88,6 +133,14 @@ impl Default for Config {
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             payload_limit: ByteSize(postbox::DEFAULT_PAYLOAD_LIMIT),
+            sink: None,
+            sink_url: None,
+            topic: None,
+            exchange: None,
+            webhook_secret: None,
+            sinks: BTreeMap::new(),
+            routes: Vec::new(),
+            routing: None,
         }
     }
 }
@@ -172,6 +225,18 @@ pub(crate) struct Overrides {
     /// `--log-level`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) log_level: Option<String>,
+    /// `--sink`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sink: Option<SinkKind>,
+    /// `--sink-url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sink_url: Option<String>,
+    /// `--topic`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) topic: Option<String>,
+    /// `--exchange`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) exchange: Option<String>,
 }
 
 impl Provider for Overrides {
@@ -183,6 +248,29 @@ impl Provider for Overrides {
 
     fn data(&self) -> figment::Result<Map<Profile, Dict>> {
         Serialized::defaults(self).data()
+    }
+}
+
+/// The `POSTBOX_*` variables of some keys, as plain strings.
+struct RawEnv(&'static [&'static str]);
+
+impl Provider for RawEnv {
+    fn metadata(&self) -> Metadata {
+        Metadata::named("environment variable(s)")
+    }
+
+    fn data(&self) -> figment::Result<Map<Profile, Dict>> {
+        let mut dict = Dict::new();
+        for key in self.0 {
+            let var = format!("{ENV_PREFIX}{}", key.to_ascii_uppercase());
+            if let Some(value) = std::env::var_os(&var) {
+                let value = value
+                    .into_string()
+                    .map_err(|_| figment::Error::from(format!("{var} is not valid UTF-8")))?;
+                dict.insert((*key).to_owned(), figment::value::Value::from(value));
+            }
+        }
+        Ok(Map::from([(Profile::Default, dict)]))
     }
 }
 
@@ -241,13 +329,18 @@ pub(crate) fn load(
         Some(path) => Some(path.to_owned()),
         None => Some(PathBuf::from(DEFAULT_FILE)).filter(|p| p.is_file()),
     };
-    let keys: Vec<&str> = KEYS.iter().map(|k| k.key).collect();
+    let keys: Vec<&str> = KEYS
+        .iter()
+        .map(|k| k.key)
+        .filter(|k| !RAW_ENV_KEYS.contains(k))
+        .collect();
     let mut figment = Figment::from(Defaults(defaults));
     if let Some(file) = &file {
         figment = figment.merge(Toml::file_exact(file));
     }
     let figment = figment
         .merge(Env::prefixed(ENV_PREFIX).only(&keys))
+        .merge(RawEnv(RAW_ENV_KEYS))
         .merge(overrides.clone());
     let config: Config = figment.extract().map_err(|e| {
         let all: Vec<String> = e.into_iter().map(|e| describe(&e)).collect();
@@ -354,6 +447,26 @@ fn validate(loaded: &Loaded) -> anyhow::Result<()> {
     c.relay_config()
         .validate()
         .context("invalid relay configuration")?;
+    if c.sink.is_some() && !c.routes.is_empty() && !loaded.source_of("sink").starts_with("--") {
+        return bad(
+            "sink",
+            "is set, and so are [[routes]]; use one: `sink` (with sink_url, topic) for a single \
+             sink, or [[routes]] with [sinks.NAME] tables (a --sink flag overrides the routes)"
+                .into(),
+        );
+    }
+    if let Err(e) = crate::sinks::plan(c) {
+        let what = if e.key.contains(['.', '[']) || e.key == "sinks" {
+            format!("`{}`", e.key)
+        } else {
+            format!("key `{}`", e.key)
+        };
+        return Err(anyhow!(
+            "invalid configuration {what} (set by {}): {}",
+            loaded.source_of(&e.lookup),
+            e.message
+        ));
+    }
     Ok(())
 }
 
@@ -393,9 +506,10 @@ mod tests {
             assert_eq!(c.concurrency, 64);
             assert_eq!(c.payload_limit, ByteSize(1024 * 1024));
             assert_eq!(c.database_url, None);
-            // The documented defaults parse to the same values.
+            // The documented defaults parse to the same values (those that are values: the
+            // others are explained in parentheses).
             let mut toml = String::new();
-            for k in KEYS.iter().filter(|k| k.key != "database_url") {
+            for k in KEYS.iter().filter(|k| !k.default.starts_with('(')) {
                 toml.push_str(&format!("{} = {}\n", k.key, k.default));
             }
             jail.create_file("postbox.toml", &toml)?;
@@ -495,6 +609,62 @@ mod tests {
                 .expect_err("typo")
                 .to_string();
             assert!(err.contains("batch_sise"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn sink_variables_are_taken_as_written() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.set_env("POSTBOX_SINK", "webhook");
+            jail.set_env("POSTBOX_SINK_URL", "https://h.example/{event_type}");
+            jail.set_env("POSTBOX_WEBHOOK_SECRET", "0123");
+            let c = load_in_jail(&Overrides::default())?;
+            assert_eq!(c.sink, Some(SinkKind::Webhook));
+            assert_eq!(
+                c.webhook_secret.as_ref().map(Secret::expose),
+                Some("0123"),
+                "not parsed as the number 123"
+            );
+            jail.set_env("POSTBOX_SINK", "redis");
+            jail.set_env("POSTBOX_SINK_URL", "redis://127.0.0.1:6379");
+            jail.set_env("POSTBOX_WEBHOOK_SECRET", "");
+            jail.set_env("POSTBOX_TOPIC", "{event_type}");
+            let err = load(Config::default(), None, &Overrides::default())
+                .expect_err("a secret for a redis sink");
+            assert!(
+                err.to_string().contains("webhook_secret")
+                    && err.to_string().contains("POSTBOX_WEBHOOK_SECRET"),
+                "{err}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn sink_and_routes_exclude_each_other_unless_sink_is_a_flag() {
+        Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file(
+                "postbox.toml",
+                "[sinks.out]\nkind = \"stdout\"\n[[routes]]\nsink = \"out\"\n",
+            )?;
+            let c = load_in_jail(&Overrides::default())?;
+            assert_eq!(c.routes.len(), 1);
+            jail.set_env("POSTBOX_SINK", "null");
+            let err = load(Config::default(), None, &Overrides::default())
+                .expect_err("both")
+                .to_string();
+            assert!(
+                err.contains("`sink`") && err.contains("POSTBOX_SINK"),
+                "{err}"
+            );
+            let flag = Overrides {
+                sink: Some(SinkKind::Null),
+                ..Overrides::default()
+            };
+            assert_eq!(load_in_jail(&flag)?.sink, Some(SinkKind::Null));
             Ok(())
         });
     }

@@ -1,4 +1,5 @@
-//! Value types of the configuration: log format, database URL (redacted when shown) and sizes.
+//! Value types of the configuration: log format, sink kind, URLs and secrets (redacted when
+//! shown) and sizes.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,33 +16,99 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// A database URL. Its `Debug` and `Display` hide the password, so it can be logged.
+/// Where the relay publishes (`--sink`, config key `sink`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SinkKind {
+    /// One JSON line per event on stdout, flushed before the event counts as published
+    Stdout,
+    /// Discard events (they are still marked PROCESSED): for trials and benchmarks
+    Null,
+    /// POST each event to an HTTP endpoint (--sink-url, a URL template); 2xx acknowledges
+    Webhook,
+    /// NATS JetStream (--topic is the subject); the stream's PubAck acknowledges
+    Nats,
+    /// RabbitMQ (--topic is the routing key on --exchange); the publisher confirm acknowledges
+    Amqp,
+    /// Kafka (--topic is the topic); the delivery report (acks=all) acknowledges
+    Kafka,
+    /// Redis Streams (--topic is the stream key); the XADD reply acknowledges
+    Redis,
+    /// MQTT 5 (--topic is the topic), QoS 1; the PUBACK acknowledges
+    Mqtt,
+}
+
+impl SinkKind {
+    /// The name as written on the command line and in `postbox.toml`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SinkKind::Stdout => "stdout",
+            SinkKind::Null => "null",
+            SinkKind::Webhook => "webhook",
+            SinkKind::Nats => "nats",
+            SinkKind::Amqp => "amqp",
+            SinkKind::Kafka => "kafka",
+            SinkKind::Redis => "redis",
+            SinkKind::Mqtt => "mqtt",
+        }
+    }
+}
+
+impl fmt::Display for SinkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A URL that may hold a password (a database or broker URL). Its `Debug` and `Display` hide
+/// the password, so it can be logged.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
-pub(crate) struct DatabaseUrl(String);
+pub(crate) struct SecretUrl(String);
 
-impl DatabaseUrl {
+/// The database URL.
+pub(crate) type DatabaseUrl = SecretUrl;
+
+impl SecretUrl {
     /// The URL with its password; for connecting only, never for logs.
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
 
-impl From<&str> for DatabaseUrl {
+impl From<&str> for SecretUrl {
     fn from(url: &str) -> Self {
-        DatabaseUrl(url.to_owned())
+        SecretUrl(url.to_owned())
     }
 }
 
-impl fmt::Display for DatabaseUrl {
+impl fmt::Display for SecretUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&redact_url(&self.0))
     }
 }
 
-impl fmt::Debug for DatabaseUrl {
+impl fmt::Debug for SecretUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", redact_url(&self.0))
+    }
+}
+
+/// A secret (the webhook signing key). It never serializes, and its `Debug` shows `***`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Secret(String);
+
+impl Secret {
+    /// The secret itself; for signing only, never for logs.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
     }
 }
 
@@ -163,5 +230,10 @@ mod tests {
         assert_eq!(redact_url("sqlite://postbox.db"), "sqlite://postbox.db");
         let url = DatabaseUrl::from("postgres://u:pw@h/d");
         assert!(!format!("{url} {url:?}").contains("pw"));
+        let url = SecretUrl::from("amqp://guest:pw@127.0.0.1:5672/%2f");
+        assert_eq!(url.to_string(), "amqp://guest:***@127.0.0.1:5672/%2f");
+        let secret: Secret = serde_json::from_str("\"s3cr3t\"").expect("secret");
+        assert_eq!(format!("{secret:?}"), "\"***\"");
+        assert_eq!(secret.expose(), "s3cr3t");
     }
 }

@@ -179,6 +179,13 @@ impl Harness for AmqpHarness {
         )
     }
 
+    fn other_destination(&self) -> (String, String) {
+        (
+            "routed.{event_type}".to_owned(),
+            "routed.InvoiceCreated".to_owned(),
+        )
+    }
+
     async fn broker_down(&self) {
         self.proxy.down();
     }

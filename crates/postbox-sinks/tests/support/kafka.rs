@@ -189,6 +189,14 @@ impl Harness for KafkaHarness {
         )
     }
 
+    fn other_destination(&self) -> (String, String) {
+        // The mock cluster's consumer reads two topics; the other one.
+        (
+            format!("{}.{{aggregate_type}}.InvoicePaid", self.prefix),
+            format!("{}.Invoice.InvoicePaid", self.prefix),
+        )
+    }
+
     async fn broker_down(&self) {
         self.mock.command(Command::Down);
     }

@@ -12,7 +12,7 @@ use postbox::{OutboxEvent, PublishError, Sink};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub(crate) mod proxy;
+pub(crate) use postbox_testkit::proxy;
 
 #[cfg(feature = "amqp")]
 pub(crate) mod amqp;
@@ -175,7 +175,7 @@ impl Collector {
 /// One sink under test, with a destination of its own, a real consumer, and a way to take the
 /// broker away from the sink (a [`proxy::Proxy`], or the Kafka mock cluster).
 pub(crate) trait Harness: Sized {
-    type Sink: Sink;
+    type Sink: Sink + postbox_sinks::RoutableSink;
 
     /// Sets up a fresh destination and a sink whose `publish_timeout` is `publish_timeout`.
     async fn start(publish_timeout: Duration) -> Self;
@@ -183,6 +183,9 @@ pub(crate) trait Harness: Sized {
     fn collector(&self) -> &Collector;
     /// Where `event` should arrive (rendered from the harness's template).
     fn expected_destination(&self, event: &OutboxEvent) -> String;
+    /// Another destination template the consumer also sees (as a route would give it to
+    /// `RoutableSink::publish_to`), and where [`full_event`] published to it arrives.
+    fn other_destination(&self) -> (String, String);
     async fn broker_down(&self);
     /// The broker keeps receiving, but no acknowledgement reaches the sink.
     async fn stall_acks(&self);
@@ -379,6 +382,39 @@ pub(crate) async fn concurrent_publishes_are_all_delivered<H: Harness>(n: usize)
         "every acknowledged event received"
     );
     assert_eq!(seen.len(), n, "no event received twice");
+    h.cleanup().await;
+}
+
+/// `publish_to` with a destination of its own (a route's) delivers there, over the same
+/// connection, with everything a plain publish carries.
+pub(crate) async fn publishes_to_a_destination_given_per_call<H: Harness>() {
+    use postbox_sinks::{RoutableSink, Template};
+    let h = H::start(Duration::from_secs(5)).await;
+    let (template, expected) = h.other_destination();
+    let template: Template = template.parse().expect("template");
+    let routed = full_event();
+    let plain = full_event();
+    h.sink()
+        .publish_to(&routed, Some(&template))
+        .await
+        .expect("acknowledged at the given destination");
+    h.sink()
+        .publish_to(&plain, None)
+        .await
+        .expect("acknowledged at the sink's own destination");
+    let got = h
+        .collector()
+        .wait_for_ids(&[routed.id, plain.id], Duration::from_secs(10))
+        .await;
+    let r = find(&got, &routed);
+    check_common(&routed, r);
+    h.check_specific(&routed, r);
+    assert_eq!(r.destination, expected, "the route's destination");
+    assert_eq!(
+        find(&got, &plain).destination,
+        h.expected_destination(&plain),
+        "None: the sink's own destination"
+    );
     h.cleanup().await;
 }
 

@@ -140,6 +140,13 @@ impl Harness for RedisHarness {
         )
     }
 
+    fn other_destination(&self) -> (String, String) {
+        (
+            format!("{}:routed:{{event_type}}", self.prefix),
+            format!("{}:routed:InvoiceCreated", self.prefix),
+        )
+    }
+
     async fn broker_down(&self) {
         self.proxy.down();
     }

@@ -145,6 +145,13 @@ impl Harness for WebhookHarness {
         )
     }
 
+    fn other_destination(&self) -> (String, String) {
+        (
+            format!("http://{}/hooks/routed/{{event_type}}", self.proxy.addr()),
+            "/hooks/routed/InvoiceCreated".to_owned(),
+        )
+    }
+
     async fn broker_down(&self) {
         self.proxy.down();
     }

@@ -1,4 +1,5 @@
-//! The sinks the binary offers: `stdout` (JSON lines) and `null` (discard).
+//! The sinks of the binary itself: `stdout` (JSON lines) and `null` (discard). Both take no
+//! destination: a route to them needs no topic.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufWriter, Write};
@@ -7,6 +8,7 @@ use std::sync::mpsc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use postbox::{OutboxEvent, PublishError, Sink};
+use postbox_sinks::{RoutableSink, Template};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::sync::{oneshot, watch};
@@ -167,6 +169,18 @@ impl Sink for StdoutSink {
     }
 }
 
+#[async_trait]
+impl RoutableSink for StdoutSink {
+    /// Writes the line; stdout has no destinations, so `destination` is not used.
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        _destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
+        self.publish(event).await
+    }
+}
+
 /// Acknowledges every event without sending it anywhere (for trials and benchmarks).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct NullSink;
@@ -174,6 +188,17 @@ pub(crate) struct NullSink;
 #[async_trait]
 impl Sink for NullSink {
     async fn publish(&self, _event: &OutboxEvent) -> Result<(), PublishError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RoutableSink for NullSink {
+    async fn publish_to(
+        &self,
+        _event: &OutboxEvent,
+        _destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
         Ok(())
     }
 }

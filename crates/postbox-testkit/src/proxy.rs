@@ -1,5 +1,5 @@
 //! A TCP forwarding proxy that a test can switch off, stall and switch on again, to take a
-//! broker away from one sink without touching the shared broker.
+//! broker away from one sink or relay without touching the shared broker.
 
 use std::net::SocketAddr;
 
@@ -22,14 +22,15 @@ enum Mode {
 /// Forwards connections from an ephemeral loopback port to `upstream`.
 ///
 /// The port stays bound in every mode, so nothing else can take it.
-pub(crate) struct Proxy {
+pub struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
     accept: JoinHandle<()>,
 }
 
 impl Proxy {
-    pub(crate) async fn start(upstream: SocketAddr) -> Proxy {
+    /// Starts forwarding to `upstream`, switched on.
+    pub async fn start(upstream: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
         let (mode, mode_rx) = watch::channel(Mode::Up);
@@ -45,26 +46,28 @@ impl Proxy {
         Proxy { addr, mode, accept }
     }
 
-    pub(crate) fn addr(&self) -> SocketAddr {
+    /// The proxy's own address, to give the client instead of the broker's.
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub(crate) fn port(&self) -> u16 {
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
         self.addr.port()
     }
 
     /// Drops every connection and refuses (accepts and closes) new ones.
-    pub(crate) fn down(&self) {
+    pub fn down(&self) {
         self.mode.send_replace(Mode::Down);
     }
 
     /// Keeps connections open and forwards requests, but swallows every answer.
-    pub(crate) fn stall(&self) {
+    pub fn stall(&self) {
         self.mode.send_replace(Mode::Stall);
     }
 
     /// Forwards again; connections that were stalled are dropped (their streams lost bytes).
-    pub(crate) fn up(&self) {
+    pub fn up(&self) {
         self.mode.send_replace(Mode::Up);
     }
 }

@@ -1,0 +1,766 @@
+//! `postbox relay` publishing to the real brokers on 127.0.0.1, from the command line and from
+//! `postbox.toml` routes: events inserted by plain SQL arrive at a consumer of each broker with
+//! their headers, routes fan out, unmatched events fail with a reason, a broker away at start-up
+//! is waited for, and secrets stay out of logs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use sqlx::Row as _;
+
+use crate::consumers::{AmqpQueue, MqttTopics, NatsStream, Received, RedisStreams, Webhook};
+use crate::support::{DEADLINE, Finished, Pg, Running, run};
+use postbox_testkit::proxy::Proxy;
+
+/// How long a consumer may take to see what the relay published.
+const ARRIVAL: Duration = Duration::from_secs(20);
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// An event row as the relay read it.
+#[derive(Debug)]
+struct Row {
+    event_type: String,
+    aggregate_type: String,
+    aggregate_id: String,
+    idempotency_key: String,
+    payload: serde_json::Value,
+}
+
+/// Inserts `n` events by plain SQL, with headers and an idempotency key; returns their ids.
+async fn insert(
+    pg: &Pg,
+    event_type: &str,
+    aggregate_type: &str,
+    n: i64,
+    max_retries: i32,
+) -> Vec<i64> {
+    let tag = crate::consumers::suffix();
+    sqlx::query_scalar(
+        "INSERT INTO outbox_events
+             (event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key, max_retries)
+         SELECT $1, $2, a.id, jsonb_build_object('n', g, 'note', 'plain SQL ✓'),
+                jsonb_build_object('traceparent', $5::text, 'x-request-source', 'checkout'),
+                $2 || ':' || a.id || ':' || $1 || ':2026-04-24', $4
+         FROM generate_series(1, $3) AS g,
+              LATERAL (SELECT lower($2) || '-' || g || '-' || $6 AS id) AS a
+         RETURNING id",
+    )
+    .bind(event_type)
+    .bind(aggregate_type)
+    .bind(n)
+    .bind(max_retries)
+    .bind(TRACEPARENT)
+    .bind(tag)
+    .fetch_all(pg.db.pool())
+    .await
+    .expect("insert events")
+}
+
+/// Every event row, by id.
+async fn rows(pg: &Pg) -> HashMap<i64, Row> {
+    sqlx::query(
+        "SELECT id, event_type, aggregate_type, aggregate_id, idempotency_key, payload
+         FROM outbox_events",
+    )
+    .fetch_all(pg.db.pool())
+    .await
+    .expect("rows")
+    .into_iter()
+    .map(|r| {
+        (
+            r.get("id"),
+            Row {
+                event_type: r.get("event_type"),
+                aggregate_type: r.get("aggregate_type"),
+                aggregate_id: r.get("aggregate_id"),
+                idempotency_key: r.get("idempotency_key"),
+                payload: r.get("payload"),
+            },
+        )
+    })
+    .collect()
+}
+
+/// (status, retry_count, last_error) of every event, by id.
+async fn states(pg: &Pg) -> BTreeMap<i64, (String, i32, Option<String>)> {
+    sqlx::query("SELECT id, status, retry_count, last_error FROM outbox_events")
+        .fetch_all(pg.db.pool())
+        .await
+        .expect("states")
+        .into_iter()
+        .map(|r| {
+            (
+                r.get("id"),
+                (r.get("status"), r.get("retry_count"), r.get("last_error")),
+            )
+        })
+        .collect()
+}
+
+/// Runs `postbox` with `args` (and `env`) to completion without blocking the runtime the
+/// consumers run on.
+async fn postbox(pg: &Pg, args: &[&str], env: &[(&str, &str)]) -> Finished {
+    let mut cmd = pg.cmd(args);
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    tokio::task::spawn_blocking(move || run(cmd))
+        .await
+        .expect("postbox runner")
+}
+
+/// Like [`postbox`], and the command must succeed.
+async fn postbox_ok(pg: &Pg, args: &[&str], env: &[(&str, &str)]) -> Finished {
+    let out = postbox(pg, args, env).await;
+    assert!(
+        out.status.success(),
+        "postbox {args:?} failed ({}):\nstderr:\n{}",
+        out.status,
+        out.stderr
+    );
+    out
+}
+
+/// A fresh database with the outbox tables.
+async fn migrated() -> Pg {
+    let pg = Pg::new().await;
+    postbox_ok(&pg, &["migrate"], &[]).await;
+    pg
+}
+
+/// Checks that `got` holds every event of `ids` exactly once, at the destination `expected`
+/// gives, with its payload and metadata; returns the messages by event id.
+fn assert_delivered(
+    got: &[Received],
+    rows: &HashMap<i64, Row>,
+    ids: &[i64],
+    expected: impl Fn(&Row) -> String,
+) -> HashMap<i64, Received> {
+    let mut by_id: HashMap<i64, Received> = HashMap::new();
+    for r in got {
+        let id = r.event_id().unwrap_or_else(|| panic!("no event id: {r:?}"));
+        assert!(by_id.insert(id, r.clone()).is_none(), "event {id} twice");
+    }
+    for id in ids {
+        let row = &rows[id];
+        let r = by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("event {id} did not arrive; got {got:?}"));
+        assert_eq!(r.destination, expected(row), "destination of {id}");
+        assert_eq!(r.body, row.payload, "payload of {id}");
+        let header = |name: &str| {
+            r.header(name)
+                .unwrap_or_else(|| panic!("event {id} lacks {name}: {:?}", r.headers))
+        };
+        assert_eq!(header("postbox-event-id"), id.to_string());
+        assert_eq!(header("postbox-dedup-id"), row.idempotency_key);
+        assert_eq!(header("postbox-event-type"), row.event_type);
+        assert_eq!(header("postbox-aggregate-type"), row.aggregate_type);
+        assert_eq!(header("postbox-aggregate-id"), row.aggregate_id);
+        assert_eq!(header("postbox-schema-version"), "1");
+        chrono::DateTime::parse_from_rfc3339(header("postbox-created-at")).expect("RFC 3339");
+        assert_eq!(header("traceparent"), TRACEPARENT);
+        assert_eq!(header("x-request-source"), "checkout");
+        assert!(r.header("postbox-tenant").is_none());
+    }
+    assert_eq!(by_id.len(), ids.len(), "nothing else arrived");
+    by_id
+}
+
+async fn assert_all_processed(pg: &Pg) {
+    for (id, (status, _, error)) in states(pg).await {
+        assert_eq!(status, "PROCESSED", "event {id}: {error:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_receives_every_event_with_its_headers() {
+    let pg = migrated().await;
+    let nats = NatsStream::start().await;
+    let mut ids = insert(&pg, "InvoiceCreated", "Invoice", 10, 5).await;
+    ids.extend(insert(&pg, "OrderPlaced", "Order", 5, 5).await);
+    let topic = format!("{}.{{aggregate_type}}.{{event_type}}", nats.prefix);
+    // The default --sink-url: nats://127.0.0.1:4222.
+    let out = postbox_ok(
+        &pg,
+        &["relay", "--drain", "--sink", "nats", "--topic", &topic],
+        &[],
+    )
+    .await;
+    assert!(
+        out.stderr.contains("nats nats://127.0.0.1:4222"),
+        "{}",
+        out.stderr
+    );
+    let got = nats.collector.wait_for_ids(&ids, ARRIVAL).await;
+    let rows = rows(&pg).await;
+    let by_id = assert_delivered(&got, &rows, &ids, |row| {
+        format!("{}.{}.{}", nats.prefix, row.aggregate_type, row.event_type)
+    });
+    for (id, r) in &by_id {
+        assert_eq!(
+            r.header("Nats-Msg-Id"),
+            Some(rows[id].idempotency_key.as_str())
+        );
+    }
+    assert_all_processed(&pg).await;
+    nats.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_publishes_on_the_default_exchange_or_the_configured_one() {
+    let pg = migrated().await;
+    let mut queue = AmqpQueue::start().await;
+    // The default exchange: the routing key is the queue's name.
+    let first = insert(&pg, "InvoiceCreated", "Invoice", 8, 5).await;
+    postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "amqp",
+            "--sink-url",
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+            "--topic",
+            &queue.queue,
+        ],
+        &[],
+    )
+    .await;
+    let got = queue.collector.wait_for_ids(&first, ARRIVAL).await;
+    let rows_now = rows(&pg).await;
+    let by_id = assert_delivered(&got, &rows_now, &first, |_| queue.queue.clone());
+    for (id, r) in &by_id {
+        assert_eq!(r.extra["message_id"], rows_now[id].idempotency_key);
+        assert_eq!(r.extra["delivery_mode"], "2", "persistent");
+        assert_eq!(r.extra["exchange"], "", "the default exchange");
+    }
+
+    // An exchange from the environment (config key `exchange`), a routing key template.
+    let exchange = queue.bind_exchange().await;
+    let second = insert(&pg, "OrderPlaced", "Order", 6, 5).await;
+    postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "amqp",
+            "--topic",
+            "{aggregate_type}.{event_type}",
+        ],
+        &[("POSTBOX_EXCHANGE", &exchange)],
+    )
+    .await;
+    let all: Vec<i64> = first.iter().chain(&second).copied().collect();
+    let got = queue.collector.wait_for_ids(&all, ARRIVAL).await;
+    let got: Vec<Received> = got
+        .into_iter()
+        .filter(|r| r.event_id().is_some_and(|id| second.contains(&id)))
+        .collect();
+    let by_id = assert_delivered(&got, &rows(&pg).await, &second, |row| {
+        format!("{}.{}", row.aggregate_type, row.event_type)
+    });
+    assert!(by_id.values().all(|r| r.extra["exchange"] == exchange));
+    assert_all_processed(&pg).await;
+    queue.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_appends_every_event_to_its_stream() {
+    let pg = migrated().await;
+    let streams = RedisStreams::start().await;
+    let mut ids = insert(&pg, "InvoiceCreated", "Invoice", 10, 5).await;
+    ids.extend(insert(&pg, "InvoicePaid", "Invoice", 5, 5).await);
+    let topic = format!("{}:{{aggregate_type}}:{{event_type}}", streams.prefix);
+    postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "redis",
+            "--sink-url",
+            "redis://127.0.0.1:6379",
+            "--topic",
+            &topic,
+        ],
+        &[],
+    )
+    .await;
+    let got = streams.collector.wait_for_ids(&ids, ARRIVAL).await;
+    assert_delivered(&got, &rows(&pg).await, &ids, |row| {
+        format!(
+            "{}:{}:{}",
+            streams.prefix, row.aggregate_type, row.event_type
+        )
+    });
+    assert_all_processed(&pg).await;
+    streams.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt_publishes_every_event_at_qos_1() {
+    let pg = migrated().await;
+    let topics = MqttTopics::start().await;
+    let ids = insert(&pg, "InvoiceCreated", "Invoice", 12, 5).await;
+    let topic = format!("{}/{{aggregate_type}}/{{aggregate_id}}", topics.prefix);
+    postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "mqtt",
+            "--sink-url",
+            "mqtt://127.0.0.1:1883",
+            "--topic",
+            &topic,
+        ],
+        &[],
+    )
+    .await;
+    let got = topics.collector.wait_for_ids(&ids, ARRIVAL).await;
+    let by_id = assert_delivered(&got, &rows(&pg).await, &ids, |row| {
+        format!(
+            "{}/{}/{}",
+            topics.prefix, row.aggregate_type, row.aggregate_id
+        )
+    });
+    assert!(by_id.values().all(|r| r.extra["qos"] == "AtLeastOnce"));
+    assert_all_processed(&pg).await;
+    topics.cleanup();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_posts_signed_envelopes_and_keeps_the_secret_out_of_logs() {
+    const SECRET: &str = "0123-hook-secret";
+    let pg = migrated().await;
+    let hook = Webhook::start(None).await;
+    let ids = insert(&pg, "InvoiceCreated", "Invoice", 10, 5).await;
+    let url = format!(
+        "http://{}/hooks/{{aggregate_type}}/{{event_type}}",
+        hook.addr
+    );
+    let out = postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "webhook",
+            "--sink-url",
+            &url,
+            "--log-level",
+            "debug",
+        ],
+        &[("POSTBOX_WEBHOOK_SECRET", SECRET)],
+    )
+    .await;
+    assert!(!out.stderr.contains(SECRET), "{}", out.stderr);
+    let got = hook.collector.wait_for_ids(&ids, ARRIVAL).await;
+    let rows = rows(&pg).await;
+    let by_id = assert_delivered(&got, &rows, &ids, |row| {
+        format!("/hooks/{}/{}", row.aggregate_type, row.event_type)
+    });
+    for (id, r) in &by_id {
+        let raw = &r.extra["raw_body"];
+        assert_eq!(
+            r.header("x-postbox-signature"),
+            Some(postbox_sinks::webhook::sign(SECRET.as_bytes(), raw.as_bytes()).as_str()),
+            "signed with the secret as written (not parsed as a number)"
+        );
+        assert_eq!(
+            r.header("idempotency-key"),
+            Some(rows[id].idempotency_key.as_str())
+        );
+    }
+    assert_all_processed(&pg).await;
+
+    let mut shown = pg.cmd(&["config", "--sink", "webhook", "--sink-url", &url]);
+    shown.env("POSTBOX_WEBHOOK_SECRET", SECRET);
+    let shown = tokio::task::spawn_blocking(move || run(shown))
+        .await
+        .expect("config");
+    assert!(shown.status.success(), "{}", shown.stderr);
+    assert!(!shown.stdout.contains(SECRET), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("webhook_secret  = \"***\""),
+        "{}",
+        shown.stdout
+    );
+    hook.cleanup();
+}
+
+/// No Kafka broker runs here: the relay still starts, says it cannot connect, and the events
+/// fail with that reason (the Kafka configuration is parsed and used end to end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_without_a_broker_starts_and_fails_events_with_the_reason() {
+    let pg = migrated().await;
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    };
+    let ids = insert(&pg, "InvoiceCreated", "Invoice", 3, 1).await;
+    let url = format!("kafka://127.0.0.1:{port}");
+    let out = postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "kafka",
+            "--sink-url",
+            &url,
+            "--topic",
+            "billing.{aggregate_type}",
+            "--log-level",
+            "warn,postbox=info",
+        ],
+        &[],
+    )
+    .await;
+    assert!(
+        out.stderr.contains("cannot connect") && out.stderr.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        out.stderr
+    );
+    let states = states(&pg).await;
+    for id in ids {
+        let (status, _, error) = &states[&id];
+        assert_eq!(status, "FAILED");
+        let error = error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("kafka sink: not connected yet")
+                && error.contains(&format!("cannot connect to Kafka at 127.0.0.1:{port}")),
+            "{error}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_fan_out_to_two_sinks_and_unmatched_events_fail() {
+    let pg = migrated().await;
+    let streams = RedisStreams::start().await;
+    // The first invoice request to the webhook fails once: its event is retried and reaches
+    // Redis twice (same dedup id), and is PROCESSED only after both routes acknowledged it.
+    let hook = Webhook::start(Some("/hooks/invoices/")).await;
+    let toml = format!(
+        r#"
+        [sinks.stream]
+        kind = "redis"
+        url = "redis://127.0.0.1:6379"
+
+        [sinks.hook]
+        kind = "webhook"
+        url = "http://{addr}/hooks/invoices/{{event_type}}"
+        secret = "route-secret-42"
+
+        [[routes]]
+        event_type = "Invoice*"
+        sink = "stream"
+        topic = "{prefix}:{{aggregate_type}}:{{event_type}}"
+
+        [[routes]]
+        aggregate_type = "Inv?ice"
+        sink = "hook"
+
+        [[routes]]
+        event_type = "*Shipped"
+        sink = "hook"
+        topic = "http://{addr}/hooks/shipping/{{aggregate_id}}"
+
+        [routing]
+        unmatched = "fail"
+        "#,
+        addr = hook.addr,
+        prefix = streams.prefix
+    );
+    std::fs::write(pg.dir.path().join("postbox.toml"), toml).expect("write postbox.toml");
+    let invoices = insert(&pg, "InvoiceCreated", "Invoice", 4, 5).await;
+    let shipped = insert(&pg, "OrderShipped", "Order", 3, 5).await;
+    let orphans = insert(&pg, "Orphan", "Order", 2, 5).await;
+
+    let out = postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--backoff-base",
+            "100ms",
+            "--poll-interval",
+            "100ms",
+            "--log-level",
+            "debug",
+        ],
+        &[],
+    )
+    .await;
+    assert!(!out.stderr.contains("route-secret-42"), "{}", out.stderr);
+    assert!(out.stderr.contains("3 routes to 2 sinks"), "{}", out.stderr);
+
+    let rows = rows(&pg).await;
+    let states = states(&pg).await;
+    for id in invoices.iter().chain(&shipped) {
+        assert_eq!(states[id].0, "PROCESSED", "{id}: {:?}", states[id]);
+    }
+    for id in &orphans {
+        let (status, _, error) = &states[id];
+        assert_eq!(status, "FAILED");
+        let error = error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("no route matches") && error.contains("\"Orphan\""),
+            "{error}"
+        );
+    }
+    let retried: Vec<i64> = invoices
+        .iter()
+        .copied()
+        .filter(|id| states[id].1 > 0)
+        .collect();
+    assert_eq!(retried.len(), 1, "one invoice was retried: {states:?}");
+
+    // Redis: every invoice, the retried one twice (same dedup id); nothing else.
+    let in_redis = streams.collector.wait_for_ids(&invoices, ARRIVAL).await;
+    let mut copies: HashMap<i64, Vec<&Received>> = HashMap::new();
+    for r in &in_redis {
+        copies.entry(r.event_id().expect("id")).or_default().push(r);
+    }
+    for id in &invoices {
+        let expected = if *id == retried[0] { 2 } else { 1 };
+        let got = &copies[id];
+        assert_eq!(got.len(), expected, "copies of {id} in Redis");
+        for r in got {
+            assert_eq!(
+                r.header("postbox-dedup-id"),
+                Some(rows[id].idempotency_key.as_str())
+            );
+            assert_eq!(
+                r.destination,
+                format!("{}:Invoice:InvoiceCreated", streams.prefix)
+            );
+        }
+    }
+    assert_eq!(copies.len(), invoices.len(), "only invoices went to Redis");
+
+    // The webhook: every invoice (the sink's own URL) and every shipment (the route's URL).
+    let wanted: Vec<i64> = invoices.iter().chain(&shipped).copied().collect();
+    let at_hook = hook.collector.wait_for_ids(&wanted, ARRIVAL).await;
+    for r in &at_hook {
+        let id = r.event_id().expect("id");
+        let row = &rows[&id];
+        let expected = if invoices.contains(&id) {
+            "/hooks/invoices/InvoiceCreated".to_owned()
+        } else {
+            format!("/hooks/shipping/{}", row.aggregate_id)
+        };
+        assert_eq!(r.destination, expected);
+        assert_eq!(
+            r.header("x-postbox-signature"),
+            Some(
+                postbox_sinks::webhook::sign(b"route-secret-42", r.extra["raw_body"].as_bytes())
+                    .as_str()
+            )
+        );
+        assert!(!orphans.contains(&id), "an unmatched event was published");
+    }
+    assert_eq!(
+        at_hook.len(),
+        wanted.len() + 1,
+        "one failed request, then each once"
+    );
+
+    // `postbox config` shows the routes, without the secret.
+    let shown = postbox_ok(&pg, &["config"], &[]).await;
+    assert!(
+        shown.stdout.contains("routes[2]: event_type \"*Shipped\""),
+        "{}",
+        shown.stdout
+    );
+    assert!(!shown.stdout.contains("route-secret-42"));
+    streams.cleanup().await;
+    hook.cleanup();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_away_at_start_up_is_waited_for_and_gets_every_event() {
+    let pg = migrated().await;
+    let streams = RedisStreams::start().await;
+    let proxy = Proxy::start("127.0.0.1:6379".parse().expect("address")).await;
+    proxy.down();
+    let ids = insert(&pg, "InvoiceCreated", "Invoice", 20, 1000).await;
+    let mut tx = pg.db.pool().begin().await.expect("begin");
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         VALUES ('Ghost', 'Invoice', 'ghost', '{}')",
+    )
+    .execute(&mut *tx)
+    .await
+    .expect("insert ghost");
+    tx.rollback().await.expect("rollback");
+
+    let url = format!("redis://127.0.0.1:{}", proxy.port());
+    let topic = format!("{}:{{event_type}}", streams.prefix);
+    let relay = Running::spawn(pg.cmd(&[
+        "relay",
+        "--drain",
+        "--sink",
+        "redis",
+        "--sink-url",
+        &url,
+        "--topic",
+        &topic,
+        "--poll-interval",
+        "100ms",
+        "--backoff-base",
+        "100ms",
+        "--backoff-cap",
+        "400ms",
+    ]));
+
+    // Every event is tried and fails while the broker is away; none is PROCESSED.
+    let deadline = tokio::time::Instant::now() + ARRIVAL;
+    loop {
+        let states = states(&pg).await;
+        assert!(
+            states.values().all(|(status, _, _)| status != "PROCESSED"),
+            "published while the broker was away: {states:?}"
+        );
+        if states.values().all(|(_, tries, _)| *tries >= 2) {
+            let error = states.values().next().and_then(|s| s.2.clone());
+            assert!(
+                error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("not connected yet")),
+                "{error:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no retries: {states:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(streams.collector.snapshot().is_empty());
+
+    proxy.up();
+    let out = tokio::task::spawn_blocking(move || relay.finish(DEADLINE))
+        .await
+        .expect("relay");
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stderr.contains("cannot connect"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("attempts="),
+        "reconnected: {}",
+        out.stderr
+    );
+    assert_all_processed(&pg).await;
+    let got = streams.collector.wait_for_ids(&ids, ARRIVAL).await;
+    assert_delivered(&got, &rows(&pg).await, &ids, |row| {
+        format!("{}:{}", streams.prefix, row.event_type)
+    });
+    streams.cleanup().await;
+}
+
+/// A broker password never reaches the logs, the events' last_error or `postbox config`, even
+/// when connecting fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_passwords_stay_out_of_logs_and_errors() {
+    const PASSWORD: &str = "Br0kerPassw0rd";
+    let pg = migrated().await;
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    };
+    insert(&pg, "InvoiceCreated", "Invoice", 2, 1).await;
+    let url = format!("amqp://relay:{PASSWORD}@127.0.0.1:{port}/%2f");
+    let env = [("POSTBOX_SINK_URL", url.as_str())];
+    let out = postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "amqp",
+            "--topic",
+            "q",
+            "--log-level",
+            "debug",
+        ],
+        &env,
+    )
+    .await;
+    assert!(out.stderr.contains("relay:***@"), "{}", out.stderr);
+    assert!(!out.stderr.contains(PASSWORD), "{}", out.stderr);
+    for (status, _, error) in states(&pg).await.values() {
+        assert_eq!(status, "FAILED");
+        assert!(!error.as_deref().unwrap_or_default().contains(PASSWORD));
+    }
+    let shown = postbox_ok(&pg, &["config", "--sink", "amqp", "--topic", "q"], &env).await;
+    assert!(shown.stdout.contains("relay:***@"), "{}", shown.stdout);
+    assert!(!shown.stdout.contains(PASSWORD), "{}", shown.stdout);
+
+    // The NATS client logs server addresses at debug level: the password is not in them.
+    insert(&pg, "InvoiceCreated", "Invoice", 1, 1).await;
+    let url = format!("nats://relay:{PASSWORD}@127.0.0.1:{port}");
+    let out = postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "nats",
+            "--topic",
+            "q",
+            "--log-level",
+            "debug",
+        ],
+        &[("POSTBOX_SINK_URL", url.as_str())],
+    )
+    .await;
+    assert!(
+        out.stderr.contains("cannot connect to NATS"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains(PASSWORD), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_routes_stop_the_relay_naming_the_rule() {
+    let pg = migrated().await;
+    for (toml, expect) in [
+        (
+            "[sinks.a]\nkind = \"redis\"\n[[routes]]\nsink = \"a\"\ntopic = \"x\"\n[[routes]]\nsink = \"b\"\ntopic = \"x\"\n",
+            "`routes[1]`",
+        ),
+        (
+            "[sinks.a]\nkind = \"redis\"\n[[routes]]\nevent_type = \"Inv[0-9]\"\nsink = \"a\"\ntopic = \"x\"\n",
+            "`routes[0]`",
+        ),
+        (
+            "[sinks.a]\nkind = \"redis\"\n[[routes]]\nsink = \"a\"\ntopic = \"x.{aggregate}\"\n",
+            "{aggregate}",
+        ),
+        (
+            "[sinks.a]\nkind = \"sqs\"\n[[routes]]\nsink = \"a\"\ntopic = \"x\"\n",
+            "`sinks.a`",
+        ),
+        (
+            "[sinks.a]\nkind = \"webhook\"\n[[routes]]\nsink = \"a\"\n",
+            "no `url` of its own",
+        ),
+    ] {
+        std::fs::write(pg.dir.path().join("postbox.toml"), toml).expect("write");
+        let out = postbox(&pg, &["relay", "--drain"], &[]).await;
+        assert!(!out.status.success(), "{toml}");
+        assert!(
+            out.stderr.contains(expect) && out.stderr.contains("postbox.toml"),
+            "{toml}: {}",
+            out.stderr
+        );
+    }
+}

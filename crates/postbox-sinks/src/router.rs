@@ -1,0 +1,593 @@
+//! Routing: ordered rules that send each event to one or more sinks, each with a destination
+//! template of its own.
+//!
+//! A [`Router`] is itself a [`Sink`]: hand it to a relay. For each event it takes every
+//! [`Route`] whose globs match the event's type and aggregate type, renders each route's
+//! destination, and publishes to all of them at once. The event counts as published only when
+//! every matched route acknowledged it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use postbox::{OutboxEvent, PublishError, Sink};
+
+use crate::{Glob, Template};
+
+/// A sink that can publish to a destination given per call, so that several routes share one
+/// connection.
+///
+/// Every broker sink of this crate implements it: the destination is the NATS subject, the AMQP
+/// routing key (on the sink's exchange), the Kafka topic, the Redis stream key, the MQTT topic or
+/// the webhook URL. Its `Sink::publish` is `publish_to(event, None)`.
+#[async_trait]
+pub trait RoutableSink: Send + Sync + 'static {
+    /// Publishes `event` to the destination `destination` renders for it, or to the sink's own
+    /// configured destination when `None`, and waits for the acknowledgement.
+    ///
+    /// A sink configured without a destination of its own fails `None` permanently.
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<(), PublishError>;
+}
+
+#[async_trait]
+impl<S: RoutableSink + ?Sized> RoutableSink for Arc<S> {
+    async fn publish_to(
+        &self,
+        event: &OutboxEvent,
+        destination: Option<&Template>,
+    ) -> Result<(), PublishError> {
+        (**self).publish_to(event, destination).await
+    }
+}
+
+/// The error of a sink that has no destination of its own and was asked to publish to it.
+#[allow(dead_code, reason = "used only by some sink features")]
+pub(crate) fn no_destination(sink: &str, field: &str) -> PublishError {
+    PublishError::permanent(format!(
+        "{sink}: this sink has no `{field}` of its own, and the route gave no destination; give \
+         the sink a `{field}` or the route a topic"
+    ))
+}
+
+/// One routing rule: which events (globs over event type and aggregate type), which sink, and
+/// which destination.
+///
+/// A route without globs matches every event. An `aggregate_type` glob never matches an event
+/// without an aggregate type, not even `*`.
+#[derive(Clone)]
+pub struct Route {
+    label: String,
+    event_type: Option<Glob>,
+    aggregate_type: Option<Glob>,
+    sink_name: String,
+    sink: Arc<dyn RoutableSink>,
+    destination: Option<Template>,
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Route")
+            .field("label", &self.label)
+            .field("event_type", &self.event_type)
+            .field("aggregate_type", &self.aggregate_type)
+            .field("sink", &self.sink_name)
+            .field("destination", &self.destination)
+            .finish()
+    }
+}
+
+impl Route {
+    /// A route to `sink` (called `sink_name` in messages) that matches every event, publishing to
+    /// `destination` (`None`: the sink's own). `label` names the route in error messages, e.g.
+    /// `routes[2]`.
+    pub fn new(
+        label: impl Into<String>,
+        sink_name: impl Into<String>,
+        sink: Arc<dyn RoutableSink>,
+        destination: Option<Template>,
+    ) -> Route {
+        Route {
+            label: label.into(),
+            event_type: None,
+            aggregate_type: None,
+            sink_name: sink_name.into(),
+            sink,
+            destination,
+        }
+    }
+
+    /// Matches only events whose type matches `glob`.
+    pub fn event_type(mut self, glob: Glob) -> Route {
+        self.event_type = Some(glob);
+        self
+    }
+
+    /// Matches only events whose aggregate type matches `glob`.
+    pub fn aggregate_type(mut self, glob: Glob) -> Route {
+        self.aggregate_type = Some(glob);
+        self
+    }
+
+    /// The label given to [`Route::new`].
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Whether this route takes `event`.
+    pub fn matches(&self, event: &OutboxEvent) -> bool {
+        let event_type = self
+            .event_type
+            .as_ref()
+            .is_none_or(|g| g.matches(&event.event_type));
+        let aggregate_type = match (&self.aggregate_type, &event.aggregate_type) {
+            (None, _) => true,
+            (Some(glob), Some(value)) => glob.matches(value),
+            (Some(_), None) => false,
+        };
+        event_type && aggregate_type
+    }
+
+    /// Whether this route and `other` publish to the same place (same sink, same template).
+    fn same_target(&self, other: &Route) -> bool {
+        Arc::ptr_eq(&self.sink, &other.sink)
+            && self.destination.as_ref().map(Template::as_str)
+                == other.destination.as_ref().map(Template::as_str)
+    }
+
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        self.sink.publish_to(event, self.destination.as_ref()).await
+    }
+
+    fn describe(&self) -> String {
+        match &self.destination {
+            Some(d) => format!(
+                "{} (sink {}, {:?})",
+                self.label,
+                self.sink_name,
+                crate::error::redact(d.as_str())
+            ),
+            None => format!("{} (sink {})", self.label, self.sink_name),
+        }
+    }
+}
+
+/// What happens to an event that no route matches.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Unmatched {
+    /// It fails permanently (the event goes `FAILED` at once), with a reason naming its type.
+    Fail,
+    /// It goes to this route (its globs are not consulted).
+    Default(Box<Route>),
+}
+
+/// Sends each event to every route that matches it; an event counts as published only when
+/// every matched route acknowledged it.
+///
+/// The matched routes are published to concurrently, so a slow broker delays only the events
+/// routed to it (each sink bounds its own publish by its `publish_timeout`). Two matched routes
+/// with the same sink and the same destination template publish once.
+///
+/// **Retries repeat acknowledged routes.** If one route fails, the event fails (retryable unless
+/// some route failed permanently) and on the next try it is published to *every* matched route
+/// again, including those that had acknowledged it: they receive it twice, with the same
+/// `postbox-dedup-id`. Consumers drop repeats by it, as they must anyway (at-least-once).
+///
+/// ```
+/// use std::sync::Arc;
+/// use postbox::{OutboxEvent, PublishError};
+/// use postbox_sinks::{RoutableSink, Route, Router, Template, Unmatched};
+///
+/// struct Print;
+///
+/// #[async_trait::async_trait]
+/// impl RoutableSink for Print {
+///     async fn publish_to(&self, e: &OutboxEvent, to: Option<&Template>) -> Result<(), PublishError> {
+///         let to = to.map(|t| t.render(e)).transpose()?;
+///         println!("{} -> {to:?}", e.id);
+///         Ok(())
+///     }
+/// }
+///
+/// let print: Arc<dyn RoutableSink> = Arc::new(Print);
+/// let router = Router::new(
+///     vec![
+///         Route::new("routes[0]", "print", print.clone(), Some("billing.{event_type}".parse().unwrap()))
+///             .event_type("Invoice*".parse().unwrap()),
+///         Route::new("routes[1]", "print", print, Some("audit".parse().unwrap())),
+///     ],
+///     Unmatched::Fail,
+/// );
+/// // hand `router` to a `postbox::Relay` as its sink
+/// # let _ = router;
+/// ```
+#[derive(Debug)]
+pub struct Router {
+    routes: Vec<Route>,
+    unmatched: Unmatched,
+}
+
+impl Router {
+    /// A router over `routes`, in order, with `unmatched` for events no route matches.
+    pub fn new(routes: Vec<Route>, unmatched: Unmatched) -> Router {
+        Router { routes, unmatched }
+    }
+
+    /// The routes that take `event`, in order, without repeats of the same sink and destination;
+    /// the default route when none matches and there is one.
+    pub fn routes_for(&self, event: &OutboxEvent) -> Vec<&Route> {
+        let mut matched: Vec<&Route> = Vec::new();
+        for route in self.routes.iter().filter(|r| r.matches(event)) {
+            if !matched.iter().any(|m| m.same_target(route)) {
+                matched.push(route);
+            }
+        }
+        if matched.is_empty()
+            && let Unmatched::Default(route) = &self.unmatched
+        {
+            matched.push(route);
+        }
+        matched
+    }
+}
+
+#[async_trait]
+impl Sink for Router {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let routes = self.routes_for(event);
+        match routes.as_slice() {
+            [] => Err(PublishError::permanent(format!(
+                "no route matches event {} (event_type {:?}, aggregate_type {}); add a route \
+                 for it or a default route, then retry the event",
+                event.id,
+                event.event_type,
+                event
+                    .aggregate_type
+                    .as_deref()
+                    .map_or_else(|| "none".to_owned(), |a| format!("{a:?}"))
+            ))),
+            [route] => route
+                .publish(event)
+                .await
+                .map_err(|e| with_route(&e, route)),
+            many => {
+                let outcomes =
+                    futures::future::join_all(many.iter().map(|r| r.publish(event))).await;
+                combine(many, outcomes)
+            }
+        }
+    }
+}
+
+/// The error of `route`, prefixed with which route it was.
+fn with_route(error: &PublishError, route: &Route) -> PublishError {
+    let message = format!("{}: {}", route.describe(), message_of(error));
+    if error.is_permanent() {
+        PublishError::permanent(message)
+    } else {
+        PublishError::retryable(message)
+    }
+}
+
+/// The outcome of a fan-out: `Ok` when every route acknowledged; otherwise one error naming
+/// every failed route, permanent when any failure was (retrying cannot make that route succeed,
+/// so the event could never be published to all its routes).
+fn combine(routes: &[&Route], outcomes: Vec<Result<(), PublishError>>) -> Result<(), PublishError> {
+    let failed: Vec<(&Route, PublishError)> = routes
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(route, outcome)| outcome.err().map(|e| (*route, e)))
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let permanent = failed.iter().any(|(_, e)| e.is_permanent());
+    let details: Vec<String> = failed
+        .iter()
+        .map(|(route, e)| format!("{}: {}", route.describe(), message_of(e)))
+        .collect();
+    let message = format!(
+        "{} of {} routes failed (the others acknowledged; a retry sends to every route again): {}",
+        failed.len(),
+        routes.len(),
+        details.join("; ")
+    );
+    Err(if permanent {
+        PublishError::permanent(message)
+    } else {
+        PublishError::retryable(message)
+    })
+}
+
+/// The message of an error without the `permanent: ` prefix of its `Display`.
+fn message_of(error: &PublishError) -> String {
+    match error {
+        PublishError::Retryable(m) | PublishError::Permanent(m) => m.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Records (event id, rendered destination); answers from a script, then `Ok`.
+    #[derive(Default)]
+    struct Recorder {
+        seen: Mutex<Vec<(i64, Option<String>)>>,
+        script: Mutex<Vec<Result<(), PublishError>>>,
+        delay: Duration,
+    }
+
+    #[async_trait]
+    impl RoutableSink for Recorder {
+        async fn publish_to(
+            &self,
+            event: &OutboxEvent,
+            destination: Option<&Template>,
+        ) -> Result<(), PublishError> {
+            let rendered = destination.map(|t| t.render(event)).transpose()?;
+            tokio::time::sleep(self.delay).await;
+            self.seen.lock().unwrap().push((event.id, rendered));
+            let mut script = self.script.lock().unwrap();
+            if script.is_empty() {
+                Ok(())
+            } else {
+                script.remove(0)
+            }
+        }
+    }
+
+    impl Recorder {
+        fn seen(&self) -> Vec<(i64, Option<String>)> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    fn event(id: i64, event_type: &str, aggregate_type: Option<&str>) -> OutboxEvent {
+        let mut e = crate::test_event::event(id, aggregate_type.is_some(), None);
+        e.event_type = event_type.to_owned();
+        e.aggregate_type = aggregate_type.map(str::to_owned);
+        e
+    }
+
+    fn t(s: &str) -> Option<Template> {
+        Some(s.parse().unwrap())
+    }
+
+    fn g(s: &str) -> Glob {
+        s.parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_event_goes_to_every_matching_route_with_its_destination() {
+        let billing = Arc::new(Recorder::default());
+        let audit = Arc::new(Recorder::default());
+        let router = Router::new(
+            vec![
+                Route::new(
+                    "routes[0]",
+                    "billing",
+                    billing.clone(),
+                    t("billing.{aggregate_type}.{event_type}"),
+                )
+                .event_type(g("Invoice*"))
+                .aggregate_type(g("Invoice")),
+                Route::new(
+                    "routes[1]",
+                    "audit",
+                    audit.clone(),
+                    t("https://audit.example/{event_type}"),
+                )
+                .event_type(g("*")),
+            ],
+            Unmatched::Fail,
+        );
+        router
+            .publish(&event(1, "InvoiceCreated", Some("Invoice")))
+            .await
+            .unwrap();
+        router
+            .publish(&event(2, "OrderPlaced", Some("Order")))
+            .await
+            .unwrap();
+        // Glob on the event type matches, but not the aggregate type: audit only.
+        router
+            .publish(&event(3, "InvoiceCreated", Some("Receipt")))
+            .await
+            .unwrap();
+        assert_eq!(
+            billing.seen(),
+            vec![(1, Some("billing.Invoice.InvoiceCreated".into()))]
+        );
+        let mut audited = audit.seen();
+        audited.sort();
+        assert_eq!(
+            audited,
+            vec![
+                (1, Some("https://audit.example/InvoiceCreated".into())),
+                (2, Some("https://audit.example/OrderPlaced".into())),
+                (3, Some("https://audit.example/InvoiceCreated".into())),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_aggregate_glob_never_matches_an_event_without_aggregate() {
+        let sink = Arc::new(Recorder::default());
+        let route = Route::new("r", "s", sink, None).aggregate_type(g("*"));
+        assert!(route.matches(&event(1, "X", Some("Invoice"))));
+        assert!(!route.matches(&event(1, "X", None)));
+        let open = Route::new("r", "s", Arc::new(Recorder::default()), None);
+        assert!(open.matches(&event(1, "X", None)), "no globs: every event");
+    }
+
+    #[tokio::test]
+    async fn unmatched_events_fail_permanently_naming_their_type_or_take_the_default() {
+        let sink: Arc<dyn RoutableSink> = Arc::new(Recorder::default());
+        let routes =
+            vec![Route::new("routes[0]", "s", sink.clone(), t("x")).event_type(g("Invoice*"))];
+        let strict = Router::new(routes.clone(), Unmatched::Fail);
+        let err = strict
+            .publish(&event(7, "OrderPlaced", Some("Order")))
+            .await
+            .unwrap_err();
+        assert!(err.is_permanent(), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("no route") && text.contains("\"OrderPlaced\"") && text.contains("7"),
+            "{text}"
+        );
+
+        let fallback = Arc::new(Recorder::default());
+        let lenient = Router::new(
+            routes,
+            Unmatched::Default(Box::new(Route::new(
+                "routing.default_route",
+                "fallback",
+                fallback.clone(),
+                t("unrouted.{event_type}"),
+            ))),
+        );
+        lenient
+            .publish(&event(8, "OrderPlaced", None))
+            .await
+            .unwrap();
+        lenient
+            .publish(&event(9, "InvoiceCreated", None))
+            .await
+            .unwrap();
+        assert_eq!(
+            fallback.seen(),
+            vec![(8, Some("unrouted.OrderPlaced".into()))],
+            "the default route takes only what no route matched"
+        );
+    }
+
+    #[tokio::test]
+    async fn published_only_when_every_route_acked_and_classed_by_the_worst_failure() {
+        let ok = Arc::new(Recorder::default());
+        let flaky = Arc::new(Recorder::default());
+        flaky
+            .script
+            .lock()
+            .unwrap()
+            .push(Err(PublishError::retryable("broker away")));
+        let router = Router::new(
+            vec![
+                Route::new("routes[0]", "ok", ok.clone(), t("a")),
+                Route::new("routes[1]", "flaky", flaky.clone(), t("b")),
+            ],
+            Unmatched::Fail,
+        );
+        let err = router.publish(&event(1, "E", None)).await.unwrap_err();
+        assert!(!err.is_permanent(), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("1 of 2 routes failed") && text.contains("routes[1]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("broker away") && !text.contains("routes[0]"),
+            "{text}"
+        );
+        // The retry goes to both routes again: the one that acked receives it twice.
+        router.publish(&event(1, "E", None)).await.unwrap();
+        assert_eq!(ok.seen().len(), 2);
+        assert_eq!(flaky.seen().len(), 2);
+
+        // One permanent failure makes the whole event permanent, even beside a retryable one.
+        flaky
+            .script
+            .lock()
+            .unwrap()
+            .push(Err(PublishError::retryable("later")));
+        let mut bare = event(2, "E", None);
+        bare.aggregate_type = None;
+        let router = Router::new(
+            vec![
+                Route::new("routes[0]", "needs", ok.clone(), t("{aggregate_type}")),
+                Route::new("routes[1]", "flaky", flaky, t("b")),
+            ],
+            Unmatched::Fail,
+        );
+        let err = router.publish(&bare).await.unwrap_err();
+        assert!(err.is_permanent(), "{err}");
+        assert!(err.to_string().contains("2 of 2 routes failed"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_single_route_error_names_the_route_and_keeps_its_class() {
+        let sink = Arc::new(Recorder::default());
+        sink.script
+            .lock()
+            .unwrap()
+            .push(Err(PublishError::permanent("answered 400")));
+        let router = Router::new(
+            vec![Route::new(
+                "routes[3]",
+                "hook",
+                sink,
+                t("http://x/{event_type}"),
+            )],
+            Unmatched::Fail,
+        );
+        let err = router.publish(&event(1, "E", None)).await.unwrap_err();
+        assert!(err.is_permanent());
+        assert_eq!(
+            err.to_string(),
+            "permanent: routes[3] (sink hook, \"http://x/{event_type}\"): answered 400"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_same_sink_and_destination_twice_publishes_once() {
+        let sink: Arc<dyn RoutableSink> = Arc::new(Recorder::default());
+        let other: Arc<dyn RoutableSink> = Arc::new(Recorder::default());
+        let router = Router::new(
+            vec![
+                Route::new("routes[0]", "s", sink.clone(), t("a.{event_type}"))
+                    .event_type(g("Inv*")),
+                Route::new("routes[1]", "s", sink.clone(), t("a.{event_type}")),
+                Route::new("routes[2]", "s", sink.clone(), t("b")),
+                Route::new("routes[3]", "o", other, t("a.{event_type}")),
+            ],
+            Unmatched::Fail,
+        );
+        let labels: Vec<&str> = router
+            .routes_for(&event(1, "Invoice", None))
+            .iter()
+            .map(|r| r.label())
+            .collect();
+        assert_eq!(labels, ["routes[0]", "routes[2]", "routes[3]"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn routes_of_one_event_are_published_concurrently() {
+        let slow = Arc::new(Recorder {
+            delay: Duration::from_secs(3),
+            ..Recorder::default()
+        });
+        let slower = Arc::new(Recorder {
+            delay: Duration::from_secs(4),
+            ..Recorder::default()
+        });
+        let router = Router::new(
+            vec![
+                Route::new("routes[0]", "slow", slow, t("a")),
+                Route::new("routes[1]", "slower", slower, t("b")),
+            ],
+            Unmatched::Fail,
+        );
+        let started = tokio::time::Instant::now();
+        router.publish(&event(1, "E", None)).await.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(4), "not 3 s + 4 s");
+    }
+}
