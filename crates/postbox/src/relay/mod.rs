@@ -508,7 +508,7 @@ fn alert_failed(tenant: &str, id: i64, event_type: &str, retry_count: i32, error
         event_type,
         retry_count,
         error,
-        "event FAILED and will not be retried; fix the cause, then retry it (see `postbox status`)"
+        "event FAILED and will not be retried; fix the cause, then set it back to PENDING (see the README, Retrying FAILED events)"
     );
     metrics::counter!("postbox_events_failed_total", "tenant" => tenant.to_owned()).increment(1);
 }
