@@ -119,6 +119,16 @@ pub(crate) enum Command {
     )]
     Status(StatusArgs),
 
+    /// Put FAILED events back in the queue once their cause is fixed
+    #[command(
+        long_about = "Put FAILED events back to PENDING with a fresh retry budget (retry_count 0), \
+                      once the cause of their failure is fixed; a relay publishes them at its next \
+                      poll. Name the events by id, or give --all for every FAILED event of the \
+                      target (the default schema, or --tenant). Events in any other state are \
+                      left alone. Prints how many events were put back."
+    )]
+    Retry(RetryArgs),
+
     /// Add, list, suspend and resume tenants (PostgreSQL only)
     #[command(
         subcommand,
@@ -282,6 +292,30 @@ pub(crate) struct StatusArgs {
     pub(crate) schema: SchemaArg,
 }
 
+/// `postbox retry`.
+#[derive(Debug, Args)]
+pub(crate) struct RetryArgs {
+    /// Ids of the FAILED events to retry
+    #[arg(
+        value_name = "ID",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub(crate) ids: Vec<i64>,
+
+    /// Retry every FAILED event of the target
+    #[arg(long)]
+    pub(crate) all: bool,
+
+    /// The tenant whose events to retry [default: the default schema]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
 /// `postbox tenants …`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum TenantsCommand {
@@ -377,6 +411,7 @@ impl Cli {
             Command::Migrate(a) => (Some(&a.schema), None, None),
             Command::Relay(a) => (Some(&a.schema), Some(&a.tuning), Some(&a.sink)),
             Command::Status(a) => (Some(&a.schema), None, None),
+            Command::Retry(a) => (Some(&a.schema), None, None),
             Command::Tenants(TenantsCommand::Add(_)) => (None, None, None),
             Command::Tenants(TenantsCommand::List(a)) => (Some(&a.schema), None, None),
             Command::Tenants(TenantsCommand::Suspend(a) | TenantsCommand::Resume(a)) => {

@@ -427,6 +427,13 @@ impl postbox::Store for FaultyStore {
         self.inner.events_mark_failed(p).await
     }
 
+    async fn events_retry_failed(
+        &self,
+        params: &postbox::store::RetryFailedParams<'_>,
+    ) -> postbox::Result<u64> {
+        self.inner.events_retry_failed(params).await
+    }
+
     async fn status_counts(&self, target: &postbox::Target) -> postbox::Result<StatusCounts> {
         self.inner.status_counts(target).await
     }

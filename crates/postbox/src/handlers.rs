@@ -25,7 +25,7 @@ type Handler =
 /// concurrently, each within the handler timeout (default 10 s). The event is published when all
 /// of them succeed; an error, a timeout or a panic in any of them is a failed try of the event,
 /// which is retried with backoff. An event that no handler matches fails permanently (it is
-/// `FAILED` at once, so nothing is dropped silently; set it back to `PENDING` once a handler
+/// `FAILED` at once, so nothing is dropped silently; `postbox retry` brings it back once a handler
 /// exists).
 ///
 /// ```

@@ -672,3 +672,30 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
     .await;
     running.stop().await;
 }
+
+#[tokio::test]
+async fn a_running_relay_wakes_for_its_own_retry_before_the_next_poll() {
+    let (db, store) = pg().await;
+    let sink = RecordingSink::new();
+    sink.script("Flaky", Behaviour::FailTimes(1));
+    let cfg = RelayConfig {
+        poll_interval: Duration::from_secs(30),
+        retry: RetryPolicy {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(1),
+        },
+        ..config()
+    };
+    let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    let id = enqueue(&db, &Outbox::new(), events("Flaky", 1)).await[0];
+    // First try fails; the retry is due 200 ms later. A relay that slept until its next poll
+    // would publish it only after 30 s.
+    wait_until(
+        "the retry is published long before the next poll",
+        Duration::from_secs(5),
+        || async { sink.published_ids() == [id] },
+    )
+    .await;
+    assert_eq!(sink.attempts(id), 2);
+    running.stop().await;
+}

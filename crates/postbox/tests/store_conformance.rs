@@ -1048,6 +1048,60 @@ async fn a_refused_event_leaves_the_callers_transaction_usable<B: Backend>() {
     assert_eq!(e.payload_as::<serde_json::Value>().unwrap(), lookalike);
 }
 
+async fn an_operator_retry_puts_failed_events_back_in_the_queue<B: Backend>() {
+    let b = ready::<B>().await;
+    let t = target(&b);
+    let ids = enqueue_n(&b, 4).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    mark_failed(
+        &b,
+        c.claim_token,
+        &[
+            failed(ids[0], "gone", true),
+            failed(ids[1], "gone too", true),
+            failed(ids[2], "try again later", false),
+        ],
+    )
+    .await;
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[3..]).await, 1);
+
+    // By id: only FAILED events move; a PENDING or PROCESSED one named too is left alone.
+    let only_first = [ids[0], ids[2], ids[3]];
+    let n = b
+        .store()
+        .events_retry_failed(&postbox::store::RetryFailedParams {
+            target: &t,
+            ids: Some(&only_first),
+        })
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let row = b.row(ids[0]).await;
+    assert_eq!((row.status.as_str(), row.retry_count), ("PENDING", 0));
+    assert_eq!(row.left_ms, None, "due at once");
+    assert_eq!(b.row(ids[1]).await.status, "FAILED");
+    assert_eq!(b.row(ids[3]).await.status, "PROCESSED");
+
+    // All of them.
+    let n = b
+        .store()
+        .events_retry_failed(&postbox::store::RetryFailedParams {
+            target: &t,
+            ids: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(b.row(ids[1]).await.status, "PENDING");
+    let claimed: Vec<i64> = claim(&b, "r2", 10, Duration::from_secs(30))
+        .await
+        .events
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(claimed, [ids[0], ids[1]], "retried events are claimable");
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod postgres {
@@ -1087,4 +1141,5 @@ conformance!(
     enqueue_many_returns_results_in_input_order,
     oversized_events_are_refused_and_nothing_is_written,
     a_refused_event_leaves_the_callers_transaction_usable,
+    an_operator_retry_puts_failed_events_back_in_the_queue,
 );

@@ -5,6 +5,7 @@ mod config;
 mod demo;
 mod migrate;
 mod relay;
+mod retry;
 mod status;
 mod tenants;
 
@@ -28,6 +29,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate(_) => migrate::run(&loaded.config).await,
         Command::Relay(args) => relay::run(&loaded.config, args).await,
         Command::Status(args) => status::run(&loaded.config, args).await,
+        Command::Retry(args) => retry::run(&loaded.config, args).await,
         Command::Tenants(command) => tenants::run(&loaded.config, command).await,
         Command::Demo(args) => {
             demo::run(&loaded.config, cli.global.database_url.as_deref(), args).await

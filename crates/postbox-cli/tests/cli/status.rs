@@ -57,3 +57,45 @@ async fn status_of_an_unmigrated_database_says_to_migrate() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("postbox migrate"), "{}", out.stderr);
 }
+
+#[tokio::test]
+async fn retry_puts_failed_events_back_and_a_relay_publishes_them() {
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    pg.ok(&["tenants", "add", "acme"]);
+    pg.insert_events("outbox_events", "A", 4, true).await;
+    pg.insert_events("s_acme.outbox_events", "B", 1, true).await;
+    pg.sql(
+        "UPDATE outbox_events SET status = 'FAILED', retry_count = 5, last_error = 'boom'
+             WHERE id IN (1, 2, 3);
+         UPDATE s_acme.outbox_events SET status = 'FAILED', retry_count = 5 WHERE id = 1;",
+    )
+    .await;
+
+    let out = pg.ok(&["retry", "1", "4"]);
+    assert!(
+        out.stdout.contains("1 FAILED event(s) of default"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stderr.contains("1 of the 2 ids"), "{}", out.stderr);
+    assert_eq!(pg.ids("outbox_events", Some("FAILED")).await, [2, 3]);
+    assert!(pg.ok(&["retry", "--all"]).stdout.contains("2 FAILED"));
+    assert!(pg.ids("outbox_events", Some("FAILED")).await.is_empty());
+    assert_eq!(pg.ids("s_acme.outbox_events", Some("FAILED")).await, [1]);
+    assert!(
+        pg.ok(&["retry", "--all", "--tenant", "acme"])
+            .stdout
+            .contains("1 FAILED event(s) of acme")
+    );
+    let unknown = run(pg.cmd(&["retry", "--all", "--tenant", "nobody"]));
+    assert!(!unknown.status.success());
+    assert!(unknown.stderr.contains("nobody"), "{}", unknown.stderr);
+
+    let drained = pg.ok(&["relay", "--drain", "--sink", "stdout"]);
+    assert_eq!(drained.stdout.lines().count(), 5, "{}", drained.stdout);
+    assert_eq!(
+        pg.ids("outbox_events", Some("PROCESSED")).await,
+        [1, 2, 3, 4]
+    );
+}

@@ -4,6 +4,8 @@
 mod config;
 mod publish;
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +22,9 @@ use crate::store::{
     ClaimParams, FailedTry, MarkFailedParams, MarkProcessedParams, RenewParams, Store,
     TenantStatus, Wakeups,
 };
+
+/// Scheduled retries a relay remembers for waking up on time.
+const MAX_REMEMBERED_RETRIES: usize = 10_000;
 
 /// What a relay did, summed over its run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,6 +77,10 @@ struct Inner {
     sink: Arc<dyn Sink>,
     config: RelayConfig,
     id: String,
+    /// The retries this relay scheduled, earliest first, so an idle relay wakes for them rather
+    /// than at its next poll. Wake-up times only: whether an event is due is decided by the
+    /// database clock.
+    retries: std::sync::Mutex<BinaryHeap<Reverse<Instant>>>,
 }
 
 /// Whether the loop stops when the work runs out.
@@ -108,6 +117,7 @@ impl Relay {
                 sink,
                 config,
                 id,
+                retries: std::sync::Mutex::new(BinaryHeap::new()),
             }),
         })
     }
@@ -195,20 +205,27 @@ impl Relay {
             if full || *stop.borrow() {
                 continue;
             }
-            // Sleep until the earliest retry or lease expiry is due, at most `poll_interval`.
-            let wait = match (mode, self.next_due(&targets).await) {
-                (Mode::Drain, Ok(None)) => break,
-                (_, Ok(Some(due))) => due.clamp(Duration::from_millis(5), cfg.poll_interval),
-                (Mode::Forever, Ok(None)) => cfg.poll_interval,
-                (Mode::Drain, Err(e)) if e.needs_operator() => {
-                    error!(relay = %self.inner.id, error = %e,
-                        "cannot drain: a served target's events cannot be read");
-                    return Err(e);
-                }
-                (_, Err(e)) => {
-                    warn!(error = %e, "cannot read the backlog; polling");
-                    cfg.poll_interval.min(Duration::from_secs(1))
-                }
+            let wait = match mode {
+                // Draining must know when nothing is left, and when the next retry or expired
+                // lease is due (any relay's), so it asks the database.
+                Mode::Drain => match self.next_due(&targets).await {
+                    Ok(None) => break,
+                    Ok(Some(due)) => due.clamp(Duration::from_millis(5), cfg.poll_interval),
+                    Err(e) if e.needs_operator() => {
+                        error!(relay = %self.inner.id, error = %e,
+                            "cannot drain: a served target's events cannot be read");
+                        return Err(e);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot read the backlog; retrying");
+                        cfg.poll_interval.min(Duration::from_secs(1))
+                    }
+                },
+                // Running, it waits for a notification, its own next retry, or the poll: no
+                // query per idle round (it would cost most on a busy table).
+                Mode::Forever => self.until_next_retry().map_or(cfg.poll_interval, |d| {
+                    d.clamp(Duration::from_millis(5), cfg.poll_interval)
+                }),
             };
             if self.idle(wait, &mut wakeups, &mut stop, mode).await {
                 break;
@@ -326,6 +343,39 @@ impl Relay {
             Some(e) if served == 0 => Err(e),
             _ => Ok((stats, full)),
         }
+    }
+
+    /// Remembers a retry this relay scheduled `after` from now.
+    fn note_retry(&self, after: Duration) {
+        let mut retries = self
+            .inner
+            .retries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Bounded: past this many, later retries are found by polling.
+        if retries.len() < MAX_REMEMBERED_RETRIES {
+            retries.push(Reverse(Instant::now() + after));
+        }
+    }
+
+    /// Time until the earliest retry this relay scheduled that is still ahead (zero if one has
+    /// just come due); retries already passed are forgotten.
+    fn until_next_retry(&self) -> Option<Duration> {
+        let mut retries = self
+            .inner
+            .retries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        let mut came_due = false;
+        while let Some(Reverse(at)) = retries.peek() {
+            if *at > now {
+                return Some(if came_due { Duration::ZERO } else { *at - now });
+            }
+            retries.pop();
+            came_due = true;
+        }
+        came_due.then_some(Duration::ZERO)
     }
 
     /// How long until the earliest outstanding event is due, or `None` when nothing is left.
@@ -461,9 +511,16 @@ impl Relay {
                         .map_or("", |e| e.event_type.as_str());
                     alert_failed(tenant, mark.id, event_type, mark.retry_count, error);
                 } else {
-                    warn!(tenant, event_id = mark.id, retry_count = mark.retry_count,
-                        retry_in = ?cfg.retry.delay(mark.retry_count), error,
-                        "publish failed; retry scheduled");
+                    let retry_in = cfg.retry.delay(mark.retry_count);
+                    self.note_retry(retry_in);
+                    warn!(
+                        tenant,
+                        event_id = mark.id,
+                        retry_count = mark.retry_count,
+                        ?retry_in,
+                        error,
+                        "publish failed; retry scheduled"
+                    );
                 }
             }
         }
@@ -508,7 +565,7 @@ fn alert_failed(tenant: &str, id: i64, event_type: &str, retry_count: i32, error
         event_type,
         retry_count,
         error,
-        "event FAILED and will not be retried; fix the cause, then set it back to PENDING (see the README, Retrying FAILED events)"
+        "event FAILED and will not be retried; fix the cause, then `postbox retry <event_id>`"
     );
     metrics::counter!("postbox_events_failed_total", "tenant" => tenant.to_owned()).increment(1);
 }

@@ -217,6 +217,15 @@ impl TenantStatus {
     }
 }
 
+/// Parameters of [`Store::events_retry_failed`].
+#[derive(Clone, Debug)]
+pub struct RetryFailedParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// The events to retry; `None` retries every `FAILED` event of the target.
+    pub ids: Option<&'a [i64]>,
+}
+
 /// Parameters of [`Store::tenant_add`].
 #[derive(Clone, Debug)]
 pub struct TenantAddParams<'a> {
@@ -259,6 +268,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records failed tries: back to `PENDING` after a backoff, or `FAILED` at the limit.
     async fn events_mark_failed(&self, params: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>>;
+
+    /// Puts `FAILED` events back to `PENDING` with `retry_count` 0 (an operator's retry, once the
+    /// cause is fixed); returns how many. Events in any other state are left alone.
+    async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64>;
 
     /// Counts the events of a target by status.
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts>;

@@ -14,8 +14,8 @@ use uuid::Uuid;
 use super::sql::{PerSchema, render, safe};
 use super::{
     Backlog, ClaimParams, Claimed, ExhaustedEvent, FailedMark, MarkFailedParams,
-    MarkProcessedParams, RenewParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus,
-    Wakeups,
+    MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
+    TenantAddParams, TenantStatus, Wakeups,
 };
 use crate::error::{Error, Result};
 use crate::event::{OutboxEvent, headers_from_json};
@@ -44,6 +44,7 @@ struct PgSql {
     mark_failed: std::sync::Arc<str>,
     status_counts: std::sync::Arc<str>,
     backlog: std::sync::Arc<str>,
+    retry_failed: std::sync::Arc<str>,
 }
 
 impl PgSql {
@@ -58,6 +59,7 @@ impl PgSql {
             mark_failed: render(include_str!("../../sql/postgres/mark_failed.sql"), schema),
             status_counts: render(include_str!("../../sql/postgres/status_counts.sql"), schema),
             backlog: render(include_str!("../../sql/postgres/backlog.sql"), schema),
+            retry_failed: render(include_str!("../../sql/postgres/retry_failed.sql"), schema),
         }
     }
 }
@@ -310,6 +312,16 @@ impl Store for PgStore {
                 })
             })
             .collect()
+    }
+
+    async fn events_retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
+        let sql = self.sql.get(&p.target.schema);
+        let done = sqlx::query(safe(&sql.retry_failed))
+            .bind(p.ids)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        Ok(done.rows_affected())
     }
 
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {

@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use super::{
     Backlog, ClaimParams, Claimed, ExhaustedEvent, FailedMark, MarkFailedParams,
-    MarkProcessedParams, RenewParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus,
-    Wakeups,
+    MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
+    TenantAddParams, TenantStatus, Wakeups,
 };
 use crate::error::{Error, Result};
 use crate::event::{OutboxEvent, headers_from_json};
@@ -279,6 +279,16 @@ impl Store for SqliteStore {
         }
         tx.commit().await?;
         Ok(marks)
+    }
+
+    async fn events_retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
+        Self::check_target(p.target)?;
+        let done = sqlx::query(include_str!("../../sql/sqlite/retry_failed.sql"))
+            .bind(p.ids.map(ids_json))
+            .execute(&self.pool)
+            .await
+            .map_err(map_missing_table)?;
+        Ok(done.rows_affected())
     }
 
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {

@@ -312,8 +312,8 @@ async fn demo(
         );
     }
     println!(
-        "  An operator fixes the cause, then retries it; the relay also logged an error-level \
-         alert (run with --log-level info to see the relay's logs).\n"
+        "  An operator fixes the cause, then runs `postbox retry <id>`; the relay also logged an \
+         error-level alert (run with --log-level info to see the relay's logs).\n"
     );
 
     let tally = {
