@@ -699,3 +699,65 @@ async fn a_running_relay_wakes_for_its_own_retry_before_the_next_poll() {
     assert_eq!(sink.attempts(id), 2);
     running.stop().await;
 }
+
+/// With statistics that say "empty" (a new or truncated table, no autovacuum), PostgreSQL would
+/// plan the claim's pick as a bitmap scan plus a sort, which visits every dead index entry of
+/// processed events on every claim. The claim function pins the ordered index scan.
+#[tokio::test]
+async fn the_claim_reads_the_polling_index_in_order_whatever_the_statistics_say() {
+    let (db, store) = pg().await;
+    let mut conn = db.pool().acquire().await.unwrap();
+    sqlx::query("VACUUM ANALYZE outbox_events")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload, status)
+         SELECT 'T', '{}', CASE WHEN g <= 20000 THEN 'PROCESSED' ELSE 'PENDING' END
+         FROM generate_series(1, 20010) g",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let config: Vec<String> =
+        sqlx::query_scalar("SELECT unnest(proconfig) FROM pg_proc WHERE proname = 'postbox_claim'")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+    assert!(
+        config.contains(&"enable_bitmapscan=off".to_owned())
+            && config.contains(&"enable_seqscan=off".to_owned()),
+        "{config:?}"
+    );
+    // The function's settings applied to its pick: an ordered scan of the polling index.
+    sqlx::raw_sql("SET enable_bitmapscan = off; SET enable_seqscan = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT id FROM outbox_events
+         WHERE status IN ('PENDING', 'PROCESSING')
+           AND (locked_until IS NULL OR locked_until < now())
+         ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan using outbox_events_due_idx") && !plan.contains("Sort"),
+        "{plan}"
+    );
+    drop(conn);
+    let claimed = store
+        .events_claim(&ClaimParams {
+            target: &default_target(),
+            batch_size: 100,
+            lease: Duration::from_secs(30),
+            relay_id: "r1",
+        })
+        .await
+        .unwrap();
+    assert_eq!(claimed.events.len(), 10);
+    assert_eq!(claimed.events[0].id, 20001);
+}

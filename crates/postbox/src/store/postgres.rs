@@ -26,10 +26,16 @@ pub(crate) const NOTIFY_CHANNEL: &str = "postbox_events";
 
 /// Migrations of every outbox schema, in order. Names are recorded in the schema's
 /// `postbox_schema_history` table, never in the application's own migration table.
-const OUTBOX_MIGRATIONS: &[(&str, &str)] = &[(
-    "outbox_0001_events",
-    include_str!("../../sql/postgres/0001_outbox_events.sql"),
-)];
+const OUTBOX_MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "outbox_0001_events",
+        include_str!("../../sql/postgres/0001_outbox_events.sql"),
+    ),
+    (
+        "outbox_0002_claim_function",
+        include_str!("../../sql/postgres/0002_claim_function.sql"),
+    ),
+];
 
 /// Migrations of the default schema only.
 const REGISTRY_MIGRATIONS: &[(&str, &str)] = &[(
@@ -178,7 +184,8 @@ fn secs(v: Option<f64>) -> Option<Duration> {
 
 fn map_missing_table(err: sqlx::Error, schema: &SchemaName) -> Error {
     if let sqlx::Error::Database(db) = &err
-        && matches!(db.code().as_deref(), Some("42P01" | "3F000"))
+        // undefined table, undefined schema, undefined function (postbox_claim)
+        && matches!(db.code().as_deref(), Some("42P01" | "3F000" | "42883"))
     {
         return Error::NotMigrated {
             schema: schema.to_string(),
@@ -204,7 +211,7 @@ impl Store for PgStore {
         let sql = self.sql.get(&p.target.schema);
         let token = Uuid::new_v4();
         let rows = sqlx::query(safe(&sql.claim))
-            .bind(i64::from(p.batch_size))
+            .bind(i32::try_from(p.batch_size).unwrap_or(i32::MAX))
             .bind(ms(p.lease))
             .bind(p.relay_id)
             .bind(token)
