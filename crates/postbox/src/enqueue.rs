@@ -117,18 +117,7 @@ impl Outbox {
                     .await?
             }
             Conn::Sqlite(c) => {
-                sqlx::query_scalar(SQLITE_ENQUEUE)
-                    .bind(&event.event_type)
-                    .bind(&event.aggregate_type)
-                    .bind(&event.aggregate_id)
-                    .bind(event.payload.get())
-                    .bind(&event.event_class)
-                    .bind(event.schema_version)
-                    .bind(&headers)
-                    .bind(&key)
-                    .bind(max_retries)
-                    .fetch_optional(c)
-                    .await?
+                sqlite_insert(c, &event, key.as_deref(), &headers, max_retries).await?
             }
         };
         Ok(id.map_or(Enqueued::Duplicate, Enqueued::Inserted))
@@ -190,18 +179,8 @@ impl Outbox {
             Conn::Sqlite(c) => {
                 let mut out = Vec::with_capacity(events.len());
                 for ((event, key), headers) in events.iter().zip(&keys).zip(&headers) {
-                    let id: Option<i64> = sqlx::query_scalar(SQLITE_ENQUEUE)
-                        .bind(&event.event_type)
-                        .bind(&event.aggregate_type)
-                        .bind(&event.aggregate_id)
-                        .bind(event.payload.get())
-                        .bind(&event.event_class)
-                        .bind(event.schema_version)
-                        .bind(headers)
-                        .bind(key)
-                        .bind(event.max_retries.unwrap_or(self.inner.max_retries))
-                        .fetch_optional(&mut *c)
-                        .await?;
+                    let max_retries = event.max_retries.unwrap_or(self.inner.max_retries);
+                    let id = sqlite_insert(c, event, key.as_deref(), headers, max_retries).await?;
                     out.push(id.map_or(Enqueued::Duplicate, Enqueued::Inserted));
                 }
                 Ok(out)
@@ -211,6 +190,28 @@ impl Outbox {
 }
 
 const SQLITE_ENQUEUE: &str = include_str!("../sql/sqlite/enqueue.sql");
+
+/// One event on SQLite; `None` when its idempotency key exists already.
+async fn sqlite_insert(
+    conn: &mut SqliteConnection,
+    event: &Event,
+    key: Option<&str>,
+    headers: &str,
+    max_retries: i32,
+) -> Result<Option<i64>> {
+    Ok(sqlx::query_scalar(SQLITE_ENQUEUE)
+        .bind(&event.event_type)
+        .bind(&event.aggregate_type)
+        .bind(&event.aggregate_id)
+        .bind(event.payload.get())
+        .bind(&event.event_class)
+        .bind(event.schema_version)
+        .bind(headers)
+        .bind(key)
+        .bind(max_retries)
+        .fetch_optional(conn)
+        .await?)
+}
 
 /// Maps the rows a multi-row insert returned back to its inputs: a keyed event was inserted if
 /// its key came back (the first of equal keys wins); unkeyed events were all inserted, and

@@ -1,7 +1,5 @@
 //! The library's error type.
 
-use std::time::Duration;
-
 /// Everything that can go wrong in Postbox's library calls.
 ///
 /// Each variant says what was wrong; the messages tell an operator what to do about it.
@@ -60,10 +58,6 @@ pub enum Error {
         /// The schema that lacks the outbox tables.
         schema: String,
     },
-
-    /// A database call timed out.
-    #[error("database call timed out after {0:?}")]
-    Timeout(Duration),
 
     /// The database reported an error (connection lost, constraint, syntax…).
     #[error("database error: {0}")]

@@ -25,6 +25,16 @@ pub use postgres::PgStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
+/// A duration as milliseconds, the unit the SQL takes leases and backoffs in.
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Seconds read from SQL as a duration; a negative value (overdue) is zero.
+pub(crate) fn secs(v: Option<f64>) -> Option<Duration> {
+    v.map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
 /// Parameters of [`Store::events_claim`].
 #[derive(Clone, Debug)]
 pub struct ClaimParams<'a> {

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::{
     Backlog, ClaimParams, Claimed, ExhaustedEvent, FailedMark, MarkFailedParams,
     MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
-    TenantAddParams, TenantStatus, Wakeups,
+    TenantAddParams, TenantStatus, Wakeups, ms, secs,
 };
 use crate::error::{Error, Result};
 use crate::event::{OutboxEvent, headers_from_json};
@@ -97,14 +97,6 @@ fn ids_json(ids: &[i64]) -> String {
     }
     s.push(']');
     s
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn secs(v: Option<f64>) -> Option<Duration> {
-    v.map(|s| Duration::from_secs_f64(s.max(0.0)))
 }
 
 fn map_missing_table(err: sqlx::Error) -> Error {
