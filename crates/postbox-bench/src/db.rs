@@ -1,5 +1,5 @@
-//! The producer side of the benchmark: business transactions with and without an enqueue, on
-//! either database.
+//! The producer side of the benchmark: business transactions with and without an enqueue (or a
+//! second business row in its place), on either database.
 
 use std::sync::Arc;
 
@@ -22,6 +22,17 @@ const CREATE_SQLITE: &str =
 const INSERT_PG: &str = "INSERT INTO public.bench_business (data) VALUES ($1)";
 const INSERT_SQLITE: &str = "INSERT INTO bench_business (data) VALUES (?1)";
 
+/// What a business transaction writes beside its business row.
+#[derive(Clone, Copy)]
+pub(crate) enum Extra<'a> {
+    /// Nothing: the transaction without an event.
+    Nothing,
+    /// A second business row: the floor, what any second statement costs.
+    SecondRow,
+    /// An event, enqueued through this outbox.
+    Event(&'a Outbox),
+}
+
 /// A payload of about 300 bytes, as in the measurements the targets come from.
 pub(crate) fn payload(i: u64) -> serde_json::Value {
     serde_json::json!({
@@ -35,6 +46,11 @@ pub(crate) fn payload(i: u64) -> serde_json::Value {
         ],
         "note": "benchmark event with a payload of roughly three hundred bytes",
     })
+}
+
+/// The data of the second business row: the event's payload, so both carry the same bytes.
+fn second_row(i: u64) -> String {
+    payload(i).to_string()
 }
 
 pub(crate) fn event(i: u64) -> Result<Event, BenchError> {
@@ -60,11 +76,12 @@ impl Db {
         .map_err(BenchError::db)
     }
 
-    /// One business transaction: a business row, and with `outbox` an event beside it.
+    /// One business transaction: a business row, and beside it what `extra` says. Returns the
+    /// event's id when an event was inserted.
     pub(crate) async fn business_tx(
         &self,
         i: u64,
-        outbox: Option<&Outbox>,
+        extra: Extra<'_>,
     ) -> Result<Option<i64>, BenchError> {
         let data = format!("invoice {i}");
         match self {
@@ -75,9 +92,17 @@ impl Db {
                     .execute(&mut *tx)
                     .await
                     .map_err(BenchError::db)?;
-                let id = match outbox {
-                    Some(o) => o.enqueue(&mut tx, event(i)?).await?.id(),
-                    None => None,
+                let id = match extra {
+                    Extra::Nothing => None,
+                    Extra::SecondRow => {
+                        sqlx::query(INSERT_PG)
+                            .bind(second_row(i))
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(BenchError::db)?;
+                        None
+                    }
+                    Extra::Event(o) => o.enqueue(&mut tx, event(i)?).await?.id(),
                 };
                 tx.commit().await.map_err(BenchError::db)?;
                 Ok(id)
@@ -92,9 +117,17 @@ impl Db {
                     .execute(&mut *tx)
                     .await
                     .map_err(BenchError::db)?;
-                let id = match outbox {
-                    Some(o) => o.enqueue(&mut tx, event(i)?).await?.id(),
-                    None => None,
+                let id = match extra {
+                    Extra::Nothing => None,
+                    Extra::SecondRow => {
+                        sqlx::query(INSERT_SQLITE)
+                            .bind(second_row(i))
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(BenchError::db)?;
+                        None
+                    }
+                    Extra::Event(o) => o.enqueue(&mut tx, event(i)?).await?.id(),
                 };
                 tx.commit().await.map_err(BenchError::db)?;
                 Ok(id)

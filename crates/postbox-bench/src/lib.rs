@@ -1,5 +1,7 @@
-//! The benchmarks behind `postbox bench`: enqueue overhead, drain against the raw-SQL ceiling of
-//! the relay's own statements, commit-to-publish latency with and without NOTIFY, and a soak.
+//! The benchmarks behind `postbox bench`: enqueue overhead (beside a second business row, the
+//! floor of any second statement), drain against the raw-SQL ceiling of the relay's own
+//! statements, commit-to-publish latency with debounced NOTIFY, NOTIFY on every commit and
+//! polling only, and a soak.
 //!
 //! Everything runs in a scratch database of its own (PostgreSQL: a new database on the server
 //! given, dropped afterwards; SQLite: a temporary file).
@@ -14,8 +16,12 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use postbox::{Outbox, RelayConfig};
 
-pub use report::{BenchReport, DrainRun, EnqueueOverhead, Percentiles, Soak, Throughput};
+pub use report::{
+    BenchReport, DrainRun, EnqueueOverhead, LatencyRun, Percentiles, Soak, Throughput,
+};
 
+use db::Extra;
+use report::human;
 use scratch::Scratch;
 
 /// What went wrong in a benchmark run.
@@ -65,6 +71,9 @@ pub struct BenchOptions {
     pub soak_window: u64,
     /// Relay batch size.
     pub batch_size: u32,
+    /// Dead rows that make the relays vacuum the outbox table (`RelayConfig::vacuum_threshold`);
+    /// `None`: never. Applies to drain, soak and latency runs.
+    pub vacuum_threshold: Option<u64>,
     /// Show progress bars (on stderr).
     pub progress: bool,
 }
@@ -84,6 +93,7 @@ impl BenchOptions {
             soak_events: 1_000_000,
             soak_window: 100_000,
             batch_size: 100,
+            vacuum_threshold: RelayConfig::default().vacuum_threshold,
             progress: true,
         }
     }
@@ -97,6 +107,7 @@ impl BenchOptions {
             latency_duration: Duration::from_millis(500),
             soak_events: 4_000,
             soak_window: 1_000,
+            vacuum_threshold: RelayConfig::default().vacuum_threshold,
             ..Self::full(database_url)
         }
     }
@@ -114,6 +125,22 @@ fn bar(opts: &BenchOptions, len: u64, what: &str) -> ProgressBar {
     bar.set_style(style);
     bar.set_message(what.to_owned());
     bar
+}
+
+/// One enqueue-overhead measurement on a reset scratch database.
+async fn enqueue_rate(
+    scratch: &Scratch,
+    db: &db::Db,
+    opts: &BenchOptions,
+    producers: usize,
+    what: &str,
+    extra: Extra<'_>,
+) -> Result<Throughput, BenchError> {
+    scratch.reset().await?;
+    let b = bar(opts, 0, &format!("enqueue: {producers} producers, {what}"));
+    let rate = phases::enqueue_rate(db, producers, opts.enqueue_duration, extra, &b).await;
+    b.finish_and_clear();
+    rate
 }
 
 /// Runs the benchmark and returns its report.
@@ -137,48 +164,44 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
     let config = RelayConfig {
         batch_size: opts.batch_size,
         poll_interval: Duration::from_millis(50),
+        vacuum_threshold: opts.vacuum_threshold,
         ..RelayConfig::default()
     };
 
     let mut enqueue = Vec::new();
+    let notify_each = Outbox::builder().notify_interval(Duration::ZERO).build();
     for &producers in &opts.producers {
-        scratch.reset().await?;
-        let b = bar(
+        let without =
+            enqueue_rate(scratch, &db, opts, producers, "no event", Extra::Nothing).await?;
+        let second_row =
+            enqueue_rate(scratch, &db, opts, producers, "2nd row", Extra::SecondRow).await?;
+        let with = enqueue_rate(
+            scratch,
+            &db,
             opts,
-            0,
-            &format!("enqueue: {producers} producers, no event"),
-        );
-        let without = phases::enqueue_rate(&db, producers, opts.enqueue_duration, None, &b).await?;
-        b.finish_and_clear();
-        scratch.reset().await?;
-        let b = bar(opts, 0, &format!("enqueue: {producers} producers, event"));
-        let with =
-            phases::enqueue_rate(&db, producers, opts.enqueue_duration, Some(&outbox), &b).await?;
-        b.finish_and_clear();
-        let mut quiet = None;
-        if scratch.is_postgres() {
-            scratch.reset().await?;
-            let b = bar(
-                opts,
-                0,
-                &format!("enqueue: {producers} producers, no NOTIFY"),
-            );
-            let silent = Outbox::builder().notify(false).build();
-            quiet = Some(
-                phases::enqueue_rate(&db, producers, opts.enqueue_duration, Some(&silent), &b)
-                    .await?,
-            );
-            b.finish_and_clear();
-        }
-        enqueue.push(EnqueueOverhead {
-            with_event_no_notify: quiet,
-            overhead_no_notify_pct: quiet
-                .map(|q| (without.per_second / q.per_second - 1.0) * 100.0),
             producers,
-            overhead_pct: (without.per_second / with.per_second - 1.0) * 100.0,
-            without_event: without,
-            with_event: with,
-        });
+            "event",
+            Extra::Event(&outbox),
+        )
+        .await?;
+        let each = if scratch.is_postgres() {
+            Some(
+                enqueue_rate(
+                    scratch,
+                    &db,
+                    opts,
+                    producers,
+                    "NOTIFY each",
+                    Extra::Event(&notify_each),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
+        enqueue.push(EnqueueOverhead::new(
+            producers, without, second_row, with, each,
+        ));
     }
 
     let mut drain = Vec::new();
@@ -210,43 +233,57 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         });
     }
 
-    let (mut latency_notify, mut latency_poll) = (None, None);
+    let mut latency = Vec::new();
     if scratch.is_postgres() {
         let relay_db = scratch.open(4).await?;
         let expected = (opts.rate as f64 * opts.latency_duration.as_secs_f64()) as u64;
-        scratch.reset().await?;
-        let b = bar(opts, expected, "latency: NOTIFY");
-        latency_notify = Some(
-            phases::latency(
+        let runs = [
+            (
+                format!(
+                    "NOTIFY ≤{} + busy poll {}",
+                    human(postbox::DEFAULT_NOTIFY_INTERVAL),
+                    human(config.busy_poll_interval)
+                ),
+                outbox.clone(),
+                config.clone(),
+            ),
+            (
+                "NOTIFY each commit".to_owned(),
+                notify_each.clone(),
+                RelayConfig {
+                    busy_period: Duration::ZERO,
+                    ..config.clone()
+                },
+            ),
+            (
+                format!("poll every {}", human(opts.poll_interval)),
+                Outbox::builder().notify(false).build(),
+                RelayConfig {
+                    notifications: false,
+                    busy_period: Duration::ZERO,
+                    poll_interval: opts.poll_interval,
+                    // Unused without busy polling, but it may not exceed `poll_interval`.
+                    busy_poll_interval: config.busy_poll_interval.min(opts.poll_interval),
+                    ..config.clone()
+                },
+            ),
+        ];
+        for (mode, producer, relay_config) in runs {
+            scratch.reset().await?;
+            let b = bar(opts, expected, &format!("latency: {mode}"));
+            let percentiles = phases::latency(
                 &db,
                 &relay_db,
-                &config,
+                &producer,
+                &relay_config,
                 opts.rate,
                 opts.latency_duration,
                 &b,
             )
-            .await?,
-        );
-        b.finish_and_clear();
-        scratch.reset().await?;
-        let poll_only = RelayConfig {
-            notifications: false,
-            poll_interval: opts.poll_interval,
-            ..config.clone()
-        };
-        let b = bar(opts, expected, "latency: polling");
-        latency_poll = Some(
-            phases::latency(
-                &db,
-                &relay_db,
-                &poll_only,
-                opts.rate,
-                opts.latency_duration,
-                &b,
-            )
-            .await?,
-        );
-        b.finish_and_clear();
+            .await?;
+            b.finish_and_clear();
+            latency.push(LatencyRun { mode, percentiles });
+        }
     }
 
     let mut soak = None;
@@ -269,6 +306,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         soak = Some(Soak {
             events: opts.soak_events,
             window: opts.soak_window,
+            vacuum_threshold: config.vacuum_threshold,
             last_over_first: if first > 0.0 { last / first } else { 0.0 },
             peak_rss_kib: rss.iter().copied().max().unwrap_or(0),
             rss_kib: rss,
@@ -285,9 +323,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         batch_size: opts.batch_size,
         enqueue,
         drain,
-        latency_notify,
-        latency_poll,
-        poll_interval_ms: opts.poll_interval.as_millis() as u64,
+        latency,
         soak,
     })
 }

@@ -15,7 +15,7 @@ use postbox::{
 };
 
 use crate::BenchError;
-use crate::db::Db;
+use crate::db::{Db, Extra};
 use crate::report::{Percentiles, Throughput};
 
 /// Events are preloaded in transactions of this many, with one multi-row INSERT each.
@@ -35,12 +35,12 @@ impl Sink for CountingSink {
     }
 }
 
-/// Business transactions per second, with or without an enqueue in each.
+/// Business transactions per second, with `extra` (nothing, a second row or an event) in each.
 pub(crate) async fn enqueue_rate(
     db: &Db,
     producers: usize,
     duration: Duration,
-    outbox: Option<&Outbox>,
+    extra: Extra<'_>,
     bar: &ProgressBar,
 ) -> Result<Throughput, BenchError> {
     db.create_business_table().await?;
@@ -49,13 +49,12 @@ pub(crate) async fn enqueue_rate(
     let deadline = started + duration;
     let tasks = (0..producers).map(|p| {
         let db = db.clone();
-        let outbox = outbox.cloned();
         let counter = Arc::clone(&counter);
         let bar = bar.clone();
         async move {
             let mut i = (p as u64) << 40;
             while Instant::now() < deadline {
-                db.business_tx(i, outbox.as_ref()).await?;
+                db.business_tx(i, extra).await?;
                 counter.fetch_add(1, Ordering::Relaxed);
                 bar.inc(1);
                 i += 1;
@@ -204,11 +203,12 @@ impl Sink for LatencySink {
     }
 }
 
-/// Commit-to-publish latency: producers commit one event per transaction at `rate` events/s in
-/// total while one relay runs.
+/// Commit-to-publish latency: producers commit one event per transaction through `outbox` at
+/// `rate` events/s in total while one relay with `config` runs.
 pub(crate) async fn latency(
     db: &Db,
     relay_db: &Db,
+    outbox: &Outbox,
     config: &RelayConfig,
     rate: u64,
     duration: Duration,
@@ -235,11 +235,9 @@ pub(crate) async fn latency(
     let producers = 8u64;
     let per_producer = Duration::from_secs_f64(producers as f64 / rate as f64);
     let committed = Arc::new(Mutex::new(HashMap::<i64, Instant>::new()));
-    let outbox = Outbox::new();
     let deadline = Instant::now() + duration;
     let tasks = (0..producers).map(|p| {
         let db = db.clone();
-        let outbox = outbox.clone();
         let committed = Arc::clone(&committed);
         let bar = bar.clone();
         async move {
@@ -248,7 +246,7 @@ pub(crate) async fn latency(
             let mut i = p << 40;
             while Instant::now() < deadline {
                 tick.tick().await;
-                if let Some(id) = db.business_tx(i, Some(&outbox)).await? {
+                if let Some(id) = db.business_tx(i, Extra::Event(outbox)).await? {
                     let at = Instant::now();
                     committed
                         .lock()

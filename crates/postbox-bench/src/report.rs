@@ -67,16 +67,61 @@ impl Percentiles {
 pub struct EnqueueOverhead {
     /// Concurrent producers.
     pub producers: usize,
-    /// Business transactions without an event.
+    /// Business transactions with one business row and no event.
     pub without_event: Throughput,
-    /// The same transactions with one `enqueue` each.
+    /// The same transactions with a second business row (of the event's payload) instead of an
+    /// event: the floor, what any second statement costs.
+    pub second_row: Throughput,
+    /// How much longer a transaction takes with the second row: `without / second_row - 1`, in
+    /// percent.
+    pub second_row_pct: f64,
+    /// The same transactions with one `enqueue` each, through the default `Outbox` (at most one
+    /// `NOTIFY` per `notify_interval`).
     pub with_event: Throughput,
-    /// How much longer a transaction takes with the event: `without / with - 1`, in percent.
+    /// How much longer a transaction takes with the event: `without / with_event - 1`, in percent.
     pub overhead_pct: f64,
-    /// The same transactions with an enqueue that sends no `NOTIFY` (PostgreSQL).
-    pub with_event_no_notify: Option<Throughput>,
-    /// Overhead of the enqueue without `NOTIFY`, in percent.
-    pub overhead_no_notify_pct: Option<f64>,
+    /// What the enqueue costs beyond any second statement: `second_row / with_event - 1`, in
+    /// percent.
+    pub event_over_second_row_pct: f64,
+    /// The same transactions with an enqueue that sends `NOTIFY` on every commit (PostgreSQL).
+    pub with_event_notify_each: Option<Throughput>,
+    /// Overhead of the enqueue with `NOTIFY` on every commit: `without / notify_each - 1`, in
+    /// percent.
+    pub notify_each_pct: Option<f64>,
+}
+
+impl EnqueueOverhead {
+    /// Puts the measurements of one producer count together and works out the percentages.
+    pub(crate) fn new(
+        producers: usize,
+        without_event: Throughput,
+        second_row: Throughput,
+        with_event: Throughput,
+        with_event_notify_each: Option<Throughput>,
+    ) -> Self {
+        let slower =
+            |base: Throughput, x: Throughput| (base.per_second / x.per_second - 1.0) * 100.0;
+        EnqueueOverhead {
+            producers,
+            second_row_pct: slower(without_event, second_row),
+            overhead_pct: slower(without_event, with_event),
+            event_over_second_row_pct: slower(second_row, with_event),
+            notify_each_pct: with_event_notify_each.map(|n| slower(without_event, n)),
+            without_event,
+            second_row,
+            with_event,
+            with_event_notify_each,
+        }
+    }
+}
+
+/// One commit-to-publish latency run: how producers notify and how the relay looks for events.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyRun {
+    /// The producers' `NOTIFY` and the relay's polling in this run, e.g. `NOTIFY each commit`.
+    pub mode: String,
+    /// What was measured.
+    pub percentiles: Percentiles,
 }
 
 /// Drain and ceiling at one level of parallelism.
@@ -99,6 +144,9 @@ pub struct Soak {
     pub events: u64,
     /// Events per window.
     pub window: u64,
+    /// Dead rows that made the relays vacuum the outbox table (`RelayConfig::vacuum_threshold`);
+    /// `None`: never.
+    pub vacuum_threshold: Option<u64>,
     /// Events/s of each window, in order.
     pub windows_per_second: Vec<f64>,
     /// Last window over first.
@@ -120,12 +168,9 @@ pub struct BenchReport {
     pub enqueue: Vec<EnqueueOverhead>,
     /// Drain vs. ceiling, per relay count.
     pub drain: Vec<DrainRun>,
-    /// Commit-to-publish latency with NOTIFY wake-ups (PostgreSQL only).
-    pub latency_notify: Option<Percentiles>,
-    /// The same with polling only.
-    pub latency_poll: Option<Percentiles>,
-    /// Poll interval used for the polling-only latency run, ms.
-    pub poll_interval_ms: u64,
+    /// Commit-to-publish latency, one run per way of finding new events (PostgreSQL only; empty
+    /// on SQLite): debounced `NOTIFY` with busy polling, `NOTIFY` on every commit, polling only.
+    pub latency: Vec<LatencyRun>,
     /// The soak, when run.
     pub soak: Option<Soak>,
 }
@@ -143,23 +188,34 @@ impl BenchReport {
         let _ = writeln!(out, "enqueue overhead (business transactions/s)");
         let _ = writeln!(
             out,
-            "  {:>9}  {:>12}  {:>12}  {:>9}  {:>16}  {:>9}",
-            "producers", "without", "with event", "overhead", "event, no NOTIFY", "overhead"
+            "  {:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>7}  {:>10}  {:>11}  {:>7}",
+            "producers",
+            "without",
+            "2nd row",
+            "+%",
+            "event",
+            "+%",
+            "vs 2nd row",
+            "NOTIFY each",
+            "+%"
         );
         for e in &self.enqueue {
-            let (quiet, quiet_pct) = match (e.with_event_no_notify, e.overhead_no_notify_pct) {
-                (Some(t), Some(p)) => (format!("{:.0}", t.per_second), format!("{p:.1}%")),
-                _ => ("-".to_owned(), "-".to_owned()),
-            };
+            let each = e
+                .with_event_notify_each
+                .map_or_else(|| "-".to_owned(), |t| format!("{:.0}", t.per_second));
+            let each_pct = e.notify_each_pct.map_or_else(|| "-".to_owned(), pct);
             let _ = writeln!(
                 out,
-                "  {:>9}  {:>12.0}  {:>12.0}  {:>8.1}%  {:>16}  {:>9}",
+                "  {:>9}  {:>10.0}  {:>10.0}  {:>7}  {:>10.0}  {:>7}  {:>10}  {:>11}  {:>7}",
                 e.producers,
                 e.without_event.per_second,
+                e.second_row.per_second,
+                pct(e.second_row_pct),
                 e.with_event.per_second,
-                e.overhead_pct,
-                quiet,
-                quiet_pct
+                pct(e.overhead_pct),
+                pct(e.event_over_second_row_pct),
+                each,
+                each_pct
             );
         }
         let _ = writeln!(out);
@@ -176,32 +232,34 @@ impl BenchReport {
                 d.relays, d.relay.per_second, d.ceiling.per_second, d.ratio
             );
         }
-        let _ = writeln!(out);
-        let _ = writeln!(out, "commit-to-publish latency (ms)");
-        let _ = writeln!(
-            out,
-            "  {:>18}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}",
-            "mode", "rate/s", "p50", "p95", "p99", "max"
-        );
-        let rows = [
-            ("NOTIFY".to_owned(), self.latency_notify),
-            (
-                format!("poll every {}ms", self.poll_interval_ms),
-                self.latency_poll,
-            ),
-        ];
-        for (name, p) in rows {
-            if let Some(p) = p {
+        if !self.latency.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "commit-to-publish latency (ms)");
+            let _ = writeln!(
+                out,
+                "  {:<30}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}",
+                "mode", "rate/s", "p50", "p95", "p99", "max"
+            );
+            for run in &self.latency {
+                let p = &run.percentiles;
                 let _ = writeln!(
                     out,
-                    "  {:>18}  {:>7}  {:>8.2}  {:>8.2}  {:>8.2}  {:>8.2}",
-                    name, p.rate, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms
+                    "  {:<30}  {:>7}  {:>8.2}  {:>8.2}  {:>8.2}  {:>8.2}",
+                    run.mode, p.rate, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms
                 );
             }
         }
         if let Some(s) = &self.soak {
             let _ = writeln!(out);
-            let _ = writeln!(out, "soak: {} events, windows of {}", s.events, s.window);
+            let vacuum = match s.vacuum_threshold {
+                Some(n) => format!("relay vacuum at {n} dead rows"),
+                None => "relay vacuum off".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "soak: {} events, windows of {}, {vacuum}",
+                s.events, s.window
+            );
             let windows: Vec<String> = s
                 .windows_per_second
                 .iter()
@@ -219,6 +277,24 @@ impl BenchReport {
     }
 }
 
+/// A percentage for the table, signed: `+12.3%`.
+fn pct(p: f64) -> String {
+    format!("{p:+.1}%")
+}
+
+/// A duration for people: `50ms`, `1s`; `Debug` (`1.5ms`, `250µs`) below whole milliseconds.
+pub(crate) fn human(d: Duration) -> String {
+    if !d.as_nanos().is_multiple_of(1_000_000) {
+        return format!("{d:?}");
+    }
+    let ms = d.as_millis();
+    if ms >= 1000 && ms.is_multiple_of(1000) {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{ms}ms")
+    }
+}
+
 /// The process's resident memory in KiB (Linux), 0 where unknown.
 pub(crate) fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -230,4 +306,24 @@ pub(crate) fn rss_kib() -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human(Duration::from_millis(50)), "50ms");
+        assert_eq!(human(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(human(Duration::from_secs(2)), "2s");
+        assert_eq!(human(Duration::from_micros(250)), "250µs");
+        assert_eq!(human(Duration::ZERO), "0ms");
+    }
+
+    #[test]
+    fn percentages_are_signed() {
+        assert_eq!(pct(12.34), "+12.3%");
+        assert_eq!(pct(-1.0), "-1.0%");
+    }
 }

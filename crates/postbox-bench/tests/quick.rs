@@ -25,18 +25,57 @@ async fn quick_bench_runs_on_postgres() {
             .iter()
             .all(|d| d.relay.count == 2_000 && d.ceiling.count == 2_000)
     );
-    let notify = report.latency_notify.expect("latency with NOTIFY");
-    assert!(notify.samples > 0 && notify.p99_ms >= notify.p50_ms);
+    assert_eq!(report.enqueue.len(), 2);
+    for e in &report.enqueue {
+        assert!(e.without_event.count > 0 && e.second_row.count > 0 && e.with_event.count > 0);
+        let each = e
+            .with_event_notify_each
+            .expect("NOTIFY each commit on PostgreSQL");
+        assert!(each.count > 0 && e.notify_each_pct.is_some());
+    }
+    let modes: Vec<&str> = report.latency.iter().map(|r| r.mode.as_str()).collect();
+    assert_eq!(
+        modes,
+        [
+            "NOTIFY ≤50ms + busy poll 10ms",
+            "NOTIFY each commit",
+            "poll every 100ms"
+        ]
+    );
+    for run in &report.latency {
+        let p = &run.percentiles;
+        assert!(p.samples > 0 && p.p99_ms >= p.p50_ms, "{}", run.mode);
+    }
     let soak = report.soak.as_ref().expect("soak");
     assert_eq!(soak.windows_per_second.len(), 4);
-    assert!(report.table().contains("ceiling"));
-    serde_json::to_string(&report).unwrap();
+    assert_eq!(soak.vacuum_threshold, Some(50_000));
+    let table = report.table();
+    for part in [
+        "ceiling",
+        "2nd row",
+        "NOTIFY each",
+        "NOTIFY each commit",
+        "relay vacuum at 50000 dead rows",
+    ] {
+        assert!(table.contains(part), "{part} not in\n{table}");
+    }
+    let json = serde_json::to_value(&report).unwrap();
+    assert!(json["latency"][0]["percentiles"]["p50_ms"].is_number());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_bench_runs_on_sqlite() {
-    let report = run(&quiet(BenchOptions::quick(None))).await.unwrap();
+    let mut opts = quiet(BenchOptions::quick(None));
+    opts.vacuum_threshold = None;
+    let report = run(&opts).await.unwrap();
     assert_eq!(report.backend, "sqlite");
-    assert!(report.latency_notify.is_none());
+    assert!(report.latency.is_empty());
     assert!(report.drain.iter().all(|d| d.relay.count == 2_000));
+    assert!(report.enqueue.iter().all(|e| {
+        e.second_row.count > 0 && e.with_event_notify_each.is_none() && e.notify_each_pct.is_none()
+    }));
+    assert_eq!(report.soak.as_ref().unwrap().vacuum_threshold, None);
+    let table = report.table();
+    assert!(table.contains("relay vacuum off"), "{table}");
+    assert!(!table.contains("latency"), "{table}");
 }

@@ -162,12 +162,16 @@ pub(crate) enum Command {
         long_about = "Benchmark Postbox on this database server, in a scratch database of its \
                       own (dropped afterwards); without a PostgreSQL database_url, on a temporary \
                       SQLite file.\n\n\
-                      Phases: enqueue overhead (business transactions with and without an \
-                      enqueue, at 1 and 8 producers); drain (a preloaded backlog drained by 1 and \
-                      4 relays to the null sink) beside the ceiling (the relay's own claim and \
-                      mark statements in a minimal loop, same run); commit-to-publish latency at \
-                      a steady rate, with NOTIFY and with polling only (PostgreSQL); a soak (a \
-                      large backlog, events/s per window, last/first ratio, peak RSS).\n\n\
+                      Phases: enqueue overhead (business transactions without an event, with a \
+                      second business row instead, the floor of any second statement, with an \
+                      enqueue, and with an enqueue that notifies on every commit (PostgreSQL), at \
+                      1 and 8 producers); drain (a preloaded backlog drained by 1 and 4 relays to \
+                      the null sink) beside the ceiling (the relay's own claim and mark \
+                      statements in a minimal loop, same run); commit-to-publish latency at a \
+                      steady rate with debounced NOTIFY and busy polling, with NOTIFY on every \
+                      commit, and with polling only (PostgreSQL); a soak (a large backlog, \
+                      events/s per window, last/first ratio, peak RSS). Relays vacuum the outbox \
+                      table at --vacuum-threshold dead rows.\n\n\
                       Progress bars on stderr; a table (or JSON with --json) on stdout. --quick \
                       runs every phase on a tiny scale in seconds: a smoke test, not a \
                       measurement. The machine's noise is real: compare ratios within one run, \
@@ -502,6 +506,26 @@ mod tests {
     }
 
     #[test]
+    fn bench_takes_a_vacuum_threshold() {
+        let cli = Cli::try_parse_from(["postbox", "bench", "--quick", "--vacuum-threshold", "0"])
+            .expect("parses");
+        match cli.command {
+            Command::Bench(a) => {
+                assert!(a.quick);
+                assert_eq!(a.vacuum_threshold, Some(0));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match Cli::try_parse_from(["postbox", "bench"])
+            .expect("parses")
+            .command
+        {
+            Command::Bench(a) => assert_eq!(a.vacuum_threshold, None),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
     fn tenants_add_schema_is_the_tenants_own() {
         let cli = Cli::try_parse_from(["postbox", "tenants", "add", "acme", "--schema", "s_x"])
             .expect("parses");
@@ -561,4 +585,9 @@ pub(crate) struct BenchArgs {
     /// Relay and ceiling batch size [config: batch_size; default: 100]
     #[arg(long, value_name = "N")]
     pub(crate) batch_size: Option<u32>,
+
+    /// Dead rows that make the relays vacuum the outbox table, 0 for never [config:
+    /// vacuum_threshold; default: 50000]
+    #[arg(long, value_name = "N")]
+    pub(crate) vacuum_threshold: Option<u64>,
 }

@@ -1,6 +1,8 @@
 //! Writing events in the caller's transaction.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use sqlx::pool::PoolConnection;
@@ -15,6 +17,9 @@ use crate::store::sql::{render, safe};
 
 /// Default payload limit: 1 MiB of JSON.
 pub const DEFAULT_PAYLOAD_LIMIT: usize = 1024 * 1024;
+
+/// Default shortest time between two notifications from one [`Outbox`].
+pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The producer side of Postbox: writes events into `outbox_events` inside the caller's own sqlx
 /// transaction, so they are committed, or rolled back, with the business rows.
@@ -44,6 +49,10 @@ struct Inner {
     payload_limit: usize,
     max_retries: i32,
     notify: bool,
+    notify_interval: Duration,
+    /// When the last notifying enqueue ran, in microseconds since `epoch` plus one (0: never).
+    last_notify: AtomicU64,
+    epoch: Instant,
     pg_one: Arc<str>,
     pg_many: Arc<str>,
 }
@@ -76,6 +85,7 @@ impl Outbox {
             payload_limit: DEFAULT_PAYLOAD_LIMIT,
             max_retries: 5,
             notify: true,
+            notify_interval: DEFAULT_NOTIFY_INTERVAL,
         }
     }
 
@@ -84,9 +94,30 @@ impl Outbox {
         &self.inner.schema
     }
 
-    /// The notification payload (the schema), or `None` when notifications are off.
+    /// The notification payload (the schema) when this enqueue is to notify, else `None`: the
+    /// first enqueue notifies, then at most one per `notify_interval`. Relays keep polling
+    /// briskly for a while after each wake-up (`RelayConfig::busy_period`), so they find the
+    /// events committed in between without a notification of their own.
     fn notify_payload(&self) -> Option<&str> {
-        self.inner.notify.then(|| self.inner.schema.as_str())
+        let inner = &*self.inner;
+        if !inner.notify {
+            return None;
+        }
+        let schema = Some(inner.schema.as_str());
+        if inner.notify_interval.is_zero() {
+            return schema;
+        }
+        let now = micros(inner.epoch.elapsed()).saturating_add(1);
+        let last = inner.last_notify.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < micros(inner.notify_interval) {
+            return None;
+        }
+        // Of producers racing here, one wins and notifies.
+        inner
+            .last_notify
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()
+            .and(schema)
     }
 
     /// Writes one event through `conn`, normally the caller's open transaction. Returns
@@ -102,7 +133,7 @@ impl Outbox {
         let headers = serde_json::to_string(&event.headers)?;
         let id: Option<i64> = match conn.outbox_connection() {
             Conn::Postgres(c) => {
-                sqlx::query_scalar(safe(&self.inner.pg_one))
+                let rows: Vec<Option<i64>> = sqlx::query_scalar(safe(&self.inner.pg_one))
                     .bind(&event.event_type)
                     .bind(&event.aggregate_type)
                     .bind(&event.aggregate_id)
@@ -113,8 +144,9 @@ impl Outbox {
                     .bind(&key)
                     .bind(max_retries)
                     .bind(self.notify_payload())
-                    .fetch_optional(c)
-                    .await?
+                    .fetch_all(c)
+                    .await?;
+                rows.into_iter().flatten().next()
             }
             Conn::Sqlite(c) => {
                 sqlite_insert(c, &event, key.as_deref(), &headers, max_retries).await?
@@ -151,29 +183,32 @@ impl Outbox {
                 let col = |f: fn(&Event) -> Option<&str>| -> Vec<Option<&str>> {
                     events.iter().map(f).collect()
                 };
-                let rows: Vec<(i64, Option<String>)> = sqlx::query_as(safe(&self.inner.pg_many))
-                    .bind(
-                        events
-                            .iter()
-                            .map(|e| e.event_type.as_str())
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(col(|e| e.aggregate_type.as_deref()))
-                    .bind(col(|e| e.aggregate_id.as_deref()))
-                    .bind(events.iter().map(|e| e.payload.get()).collect::<Vec<_>>())
-                    .bind(col(|e| e.event_class.as_deref()))
-                    .bind(events.iter().map(|e| e.schema_version).collect::<Vec<_>>())
-                    .bind(&headers)
-                    .bind(&keys)
-                    .bind(
-                        events
-                            .iter()
-                            .map(|e| e.max_retries.unwrap_or(self.inner.max_retries))
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(self.notify_payload())
-                    .fetch_all(c)
-                    .await?;
+                let rows: Vec<(Option<i64>, Option<String>)> =
+                    sqlx::query_as(safe(&self.inner.pg_many))
+                        .bind(
+                            events
+                                .iter()
+                                .map(|e| e.event_type.as_str())
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(col(|e| e.aggregate_type.as_deref()))
+                        .bind(col(|e| e.aggregate_id.as_deref()))
+                        .bind(events.iter().map(|e| e.payload.get()).collect::<Vec<_>>())
+                        .bind(col(|e| e.event_class.as_deref()))
+                        .bind(events.iter().map(|e| e.schema_version).collect::<Vec<_>>())
+                        .bind(&headers)
+                        .bind(&keys)
+                        .bind(
+                            events
+                                .iter()
+                                .map(|e| e.max_retries.unwrap_or(self.inner.max_retries))
+                                .collect::<Vec<_>>(),
+                        )
+                        .bind(self.notify_payload())
+                        .fetch_all(c)
+                        .await?;
+                // The NULL row of the notification carries no event.
+                let rows = rows.into_iter().filter_map(|(id, key)| Some((id?, key)));
                 Ok(match_results(&keys, rows))
             }
             Conn::Sqlite(c) => {
@@ -187,6 +222,11 @@ impl Outbox {
             }
         }
     }
+}
+
+/// Whole microseconds, saturating (a `u64` of them lasts 584,000 years).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 const SQLITE_ENQUEUE: &str = include_str!("../sql/sqlite/enqueue.sql");
@@ -216,7 +256,10 @@ async fn sqlite_insert(
 /// Maps the rows a multi-row insert returned back to its inputs: a keyed event was inserted if
 /// its key came back (the first of equal keys wins); unkeyed events were all inserted, and
 /// identity values are handed out in input order.
-fn match_results(keys: &[Option<String>], rows: Vec<(i64, Option<String>)>) -> Vec<Enqueued> {
+fn match_results(
+    keys: &[Option<String>],
+    rows: impl IntoIterator<Item = (i64, Option<String>)>,
+) -> Vec<Enqueued> {
     let mut by_key = std::collections::HashMap::new();
     let mut unkeyed = Vec::new();
     for (id, key) in rows {
@@ -248,15 +291,37 @@ pub struct OutboxBuilder {
     payload_limit: usize,
     max_retries: i32,
     notify: bool,
+    notify_interval: Duration,
 }
 
 impl OutboxBuilder {
-    /// Whether enqueue sends `NOTIFY` (PostgreSQL; default true), so relays wake the moment the
-    /// transaction commits. PostgreSQL serializes the commits of notifying transactions, so
-    /// producers with many concurrent transactions may trade latency for throughput by turning it
-    /// off: relays then find new events at their next poll.
+    /// Whether enqueue sends `NOTIFY` (PostgreSQL; default true), so an idle relay wakes the
+    /// moment the transaction commits. Without it, relays find new events at their next poll.
     pub fn notify(mut self, notify: bool) -> Self {
         self.notify = notify;
+        self
+    }
+
+    /// The shortest time between two notifications from this outbox and its clones (default
+    /// 50 ms; zero notifies on every enqueue).
+    ///
+    /// PostgreSQL serializes the commits of all transactions that notified, so a notification
+    /// per transaction caps a busy producer. A relay that was woken keeps polling every
+    /// `busy_poll_interval` for `busy_period` (10 ms and 1 s by default), so it finds the events
+    /// enqueued in between at once. Keep this well below the relays' `busy_period`. An event
+    /// whose transaction commits more than `busy_period` after the last notification is found at
+    /// the next poll instead.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let outbox = postbox::Outbox::builder()
+    ///     .notify_interval(Duration::from_millis(20))
+    ///     .build();
+    /// # let _ = outbox;
+    /// ```
+    pub fn notify_interval(mut self, interval: Duration) -> Self {
+        self.notify_interval = interval;
         self
     }
 
@@ -291,6 +356,9 @@ impl OutboxBuilder {
                 payload_limit: self.payload_limit,
                 max_retries: self.max_retries,
                 notify: self.notify,
+                notify_interval: self.notify_interval,
+                last_notify: AtomicU64::new(0),
+                epoch: Instant::now(),
             }),
         }
     }

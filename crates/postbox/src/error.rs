@@ -59,6 +59,15 @@ pub enum Error {
         schema: String,
     },
 
+    /// The relay's database role may not vacuum a schema's outbox table.
+    #[error(
+        "the database role does not own {schema}.outbox_events, so it cannot vacuum it; run the relay as the table's owner, or set vacuum_threshold off and let autovacuum keep up"
+    )]
+    NotOwner {
+        /// The schema.
+        schema: String,
+    },
+
     /// The database reported an error (connection lost, constraint, syntax…).
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

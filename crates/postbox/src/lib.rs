@@ -10,7 +10,9 @@ mod schema;
 mod sink;
 pub mod store;
 
-pub use enqueue::{DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection};
+pub use enqueue::{
+    DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
+};
 pub use error::{Error, Result};
 pub use event::{DomainEvent, Enqueued, Event, OutboxEvent, daily_idempotency_key};
 pub use handlers::{HandlerError, Handlers};

@@ -644,6 +644,7 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
     let sink = RecordingSink::new();
     let cfg = RelayConfig {
         poll_interval: Duration::from_millis(1500),
+        busy_period: Duration::ZERO,
         ..config()
     };
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
@@ -671,6 +672,205 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
     )
     .await;
     running.stop().await;
+}
+
+/// Counts the notifications on Postbox's channel that arrive within `within`.
+async fn notifications_during(
+    listener: &mut sqlx::postgres::PgListener,
+    within: Duration,
+) -> usize {
+    let mut n = 0;
+    let deadline = tokio::time::Instant::now() + within;
+    while let Ok(got) = tokio::time::timeout_at(deadline, listener.recv()).await {
+        got.unwrap();
+        n += 1;
+    }
+    n
+}
+
+#[tokio::test]
+async fn an_outbox_notifies_at_most_once_per_notify_interval() {
+    let (db, _store) = pg().await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(db.pool())
+        .await
+        .unwrap();
+    listener.listen("postbox_events").await.unwrap();
+    let debounced = Outbox::builder()
+        .notify_interval(Duration::from_secs(60))
+        .build();
+    for _ in 0..5 {
+        enqueue(&db, &debounced, events("E", 1)).await;
+    }
+    // A clone shares the interval.
+    enqueue(&db, &debounced.clone(), events("E", 1)).await;
+    assert_eq!(
+        notifications_during(&mut listener, Duration::from_millis(300)).await,
+        1,
+        "six commits within the interval, one notification"
+    );
+    let each = Outbox::builder().notify_interval(Duration::ZERO).build();
+    for _ in 0..3 {
+        enqueue(&db, &each, events("E", 1)).await;
+    }
+    assert_eq!(
+        notifications_during(&mut listener, Duration::from_millis(300)).await,
+        3,
+        "notify_interval zero notifies every commit"
+    );
+}
+
+#[tokio::test]
+async fn an_outbox_whose_turn_it_is_notifies_even_for_a_duplicate() {
+    let (db, _store) = pg().await;
+    let event = || {
+        Event::new("E", &serde_json::json!({}))
+            .unwrap()
+            .idempotency_key("the-key")
+    };
+    let mut tx = db.pool().begin().await.unwrap();
+    let silent = Outbox::builder().notify(false).build();
+    silent.enqueue(&mut tx, event()).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut listener = sqlx::postgres::PgListener::connect_with(db.pool())
+        .await
+        .unwrap();
+    listener.listen("postbox_events").await.unwrap();
+    let outbox = Outbox::builder()
+        .notify_interval(Duration::from_secs(60))
+        .build();
+    let mut tx = db.pool().begin().await.unwrap();
+    assert_eq!(
+        outbox.enqueue(&mut tx, event()).await.unwrap(),
+        Enqueued::Duplicate
+    );
+    tx.commit().await.unwrap();
+    // The outbox used its turn on the duplicate; had it sent nothing, the events it enqueues
+    // in the next minute would wait for the relays' poll.
+    assert_eq!(
+        notifications_during(&mut listener, Duration::from_millis(300)).await,
+        1
+    );
+}
+
+/// Producers notify at most once per interval; a relay woken by one keeps polling briskly, so
+/// the events committed after it without a notification of their own are not left to the poll.
+#[tokio::test]
+async fn a_busy_relay_finds_events_that_sent_no_notification() {
+    for busy in [true, false] {
+        let (db, store) = pg().await;
+        let sink = RecordingSink::new();
+        let cfg = RelayConfig {
+            poll_interval: Duration::from_secs(30),
+            busy_poll_interval: Duration::from_millis(10),
+            busy_period: if busy {
+                Duration::from_secs(10)
+            } else {
+                Duration::ZERO
+            },
+            ..config()
+        };
+        let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+        let outbox = Outbox::builder()
+            .notify_interval(Duration::from_secs(60))
+            .build();
+        let first = enqueue(&db, &outbox, events("First", 1)).await[0];
+        wait_until(
+            "the notified event is published",
+            Duration::from_secs(2),
+            || async { sink.published_ids() == [first] },
+        )
+        .await;
+        let second = enqueue(&db, &outbox, events("Second", 1)).await[0];
+        let found = tokio::time::timeout(Duration::from_secs(2), async {
+            while !sink.published_ids().contains(&second) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .is_ok();
+        assert_eq!(
+            found, busy,
+            "busy polling {busy}: the un-notified event published within 2 s (the poll is 30 s)"
+        );
+        running.stop().await;
+    }
+}
+
+/// Every mark leaves a dead row version; with autovacuum off (as on the test server) nothing
+/// removes them unless the relay does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_vacuums_its_outbox_table_past_the_dead_row_threshold() {
+    let (db, store) = pg().await;
+    let vacuums = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables
+             WHERE schemaname = 'public' AND relname = 'outbox_events'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    let before = vacuums().await;
+    enqueue(&db, &Outbox::new(), events("E", 600)).await;
+    let sink = RecordingSink::new();
+    let cfg = RelayConfig {
+        vacuum_threshold: Some(500),
+        ..config()
+    };
+    let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    wait_until("600 events published", Duration::from_secs(10), || async {
+        sink.published().len() == 600
+    })
+    .await;
+    // The database's statistics reach the relay within seconds (backends report them in
+    // batches), then it vacuums.
+    wait_until(
+        "the relay vacuumed the outbox table",
+        Duration::from_secs(30),
+        || async { vacuums().await > before },
+    )
+    .await;
+    running.stop().await;
+    let dead: i64 = sqlx::query_scalar(
+        "SELECT n_dead_tup FROM pg_stat_user_tables
+         WHERE schemaname = 'public' AND relname = 'outbox_events'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(dead < 500, "{dead} dead rows left after the vacuum");
+}
+
+#[tokio::test]
+async fn a_role_that_does_not_own_the_outbox_table_is_told_so_not_vacuumed() {
+    let (db, _store) = pg().await;
+    let role = format!("postbox_nonowner_{}", uuid::Uuid::new_v4().simple());
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role};
+         GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA public TO {role}"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let options = db.pool().connect_options().as_ref().clone().username(&role);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let store = postbox::PgStore::new(pool.clone());
+    let result = store.outbox_vacuum(&default_target()).await;
+    pool.close().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP OWNED BY {role}; DROP ROLE {role}"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let err = result.unwrap_err();
+    assert!(matches!(err, postbox::Error::NotOwner { .. }), "{err:?}");
+    assert!(err.to_string().contains("vacuum_threshold"), "{err}");
 }
 
 #[tokio::test]

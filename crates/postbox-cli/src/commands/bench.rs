@@ -29,6 +29,8 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
         BenchOptions::full(url)
     };
     opts.batch_size = args.batch_size.unwrap_or(config.batch_size);
+    let vacuum = args.vacuum_threshold.unwrap_or(config.vacuum_threshold);
+    opts.vacuum_threshold = (vacuum > 0).then_some(vacuum);
     if let Some(n) = args.events {
         opts.events = n;
     }

@@ -43,6 +43,28 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "How often an idle relay polls; PostgreSQL NOTIFY wakes it sooner.",
     },
     KeyDoc {
+        key: "busy_poll_interval",
+        default: "\"10ms\"",
+        flag: None,
+        about: "How often a relay polls a busy outbox (one that had events within busy_period). \
+                Producers notify at most every 50 ms, so this is how soon the events in \
+                between are found. At most poll_interval.",
+    },
+    KeyDoc {
+        key: "busy_period",
+        default: "\"1s\"",
+        flag: None,
+        about: "How long an outbox stays busy after its last event; \"0s\" turns busy polling \
+                off (then only NOTIFY and poll_interval find events).",
+    },
+    KeyDoc {
+        key: "vacuum_threshold",
+        default: "50000",
+        flag: None,
+        about: "Dead row versions in an outbox table that make the relay VACUUM it (PostgreSQL; \
+                the relay's role must own the table). 0 leaves vacuuming to autovacuum.",
+    },
+    KeyDoc {
         key: "lease",
         default: "\"30s\"",
         flag: Some("--lease"),

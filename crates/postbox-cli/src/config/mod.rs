@@ -53,6 +53,14 @@ pub(crate) struct Config {
     /// Idle polling interval.
     #[serde(with = "humantime_serde")]
     pub(crate) poll_interval: Duration,
+    /// Polling interval of a busy outbox.
+    #[serde(with = "humantime_serde")]
+    pub(crate) busy_poll_interval: Duration,
+    /// How long an outbox stays busy after its last event.
+    #[serde(with = "humantime_serde")]
+    pub(crate) busy_period: Duration,
+    /// Dead rows that make the relay vacuum a table; 0: never.
+    pub(crate) vacuum_threshold: u64,
     /// Claim lease.
     #[serde(with = "humantime_serde")]
     pub(crate) lease: Duration,
@@ -124,6 +132,9 @@ impl Default for Config {
             schema: "public".to_owned(),
             batch_size: relay.batch_size,
             poll_interval: relay.poll_interval,
+            busy_poll_interval: relay.busy_poll_interval,
+            busy_period: relay.busy_period,
+            vacuum_threshold: relay.vacuum_threshold.unwrap_or(0),
             lease: relay.lease,
             max_retries: 5,
             backoff_base: relay.retry.base,
@@ -151,6 +162,9 @@ impl Config {
         postbox::RelayConfig {
             batch_size: self.batch_size,
             poll_interval: self.poll_interval,
+            busy_poll_interval: self.busy_poll_interval,
+            busy_period: self.busy_period,
+            vacuum_threshold: (self.vacuum_threshold > 0).then_some(self.vacuum_threshold),
             lease: self.lease,
             retry: postbox::RetryPolicy {
                 base: self.backoff_base,
@@ -390,6 +404,17 @@ fn validate(loaded: &Loaded) -> anyhow::Result<()> {
     }
     if c.poll_interval.is_zero() {
         return bad("poll_interval", "must be above zero".into());
+    }
+    if c.busy_poll_interval.is_zero() || c.busy_poll_interval > c.poll_interval {
+        return bad(
+            "busy_poll_interval",
+            format!(
+                "{} must be above zero and at most poll_interval ({}, set by {})",
+                show(c.busy_poll_interval),
+                show(c.poll_interval),
+                loaded.source_of("poll_interval")
+            ),
+        );
     }
     if c.lease < Duration::from_millis(100) {
         return bad(

@@ -1,4 +1,5 @@
--- Many events in one multi-row INSERT, in the caller's transaction.
+-- Many events in one multi-row INSERT, in the caller's transaction; $10 as in enqueue.sql.
+-- Rows: (id, idempotency_key) of each new event, and a NULL row when a notification was sent.
 WITH ins AS (
     INSERT INTO {schema}.outbox_events
         (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,
@@ -8,5 +9,6 @@ WITH ins AS (
     ON CONFLICT DO NOTHING
     RETURNING id, idempotency_key
 )
-SELECT ins.id, ins.idempotency_key FROM ins
-LEFT JOIN LATERAL (SELECT pg_notify('postbox_events', $10) WHERE $10::text IS NOT NULL) AS wake ON true
+SELECT id, idempotency_key FROM ins
+UNION ALL
+SELECT NULL, NULL FROM (SELECT pg_notify('postbox_events', $10) WHERE $10::text IS NOT NULL) AS wake

@@ -78,6 +78,17 @@ pub struct RelayConfig {
     /// Whether to listen for `NOTIFY` wake-ups where the store has them (default true). Without
     /// them, new events wait for the next poll.
     pub notifications: bool,
+    /// How often the relay polls a busy target (default 10 ms): one that had events within the
+    /// last `busy_period`. Producers notify at most once per `Outbox::notify_interval`, so
+    /// this is how quickly the events committed between two notifications are found.
+    pub busy_poll_interval: Duration,
+    /// How long a target stays busy after its last event (default 1 s; zero turns busy polling
+    /// off, and then only notifications and `poll_interval` find events).
+    pub busy_period: Duration,
+    /// Dead row versions in a target's outbox table that make the relay vacuum it (PostgreSQL;
+    /// default 50,000; `None` leaves vacuuming to autovacuum). Every mark leaves one; until
+    /// they are vacuumed, claims walk past them and slow down.
+    pub vacuum_threshold: Option<u64>,
 }
 
 impl Default for RelayConfig {
@@ -92,6 +103,9 @@ impl Default for RelayConfig {
             tenant_refresh: Duration::from_secs(10),
             relay_id: None,
             notifications: true,
+            busy_poll_interval: Duration::from_millis(10),
+            busy_period: Duration::from_secs(1),
+            vacuum_threshold: Some(50_000),
         }
     }
 }
@@ -114,6 +128,18 @@ impl RelayConfig {
                 "publish_timeout ({:?}) must be above zero and shorter than lease ({:?}), or a slow publish would outlive its claim",
                 self.publish_timeout, self.lease
             ));
+        }
+        if self.busy_poll_interval.is_zero() || self.busy_poll_interval > self.poll_interval {
+            return bad(format!(
+                "busy_poll_interval ({:?}) must be above zero and at most poll_interval ({:?})",
+                self.busy_poll_interval, self.poll_interval
+            ));
+        }
+        if self.vacuum_threshold == Some(0) {
+            return bad(
+                "vacuum_threshold must be at least 1 (or unset to leave vacuuming to autovacuum)"
+                    .into(),
+            );
         }
         if self.concurrency == 0 {
             return bad("concurrency must be at least 1".into());

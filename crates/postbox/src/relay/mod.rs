@@ -3,9 +3,10 @@
 
 mod config;
 mod publish;
+mod vacuum;
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +17,7 @@ use tracing::{debug, error, info, warn};
 pub use config::{RelayConfig, RetryPolicy};
 
 use crate::error::{Error, Result};
-use crate::schema::Target;
+use crate::schema::{SchemaName, Target};
 use crate::sink::Sink;
 use crate::store::{
     ClaimParams, FailedTry, MarkFailedParams, MarkProcessedParams, RenewParams, Store,
@@ -95,6 +96,31 @@ struct Targets {
     list: Vec<Target>,
     read_at: Option<Instant>,
     next_start: usize,
+    /// Until when each target (by schema) counts as busy: it had events lately, so it is
+    /// polled every `busy_poll_interval`.
+    busy_until: HashMap<SchemaName, Instant>,
+}
+
+impl Targets {
+    fn is_busy(&self, target: &Target, now: Instant) -> bool {
+        self.busy_until
+            .get(&target.schema)
+            .is_some_and(|until| *until > now)
+    }
+
+    fn any_busy(&self, now: Instant) -> bool {
+        self.busy_until.values().any(|until| *until > now)
+    }
+}
+
+/// What ended an idle wait.
+enum Woken {
+    /// A notification: events may have been committed in any target.
+    Hint,
+    /// The wait ran out.
+    Timeout,
+    /// Shutdown.
+    Stop,
 }
 
 impl Relay {
@@ -166,19 +192,31 @@ impl Relay {
             list: Vec::new(),
             read_at: None,
             next_start: 0,
+            busy_until: HashMap::new(),
         };
         let mut wakeups = self.connect_wakeups(mode).await;
         let mut db_errors = 0u32;
+        // Busy-only rounds serve just the targets that had events lately; a full round serves
+        // every target, after a notification, at each poll, and when a retry comes due.
+        let mut busy_only = false;
+        let mut last_full = Instant::now();
+        let mut vacuum = vacuum::Vacuum::new(cfg.vacuum_threshold);
         info!(relay = %self.inner.id, ?mode, "relay started");
         loop {
             if *stop.borrow() {
                 break;
             }
+            let round_started = Instant::now();
             let round = async {
                 self.refresh_targets(&mut targets).await?;
-                self.round(&mut targets, &stop).await
+                self.round(&mut targets, busy_only, &stop).await
             }
             .await;
+            if !busy_only {
+                last_full = Instant::now();
+            }
+            busy_only = false;
+            vacuum.tick(&self.inner.store, &targets.list);
             let full = match round {
                 Ok((round_stats, full)) => {
                     db_errors = 0;
@@ -222,30 +260,48 @@ impl Relay {
                     }
                 },
                 // Running, it waits for a notification, its own next retry, or the poll: no
-                // query per idle round (it would cost most on a busy table).
-                Mode::Forever => self.until_next_retry().map_or(cfg.poll_interval, |d| {
-                    d.clamp(Duration::from_millis(5), cfg.poll_interval)
-                }),
+                // query per idle round (it would cost most on a busy table). A busy target is
+                // polled every busy_poll_interval meanwhile.
+                Mode::Forever => {
+                    let now = Instant::now();
+                    let full_wait = self.until_next_retry().map_or(cfg.poll_interval, |d| {
+                        d.clamp(Duration::from_millis(5), cfg.poll_interval)
+                    });
+                    let full_at = (last_full + cfg.poll_interval).min(now + full_wait);
+                    let until_full = full_at.saturating_duration_since(now);
+                    if targets.any_busy(now) && cfg.busy_poll_interval < until_full {
+                        busy_only = true;
+                        // Busy polls keep their pace however long the round took.
+                        cfg.busy_poll_interval
+                            .saturating_sub(round_started.elapsed())
+                    } else {
+                        until_full
+                    }
+                }
             };
-            if self.idle(wait, &mut wakeups, &mut stop, mode).await {
-                break;
+            match self.idle(wait, &mut wakeups, &mut stop, mode).await {
+                Woken::Stop => break,
+                Woken::Hint => busy_only = false,
+                Woken::Timeout => {}
             }
         }
+        vacuum.stop();
         info!(relay = %self.inner.id, ?stats, "relay stopped");
         Ok(stats)
     }
 
-    /// Waits for a notification, the poll interval, or shutdown; returns true on shutdown.
+    /// Waits for a notification, `wait`, or shutdown.
     async fn idle(
         &self,
         wait: Duration,
         wakeups: &mut Option<Box<dyn Wakeups>>,
         stop: &mut watch::Receiver<bool>,
         mode: Mode,
-    ) -> bool {
+    ) -> Woken {
         if wakeups.is_none() && mode == Mode::Forever {
             *wakeups = self.connect_wakeups(mode).await;
         }
+        let stopped = |s: bool| if s { Woken::Stop } else { Woken::Timeout };
         match wakeups {
             Some(w) => {
                 tokio::select! {
@@ -254,12 +310,12 @@ impl Relay {
                             debug!(error = %e, "notification listener lost; polling until it reconnects");
                             *wakeups = None;
                         }
-                        false
+                        Woken::Hint
                     }
-                    stopped = wait_or_stop(wait, stop) => stopped,
+                    s = wait_or_stop(wait, stop) => stopped(s),
                 }
             }
-            None => wait_or_stop(wait, stop).await,
+            None => stopped(wait_or_stop(wait, stop).await),
         }
     }
 
@@ -301,7 +357,9 @@ impl Relay {
             info!(targets = ?list.iter().map(Target::label).collect::<Vec<_>>(), "serving");
         }
         targets.list = list;
-        targets.read_at = Some(Instant::now());
+        let now = Instant::now();
+        targets.read_at = Some(now);
+        targets.busy_until.retain(|_, until| *until > now);
         Ok(())
     }
 
@@ -312,6 +370,7 @@ impl Relay {
     async fn round(
         &self,
         targets: &mut Targets,
+        busy_only: bool,
         stop: &watch::Receiver<bool>,
     ) -> Result<(RelayStats, bool)> {
         let mut stats = RelayStats::default();
@@ -321,14 +380,23 @@ impl Relay {
         let n = targets.list.len();
         let start = targets.next_start % n.max(1);
         targets.next_start = targets.next_start.wrapping_add(1);
+        let busy_period = self.inner.config.busy_period;
         for i in 0..n {
             if *stop.borrow() {
                 break;
             }
             let target = &targets.list[(start + i) % n];
+            if busy_only && !targets.is_busy(target, Instant::now()) {
+                continue;
+            }
             match self.batch(target).await {
                 Ok((batch, was_full)) => {
                     served += 1;
+                    if batch != RelayStats::default() && !busy_period.is_zero() {
+                        targets
+                            .busy_until
+                            .insert(target.schema.clone(), Instant::now() + busy_period);
+                    }
                     stats.add(batch);
                     full |= was_full;
                 }

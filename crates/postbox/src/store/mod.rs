@@ -301,6 +301,20 @@ pub trait Store: Send + Sync + 'static {
     /// A source of wake-up hints, where the database has one.
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>>;
 
+    /// Dead row versions in the outbox table of each of `targets`, in the same order, as far as
+    /// the database's statistics know (stores without dead rows report zero).
+    async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
+        Ok(vec![0; targets.len()])
+    }
+
+    /// Removes the dead row versions that marks leave in `target`'s outbox table and its
+    /// indexes (PostgreSQL `VACUUM`; nothing to do elsewhere). A table another session is
+    /// vacuuming is skipped. Fails with [`Error::NotOwner`](crate::Error::NotOwner) when the
+    /// database role may not vacuum the table.
+    async fn outbox_vacuum(&self, _target: &Target) -> Result<()> {
+        Ok(())
+    }
+
     /// Age of the oldest open transaction in the database, where the database can tell. A long
     /// one keeps vacuum from removing processed events' dead rows, and claims slow down.
     async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {

@@ -5,7 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
-use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 // Statements built with format! below interpolate only `SchemaName::quoted()` and constant
 // text, which is why they may be wrapped in `AssertSqlSafe`.
 use sqlx::{AssertSqlSafe, Row};
@@ -51,6 +52,7 @@ struct PgSql {
     status_counts: std::sync::Arc<str>,
     backlog: std::sync::Arc<str>,
     retry_failed: std::sync::Arc<str>,
+    vacuum: std::sync::Arc<str>,
 }
 
 impl PgSql {
@@ -66,6 +68,7 @@ impl PgSql {
             status_counts: render(include_str!("../../sql/postgres/status_counts.sql"), schema),
             backlog: render(include_str!("../../sql/postgres/backlog.sql"), schema),
             retry_failed: render(include_str!("../../sql/postgres/retry_failed.sql"), schema),
+            vacuum: render(include_str!("../../sql/postgres/vacuum.sql"), schema),
         }
     }
 }
@@ -415,6 +418,59 @@ impl Store for PgStore {
         Ok(secs(age))
     }
 
+    async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
+        let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT schemaname::text, n_dead_tup FROM pg_stat_user_tables
+             WHERE relname = 'outbox_events' AND schemaname = ANY($1)",
+        )
+        .bind(&schemas)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(schemas
+            .iter()
+            .map(|s| {
+                rows.iter()
+                    .find(|(name, _)| name == s)
+                    .map_or(0, |(_, dead)| u64::try_from(*dead).unwrap_or(0))
+            })
+            .collect())
+    }
+
+    async fn outbox_vacuum(&self, target: &Target) -> Result<()> {
+        // VACUUM cannot run in a transaction and may take a while on a large table, so it gets
+        // a connection of its own rather than holding one of the relay's.
+        let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
+        // Only the owner (or a superuser) may vacuum; anyone else gets a warning and nothing
+        // done, so ask first.
+        let may: Option<bool> = sqlx::query_scalar(
+            "SELECT pg_has_role(c.relowner, 'USAGE')
+                    OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = 'outbox_events'",
+        )
+        .bind(target.schema.as_str())
+        .fetch_optional(&mut conn)
+        .await?;
+        match may {
+            None => {
+                return Err(Error::NotMigrated {
+                    schema: target.schema.as_str().to_owned(),
+                });
+            }
+            Some(false) => {
+                return Err(Error::NotOwner {
+                    schema: target.schema.as_str().to_owned(),
+                });
+            }
+            Some(true) => {}
+        }
+        let sql = self.sql.get(&target.schema);
+        sqlx::raw_sql(safe(&sql.vacuum)).execute(&mut conn).await?;
+        conn.close().await.ok();
+        Ok(())
+    }
+
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
         // A listener keeps its connection checked out for as long as it lives, so it gets a
         // connection of its own rather than one of the pool's: on a one-connection pool it
@@ -436,6 +492,8 @@ struct PgWakeups {
 impl Wakeups for PgWakeups {
     async fn next(&mut self) -> Result<Option<String>> {
         let n = self.listener.recv().await?;
+        // Notifications that queued up meanwhile say nothing more: one round serves them all.
+        while self.listener.next_buffered().is_some() {}
         Ok(Some(n.payload().to_owned()))
     }
 }

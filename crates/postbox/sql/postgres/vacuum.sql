@@ -1,0 +1,6 @@
+-- Removes the dead row versions marks leave (see relay/vacuum.rs). Runs outside a transaction.
+-- INDEX_CLEANUP ON: the default may skip the indexes when few heap pages hold dead rows, yet the
+-- dead entries of the polling index are what slow claims down. TRUNCATE OFF: truncating the
+-- table's tail takes a lock that would stop claims for a moment. SKIP_LOCKED: a table another
+-- session is vacuuming is left to it.
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE OFF) {schema}.outbox_events

@@ -1,0 +1,120 @@
+//! Vacuuming the outbox tables a relay serves.
+//!
+//! Every mark leaves a dead row version in the table and dead entries in its indexes; until they
+//! are vacuumed, each claim walks past more of them. Autovacuum may be off, or far behind on a
+//! table that grows by the million (its default threshold is a fifth of the table), so the relay
+//! checks the dead-row count of its targets now and then and vacuums a table past its
+//! threshold. The vacuum runs on a connection of its own, beside the relay's work; a table
+//! another relay is vacuuming is skipped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::error::Error;
+use crate::schema::{SchemaName, Target};
+use crate::store::Store;
+
+/// How often the dead-row counts are read.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a table the relay may not vacuum is left alone before it tries again.
+const SKIP_FOR: Duration = Duration::from_secs(600);
+
+pub(super) struct Vacuum {
+    threshold: Option<u64>,
+    last_check: Option<Instant>,
+    task: Option<JoinHandle<()>>,
+    /// Tables whose vacuum failed for a reason the operator must fix, and until when to skip them.
+    skip: Arc<Mutex<HashMap<SchemaName, Instant>>>,
+}
+
+impl Vacuum {
+    pub(super) fn new(threshold: Option<u64>) -> Self {
+        Vacuum {
+            threshold,
+            last_check: None,
+            task: None,
+            skip: Arc::default(),
+        }
+    }
+
+    /// Starts a check (and the vacuums it calls for) unless one ran lately or is still running.
+    pub(super) fn tick(&mut self, store: &Arc<dyn Store>, targets: &[Target]) {
+        let Some(threshold) = self.threshold else {
+            return;
+        };
+        if self.last_check.is_some_and(|at| at.elapsed() < CHECK_EVERY)
+            || self.task.as_ref().is_some_and(|t| !t.is_finished())
+            || targets.is_empty()
+        {
+            return;
+        }
+        self.last_check = Some(Instant::now());
+        let store = Arc::clone(store);
+        let targets = targets.to_vec();
+        let skip = Arc::clone(&self.skip);
+        self.task = Some(tokio::spawn(async move {
+            check(&*store, &targets, threshold, &skip).await;
+        }));
+    }
+
+    /// Abandons a vacuum in flight (the server finishes or cancels it on its own).
+    pub(super) fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+async fn check(
+    store: &dyn Store,
+    targets: &[Target],
+    threshold: u64,
+    skip: &Mutex<HashMap<SchemaName, Instant>>,
+) {
+    let dead = match store.outbox_dead_rows(targets).await {
+        Ok(dead) => dead,
+        Err(e) => {
+            debug!(error = %e, "cannot read dead-row counts; vacuum check skipped");
+            return;
+        }
+    };
+    for (target, dead) in targets.iter().zip(dead) {
+        if dead < threshold {
+            continue;
+        }
+        {
+            let mut skip = skip.lock().unwrap_or_else(PoisonError::into_inner);
+            match skip.get(&target.schema) {
+                Some(until) if *until > Instant::now() => continue,
+                Some(_) => {
+                    skip.remove(&target.schema);
+                }
+                None => {}
+            }
+        }
+        let started = Instant::now();
+        match store.outbox_vacuum(target).await {
+            Ok(()) => {
+                info!(tenant = target.label(), dead_rows = dead, elapsed = ?started.elapsed(),
+                    "vacuumed the outbox table");
+                metrics::counter!("postbox_vacuums_total", "tenant" => target.label().to_owned())
+                    .increment(1);
+            }
+            Err(e @ Error::NotOwner { .. }) => {
+                warn!(tenant = target.label(), dead_rows = dead, error = %e,
+                    "cannot vacuum the outbox table; claims slow down as dead rows pile up");
+                skip.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(target.schema.clone(), Instant::now() + SKIP_FOR);
+            }
+            Err(e) => {
+                debug!(tenant = target.label(), error = %e, "vacuum failed; trying again later")
+            }
+        }
+    }
+}
