@@ -54,7 +54,9 @@ struct Inner {
     last_notify: AtomicU64,
     epoch: Instant,
     pg_one: Arc<str>,
+    pg_one_notify: Arc<str>,
     pg_many: Arc<str>,
+    pg_many_notify: Arc<str>,
 }
 
 impl Default for Outbox {
@@ -133,7 +135,12 @@ impl Outbox {
         let headers = serde_json::to_string(&event.headers)?;
         let id: Option<i64> = match conn.outbox_connection() {
             Conn::Postgres(c) => {
-                let rows: Vec<Option<i64>> = sqlx::query_scalar(safe(&self.inner.pg_one))
+                let notify = self.notify_payload();
+                let sql = match notify {
+                    Some(_) => &self.inner.pg_one_notify,
+                    None => &self.inner.pg_one,
+                };
+                let mut query = sqlx::query_scalar(safe(sql))
                     .bind(&event.event_type)
                     .bind(&event.aggregate_type)
                     .bind(&event.aggregate_id)
@@ -142,10 +149,11 @@ impl Outbox {
                     .bind(event.schema_version)
                     .bind(&headers)
                     .bind(&key)
-                    .bind(max_retries)
-                    .bind(self.notify_payload())
-                    .fetch_all(c)
-                    .await?;
+                    .bind(max_retries);
+                if let Some(schema) = notify {
+                    query = query.bind(schema);
+                }
+                let rows: Vec<Option<i64>> = query.fetch_all(c).await?;
                 rows.into_iter().flatten().next()
             }
             Conn::Sqlite(c) => {
@@ -183,30 +191,35 @@ impl Outbox {
                 let col = |f: fn(&Event) -> Option<&str>| -> Vec<Option<&str>> {
                     events.iter().map(f).collect()
                 };
-                let rows: Vec<(Option<i64>, Option<String>)> =
-                    sqlx::query_as(safe(&self.inner.pg_many))
-                        .bind(
-                            events
-                                .iter()
-                                .map(|e| e.event_type.as_str())
-                                .collect::<Vec<_>>(),
-                        )
-                        .bind(col(|e| e.aggregate_type.as_deref()))
-                        .bind(col(|e| e.aggregate_id.as_deref()))
-                        .bind(events.iter().map(|e| e.payload.get()).collect::<Vec<_>>())
-                        .bind(col(|e| e.event_class.as_deref()))
-                        .bind(events.iter().map(|e| e.schema_version).collect::<Vec<_>>())
-                        .bind(&headers)
-                        .bind(&keys)
-                        .bind(
-                            events
-                                .iter()
-                                .map(|e| e.max_retries.unwrap_or(self.inner.max_retries))
-                                .collect::<Vec<_>>(),
-                        )
-                        .bind(self.notify_payload())
-                        .fetch_all(c)
-                        .await?;
+                let notify = self.notify_payload();
+                let sql = match notify {
+                    Some(_) => &self.inner.pg_many_notify,
+                    None => &self.inner.pg_many,
+                };
+                let mut query = sqlx::query_as(safe(sql))
+                    .bind(
+                        events
+                            .iter()
+                            .map(|e| e.event_type.as_str())
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(col(|e| e.aggregate_type.as_deref()))
+                    .bind(col(|e| e.aggregate_id.as_deref()))
+                    .bind(events.iter().map(|e| e.payload.get()).collect::<Vec<_>>())
+                    .bind(col(|e| e.event_class.as_deref()))
+                    .bind(events.iter().map(|e| e.schema_version).collect::<Vec<_>>())
+                    .bind(&headers)
+                    .bind(&keys)
+                    .bind(
+                        events
+                            .iter()
+                            .map(|e| e.max_retries.unwrap_or(self.inner.max_retries))
+                            .collect::<Vec<_>>(),
+                    );
+                if let Some(schema) = notify {
+                    query = query.bind(schema);
+                }
+                let rows: Vec<(Option<i64>, Option<String>)> = query.fetch_all(c).await?;
                 // The NULL row of the notification carries no event.
                 let rows = rows.into_iter().filter_map(|(id, key)| Some((id?, key)));
                 Ok(match_results(&keys, rows))
@@ -348,6 +361,14 @@ impl OutboxBuilder {
         Outbox {
             inner: Arc::new(Inner {
                 pg_one: render(include_str!("../sql/postgres/enqueue.sql"), &self.schema),
+                pg_one_notify: render(
+                    include_str!("../sql/postgres/enqueue_notify.sql"),
+                    &self.schema,
+                ),
+                pg_many_notify: render(
+                    include_str!("../sql/postgres/enqueue_many_notify.sql"),
+                    &self.schema,
+                ),
                 pg_many: render(
                     include_str!("../sql/postgres/enqueue_many.sql"),
                     &self.schema,

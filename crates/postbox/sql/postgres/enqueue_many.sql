@@ -1,14 +1,9 @@
--- Many events in one multi-row INSERT, in the caller's transaction; $10 as in enqueue.sql.
--- Rows: (id, idempotency_key) of each new event, and a NULL row when a notification was sent.
-WITH ins AS (
-    INSERT INTO {schema}.outbox_events
-        (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,
-         idempotency_key, max_retries)
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::int[],
-                         $7::jsonb[], $8::text[], $9::int[])
-    ON CONFLICT DO NOTHING
-    RETURNING id, idempotency_key
-)
-SELECT id, idempotency_key FROM ins
-UNION ALL
-SELECT NULL, NULL FROM (SELECT pg_notify('postbox_events', $10) WHERE $10::text IS NOT NULL) AS wake
+-- Many events in one multi-row INSERT, in the caller's transaction, without a notification.
+-- Rows: (id, idempotency_key) of each new event.
+INSERT INTO {schema}.outbox_events
+    (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,
+     idempotency_key, max_retries)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::int[],
+                     $7::jsonb[], $8::text[], $9::int[])
+ON CONFLICT DO NOTHING
+RETURNING id, idempotency_key
