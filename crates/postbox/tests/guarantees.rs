@@ -843,6 +843,49 @@ async fn a_relay_vacuums_its_outbox_table_past_the_dead_row_threshold() {
 }
 
 #[tokio::test]
+async fn a_table_another_relay_is_vacuuming_is_skipped() {
+    let (db, store) = pg().await;
+    let vacuums = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT vacuum_count FROM pg_stat_user_tables
+             WHERE schemaname = 'public' AND relname = 'outbox_events'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    store.outbox_vacuum(&default_target()).await.unwrap();
+    wait_until("the vacuum is counted", Duration::from_secs(15), || async {
+        vacuums().await == 1
+    })
+    .await;
+    // Another relay's vacuum holds the table's vacuum lock.
+    let mut other = db.pool().acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(7012027, hashtext('public'))")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    store.outbox_vacuum(&default_target()).await.unwrap();
+    sqlx::query("SELECT pg_advisory_unlock(7012027, hashtext('public'))")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    drop(other);
+    store.outbox_vacuum(&default_target()).await.unwrap();
+    wait_until(
+        "the third vacuum is counted",
+        Duration::from_secs(15),
+        || async { vacuums().await >= 2 },
+    )
+    .await;
+    assert_eq!(
+        vacuums().await,
+        2,
+        "the second call found the table taken and skipped it"
+    );
+}
+
+#[tokio::test]
 async fn a_role_that_does_not_own_the_outbox_table_is_told_so_not_vacuumed() {
     let (db, _store) = pg().await;
     let role = format!("postbox_nonowner_{}", uuid::Uuid::new_v4().simple());

@@ -3,8 +3,8 @@
 -- The notification does not depend on the insert: an outbox whose turn it is to notify does so
 -- even when the event turns out a duplicate, or the events after it would wait for the poll.
 -- Rows: the new event's id (none for a duplicate), and a NULL row for the notification.
--- A statement of its own, not the plain insert with an optional notification: a parameter that
--- decides whether to notify would make PostgreSQL plan every execution afresh.
+-- A statement of its own, so that the plain insert (enqueue.sql), used between notifications,
+-- carries nothing for them.
 WITH ins AS (
     INSERT INTO {schema}.outbox_events
         (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,

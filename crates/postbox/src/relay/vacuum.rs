@@ -5,7 +5,8 @@
 //! table that grows by the million (its default threshold is a fifth of the table), so the relay
 //! checks the dead-row count of its targets now and then and vacuums a table past its
 //! threshold. The vacuum runs on a connection of its own, beside the relay's work; a table
-//! another relay is vacuuming is skipped.
+//! another relay is vacuuming is skipped, and an autovacuum worker (throttled by its cost limits,
+//! so slow on a large table) is cancelled in its favour by PostgreSQL.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

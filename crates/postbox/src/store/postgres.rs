@@ -465,6 +465,19 @@ impl Store for PgStore {
             }
             Some(true) => {}
         }
+        // One relay vacuums a table at a time; the others skip it. The lock is the session's,
+        // so it goes with the connection.
+        let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(7012027, hashtext($1))")
+            .bind(target.schema.as_str())
+            .fetch_one(&mut conn)
+            .await?;
+        if !ours {
+            return Ok(());
+        }
+        // Waits for an autovacuum worker to give way, not for an operator's vacuum.
+        sqlx::raw_sql("SET lock_timeout = '60s'")
+            .execute(&mut conn)
+            .await?;
         let sql = self.sql.get(&target.schema);
         sqlx::raw_sql(safe(&sql.vacuum)).execute(&mut conn).await?;
         conn.close().await.ok();
