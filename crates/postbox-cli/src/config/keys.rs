@@ -59,10 +59,11 @@ pub(crate) const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "vacuum_threshold",
-        default: "50000",
+        default: "0",
         flag: None,
         about: "Dead row versions in an outbox table that make the relay VACUUM it (PostgreSQL; \
-                the relay's role must own the table). 0 leaves vacuuming to autovacuum.",
+                the relay's role must own the table). 0 leaves vacuuming to autovacuum. Set it \
+                (e.g. 50000) where autovacuum is off.",
     },
     KeyDoc {
         key: "lease",

@@ -22,6 +22,9 @@ use crate::store::Store;
 /// How often the dead-row counts are read.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// After a vacuum that took `t`, the table is left alone for `t` times this.
+const VACUUM_DUTY_PAUSE: u32 = 9;
+
 /// How long a table the relay may not vacuum is left alone before it tries again.
 const SKIP_FOR: Duration = Duration::from_secs(600);
 
@@ -29,7 +32,8 @@ pub(super) struct Vacuum {
     threshold: Option<u64>,
     last_check: Option<Instant>,
     task: Option<JoinHandle<()>>,
-    /// Tables whose vacuum failed for a reason the operator must fix, and until when to skip them.
+    /// Tables to leave alone until a moment: just vacuumed, or their vacuum failed for a reason
+    /// the operator must fix.
     skip: Arc<Mutex<HashMap<SchemaName, Instant>>>,
 }
 
@@ -101,8 +105,21 @@ async fn check(
         let started = Instant::now();
         match store.outbox_vacuum(target).await {
             Ok(()) => {
-                info!(tenant = target.label(), dead_rows = dead, elapsed = ?started.elapsed(),
-                    "vacuumed the outbox table");
+                let elapsed = started.elapsed();
+                info!(
+                    tenant = target.label(),
+                    dead_rows = dead,
+                    ?elapsed,
+                    "vacuumed the outbox table"
+                );
+                // A vacuum removes nothing while an older snapshot is open (a long transaction,
+                // an ANALYZE), and the count stays past the threshold: without a pause the
+                // relay would vacuum the table back to back. Vacuuming takes at most a tenth of
+                // the time.
+                skip.lock().unwrap_or_else(PoisonError::into_inner).insert(
+                    target.schema.clone(),
+                    Instant::now() + elapsed * VACUUM_DUTY_PAUSE,
+                );
                 metrics::counter!("postbox_vacuums_total", "tenant" => target.label().to_owned())
                     .increment(1);
             }
