@@ -8,7 +8,7 @@ use chrono::Utc;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Postgres, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, Postgres, Sqlite, Transaction};
 
 use crate::error::Result;
 use crate::event::{Enqueued, Event};
@@ -122,6 +122,19 @@ impl Outbox {
             .and(schema)
     }
 
+    /// The statement to run, `plain` or `notifying`, and the notification payload with the
+    /// latter.
+    fn pg_statement(
+        &self,
+        plain: &Arc<str>,
+        notifying: &Arc<str>,
+    ) -> (AssertSqlSafe<Arc<str>>, Option<&str>) {
+        match self.notify_payload() {
+            Some(schema) => (safe(notifying), Some(schema)),
+            None => (safe(plain), None),
+        }
+    }
+
     /// Writes one event through `conn`, normally the caller's open transaction. Returns
     /// [`Enqueued::Duplicate`] if an event with the same idempotency key exists (race-free: the
     /// database's unique index decides). Invalid events are refused before anything is written.
@@ -135,12 +148,9 @@ impl Outbox {
         let headers = serde_json::to_string(&event.headers)?;
         let id: Option<i64> = match conn.outbox_connection() {
             Conn::Postgres(c) => {
-                let notify = self.notify_payload();
-                let sql = match notify {
-                    Some(_) => &self.inner.pg_one_notify,
-                    None => &self.inner.pg_one,
-                };
-                let mut query = sqlx::query_scalar(safe(sql))
+                let (sql, notify) =
+                    self.pg_statement(&self.inner.pg_one, &self.inner.pg_one_notify);
+                let mut query = sqlx::query_scalar(sql)
                     .bind(&event.event_type)
                     .bind(&event.aggregate_type)
                     .bind(&event.aggregate_id)
@@ -191,12 +201,9 @@ impl Outbox {
                 let col = |f: fn(&Event) -> Option<&str>| -> Vec<Option<&str>> {
                     events.iter().map(f).collect()
                 };
-                let notify = self.notify_payload();
-                let sql = match notify {
-                    Some(_) => &self.inner.pg_many_notify,
-                    None => &self.inner.pg_many,
-                };
-                let mut query = sqlx::query_as(safe(sql))
+                let (sql, notify) =
+                    self.pg_statement(&self.inner.pg_many, &self.inner.pg_many_notify);
+                let mut query = sqlx::query_as(sql)
                     .bind(
                         events
                             .iter()
