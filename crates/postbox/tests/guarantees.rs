@@ -197,8 +197,11 @@ async fn g5_a_failing_event_is_tried_max_retries_times_with_backoff_on_the_datab
             "try {} came {gap:?} after try {n}; the backoff is {backoff:?}",
             n + 1
         );
+        // Generous: the suite runs many relays at once on two cores, and a round can stall for
+        // a while; a retry that waited for anything else (the 20 ms poll aside) would be seconds
+        // late.
         assert!(
-            gap < backoff + Duration::from_millis(500),
+            gap < backoff + Duration::from_secs(2),
             "try {} came {gap:?} after try {n}; the backoff is only {backoff:?}",
             n + 1
         );
