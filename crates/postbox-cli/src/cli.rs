@@ -587,7 +587,7 @@ pub(crate) struct BenchArgs {
     pub(crate) batch_size: Option<u32>,
 
     /// Dead rows that make the relays vacuum the outbox table, 0 for never [config:
-    /// vacuum_threshold; default: 0]
+    /// vacuum_threshold; default: 50000]
     #[arg(long, value_name = "N")]
     pub(crate) vacuum_threshold: Option<u64>,
 }

@@ -289,3 +289,28 @@ async fn hostile_schema_and_tenant_names_are_refused_and_create_nothing() {
     assert_eq!(schemas().await, before + 1, "only s_acme was created");
     assert_eq!(store.tenant_list().await.unwrap().len(), 1);
 }
+
+/// Autovacuum's ANALYZE holds a snapshot for seconds on a large table, during which no dead row
+/// of a marked event can be removed; every outbox table, the default one and each tenant's, is
+/// exempt from it (migration `outbox_0003_no_auto_analyze`).
+#[tokio::test]
+async fn no_outbox_table_is_analyzed_by_autovacuum() {
+    let (db, store) = pg().await;
+    let a = add_tenant(&store, "a").await;
+    for schema in ["public", a.schema.as_str()] {
+        let options: Vec<String> = sqlx::query_scalar(
+            "SELECT unnest(c.reloptions) FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = 'outbox_events'",
+        )
+        .bind(schema)
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            options,
+            ["autovacuum_analyze_threshold=2147483647"],
+            "{schema}"
+        );
+    }
+}

@@ -59,11 +59,10 @@ pub(crate) const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "vacuum_threshold",
-        default: "0",
+        default: "50000",
         flag: None,
         about: "Dead row versions in an outbox table that make the relay VACUUM it (PostgreSQL; \
-                the relay's role must own the table). 0 leaves vacuuming to autovacuum. Set it \
-                (e.g. 50000) where autovacuum is off.",
+                the relay's role must own the table). 0 leaves vacuuming to autovacuum.",
     },
     KeyDoc {
         key: "lease",

@@ -36,6 +36,10 @@ const OUTBOX_MIGRATIONS: &[(&str, &str)] = &[
         "outbox_0002_claim_function",
         include_str!("../../sql/postgres/0002_claim_function.sql"),
     ),
+    (
+        "outbox_0003_no_auto_analyze",
+        include_str!("../../sql/postgres/0003_no_auto_analyze.sql"),
+    ),
 ];
 
 /// Migrations of the default schema only.
