@@ -76,22 +76,25 @@ impl Db {
         .map_err(BenchError::db)
     }
 
-    /// One business transaction: a business row, and beside it what `extra` says. Returns the
-    /// event's id when an event was inserted.
+    /// One business transaction: `statements` business rows (at least one), and beside them
+    /// what `extra` says. Returns the event's id when an event was inserted.
     pub(crate) async fn business_tx(
         &self,
         i: u64,
+        statements: u32,
         extra: Extra<'_>,
     ) -> Result<Option<i64>, BenchError> {
         let data = format!("invoice {i}");
         match self {
             Db::Pg(p) => {
                 let mut tx = p.begin().await.map_err(BenchError::db)?;
-                sqlx::query(INSERT_PG)
-                    .bind(&data)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(BenchError::db)?;
+                for _ in 0..statements.max(1) {
+                    sqlx::query(INSERT_PG)
+                        .bind(&data)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(BenchError::db)?;
+                }
                 let id = match extra {
                     Extra::Nothing => None,
                     Extra::SecondRow => {
@@ -112,11 +115,13 @@ impl Db {
                     .begin_with("BEGIN IMMEDIATE")
                     .await
                     .map_err(BenchError::db)?;
-                sqlx::query(INSERT_SQLITE)
-                    .bind(&data)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(BenchError::db)?;
+                for _ in 0..statements.max(1) {
+                    sqlx::query(INSERT_SQLITE)
+                        .bind(&data)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(BenchError::db)?;
+                }
                 let id = match extra {
                     Extra::Nothing => None,
                     Extra::SecondRow => {

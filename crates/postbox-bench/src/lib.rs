@@ -59,6 +59,9 @@ pub struct BenchOptions {
     pub producers: Vec<usize>,
     /// How long each enqueue-overhead measurement runs.
     pub enqueue_duration: Duration,
+    /// Business rows each business transaction of the enqueue-overhead phase inserts (at least
+    /// one; default 1, the smallest transaction and so the worst case for the overhead).
+    pub business_statements: u32,
     /// Producer rate for the latency runs, events/s.
     pub rate: u64,
     /// How long each latency run produces.
@@ -87,6 +90,7 @@ impl BenchOptions {
             relays: vec![1, 4],
             producers: vec![1, 8],
             enqueue_duration: Duration::from_secs(5),
+            business_statements: 1,
             rate: 2000,
             latency_duration: Duration::from_secs(10),
             poll_interval: Duration::from_millis(100),
@@ -152,7 +156,9 @@ async fn enqueue_rates(
                 0,
                 &format!("enqueue: {producers} producers, {what} ({round}/{ENQUEUE_SLICES})"),
             );
-            let rate = phases::enqueue_rate(db, producers, slice, *extra, &b).await;
+            let rate =
+                phases::enqueue_rate(db, producers, slice, opts.business_statements, *extra, &b)
+                    .await;
             b.finish_and_clear();
             done.push(rate?);
         }
@@ -206,7 +212,12 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         let (without, second_row, with, each) =
             (rates[0], rates[1], rates[2], rates.get(3).copied());
         enqueue.push(EnqueueOverhead::new(
-            producers, without, second_row, with, each,
+            producers,
+            opts.business_statements.max(1),
+            without,
+            second_row,
+            with,
+            each,
         ));
     }
 

@@ -35,11 +35,13 @@ impl Sink for CountingSink {
     }
 }
 
-/// Business transactions per second, with `extra` (nothing, a second row or an event) in each.
+/// Business transactions of `statements` business rows per second, with `extra` (nothing, a
+/// second row or an event) in each.
 pub(crate) async fn enqueue_rate(
     db: &Db,
     producers: usize,
     duration: Duration,
+    statements: u32,
     extra: Extra<'_>,
     bar: &ProgressBar,
 ) -> Result<Throughput, BenchError> {
@@ -54,7 +56,7 @@ pub(crate) async fn enqueue_rate(
         async move {
             let mut i = (p as u64) << 40;
             while Instant::now() < deadline {
-                db.business_tx(i, extra).await?;
+                db.business_tx(i, statements, extra).await?;
                 counter.fetch_add(1, Ordering::Relaxed);
                 bar.inc(1);
                 i += 1;
@@ -246,7 +248,7 @@ pub(crate) async fn latency(
             let mut i = p << 40;
             while Instant::now() < deadline {
                 tick.tick().await;
-                if let Some(id) = db.business_tx(i, Extra::Event(outbox)).await? {
+                if let Some(id) = db.business_tx(i, 1, Extra::Event(outbox)).await? {
                     let at = Instant::now();
                     committed
                         .lock()

@@ -67,7 +67,9 @@ impl Percentiles {
 pub struct EnqueueOverhead {
     /// Concurrent producers.
     pub producers: usize,
-    /// Business transactions with one business row and no event.
+    /// Business rows each business transaction inserts, one statement each.
+    pub business_statements: u32,
+    /// Business transactions with their business rows and no event.
     pub without_event: Throughput,
     /// The same transactions with a second business row (of the event's payload) instead of an
     /// event: the floor, what any second statement costs.
@@ -94,6 +96,7 @@ impl EnqueueOverhead {
     /// Puts the measurements of one producer count together and works out the percentages.
     pub(crate) fn new(
         producers: usize,
+        business_statements: u32,
         without_event: Throughput,
         second_row: Throughput,
         with_event: Throughput,
@@ -103,6 +106,7 @@ impl EnqueueOverhead {
             |base: Throughput, x: Throughput| (base.per_second / x.per_second - 1.0) * 100.0;
         EnqueueOverhead {
             producers,
+            business_statements,
             second_row_pct: slower(without_event, second_row),
             overhead_pct: slower(without_event, with_event),
             event_over_second_row_pct: slower(second_row, with_event),
@@ -185,7 +189,12 @@ impl BenchReport {
             self.backend, self.batch_size
         );
         let _ = writeln!(out);
-        let _ = writeln!(out, "enqueue overhead (business transactions/s)");
+        let statements = self.enqueue.first().map_or(1, |e| e.business_statements);
+        let _ = writeln!(
+            out,
+            "enqueue overhead (business transactions/s; {statements} business statement{} each)",
+            if statements == 1 { "" } else { "s" }
+        );
         let _ = writeln!(
             out,
             "  {:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>7}  {:>10}  {:>11}  {:>7}",

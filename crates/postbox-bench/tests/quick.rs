@@ -56,6 +56,7 @@ async fn quick_bench_runs_on_postgres() {
         "NOTIFY each",
         "NOTIFY each commit",
         "relay vacuum at 50000 dead rows",
+        "1 business statement each",
     ] {
         assert!(table.contains(part), "{part} not in\n{table}");
     }
@@ -67,6 +68,7 @@ async fn quick_bench_runs_on_postgres() {
 async fn quick_bench_runs_on_sqlite() {
     let mut opts = quiet(BenchOptions::quick(None));
     opts.vacuum_threshold = None;
+    opts.business_statements = 3;
     let report = run(&opts).await.unwrap();
     assert_eq!(report.backend, "sqlite");
     assert!(report.latency.is_empty());
@@ -75,7 +77,9 @@ async fn quick_bench_runs_on_sqlite() {
         e.second_row.count > 0 && e.with_event_notify_each.is_none() && e.notify_each_pct.is_none()
     }));
     assert_eq!(report.soak.as_ref().unwrap().vacuum_threshold, None);
+    assert!(report.enqueue.iter().all(|e| e.business_statements == 3));
     let table = report.table();
+    assert!(table.contains("3 business statements each"), "{table}");
     assert!(table.contains("relay vacuum off"), "{table}");
     assert!(!table.contains("latency"), "{table}");
 }

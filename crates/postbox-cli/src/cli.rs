@@ -526,6 +526,20 @@ mod tests {
     }
 
     #[test]
+    fn bench_business_statements_are_at_least_one() {
+        match Cli::try_parse_from(["postbox", "bench", "--business-statements", "3"])
+            .expect("parses")
+            .command
+        {
+            Command::Bench(a) => assert_eq!(a.business_statements, Some(3)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let err = Cli::try_parse_from(["postbox", "bench", "--business-statements", "0"])
+            .expect_err("zero statements is no business transaction");
+        assert!(err.to_string().contains("--business-statements"), "{err}");
+    }
+
+    #[test]
     fn tenants_add_schema_is_the_tenants_own() {
         let cli = Cli::try_parse_from(["postbox", "tenants", "add", "acme", "--schema", "s_x"])
             .expect("parses");
@@ -573,6 +587,11 @@ pub(crate) struct BenchArgs {
     /// How long each enqueue-overhead measurement runs [default: 5s; quick: 300ms]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) enqueue_duration: Option<Duration>,
+
+    /// Business rows (one INSERT each) in each business transaction of the enqueue overhead
+    /// [default: 1, the smallest transaction]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) business_statements: Option<u32>,
 
     /// Events of the soak, 0 to skip it [default: 1000000; quick: 4000]
     #[arg(long, value_name = "N")]

@@ -49,6 +49,9 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
     if let Some(d) = args.enqueue_duration {
         opts.enqueue_duration = d;
     }
+    if let Some(n) = args.business_statements {
+        opts.business_statements = n;
+    }
     if let Some(n) = args.soak_events {
         opts.soak_events = n;
     }
