@@ -76,8 +76,8 @@ impl Db {
         .map_err(BenchError::db)
     }
 
-    /// One business transaction: `statements` business rows (at least one), and beside them
-    /// what `extra` says. Returns the event's id when an event was inserted.
+    /// One business transaction: `statements` business rows, and beside them what `extra` says.
+    /// Returns the event's id when an event was inserted.
     pub(crate) async fn business_tx(
         &self,
         i: u64,
@@ -85,54 +85,37 @@ impl Db {
         extra: Extra<'_>,
     ) -> Result<Option<i64>, BenchError> {
         let data = format!("invoice {i}");
+        let second = matches!(extra, Extra::SecondRow).then(|| second_row(i));
+        let rows = std::iter::repeat_n(data.as_str(), statements as usize).chain(second.as_deref());
+        let event = match extra {
+            Extra::Event(o) => Some((o, event(i)?)),
+            Extra::Nothing | Extra::SecondRow => None,
+        };
+        // Two arms of one shape: the transactions are of different types.
         match self {
             Db::Pg(p) => {
                 let mut tx = p.begin().await.map_err(BenchError::db)?;
-                for _ in 0..statements.max(1) {
-                    sqlx::query(INSERT_PG)
-                        .bind(&data)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(BenchError::db)?;
+                for row in rows {
+                    let insert = sqlx::query(INSERT_PG).bind(row);
+                    insert.execute(&mut *tx).await.map_err(BenchError::db)?;
                 }
-                let id = match extra {
-                    Extra::Nothing => None,
-                    Extra::SecondRow => {
-                        sqlx::query(INSERT_PG)
-                            .bind(second_row(i))
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(BenchError::db)?;
-                        None
-                    }
-                    Extra::Event(o) => o.enqueue(&mut tx, event(i)?).await?.id(),
+                let id = match event {
+                    Some((o, e)) => o.enqueue(&mut tx, e).await?.id(),
+                    None => None,
                 };
                 tx.commit().await.map_err(BenchError::db)?;
                 Ok(id)
             }
             Db::Sqlite(p) => {
-                let mut tx = p
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(BenchError::db)?;
-                for _ in 0..statements.max(1) {
-                    sqlx::query(INSERT_SQLITE)
-                        .bind(&data)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(BenchError::db)?;
+                let begin = p.begin_with("BEGIN IMMEDIATE");
+                let mut tx = begin.await.map_err(BenchError::db)?;
+                for row in rows {
+                    let insert = sqlx::query(INSERT_SQLITE).bind(row);
+                    insert.execute(&mut *tx).await.map_err(BenchError::db)?;
                 }
-                let id = match extra {
-                    Extra::Nothing => None,
-                    Extra::SecondRow => {
-                        sqlx::query(INSERT_SQLITE)
-                            .bind(second_row(i))
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(BenchError::db)?;
-                        None
-                    }
-                    Extra::Event(o) => o.enqueue(&mut tx, event(i)?).await?.id(),
+                let id = match event {
+                    Some((o, e)) => o.enqueue(&mut tx, e).await?.id(),
+                    None => None,
                 };
                 tx.commit().await.map_err(BenchError::db)?;
                 Ok(id)

@@ -144,6 +144,7 @@ async fn enqueue_rates(
     db: &db::Db,
     opts: &BenchOptions,
     producers: usize,
+    statements: u32,
     variants: &[(&str, Extra<'_>)],
 ) -> Result<Vec<Throughput>, BenchError> {
     scratch.reset().await?;
@@ -156,9 +157,7 @@ async fn enqueue_rates(
                 0,
                 &format!("enqueue: {producers} producers, {what} ({round}/{ENQUEUE_SLICES})"),
             );
-            let rate =
-                phases::enqueue_rate(db, producers, slice, opts.business_statements, *extra, &b)
-                    .await;
+            let rate = phases::enqueue_rate(db, producers, slice, statements, *extra, &b).await;
             b.finish_and_clear();
             done.push(rate?);
         }
@@ -198,6 +197,8 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
     };
 
     let mut enqueue = Vec::new();
+    // A business transaction has at least its one business row.
+    let statements = opts.business_statements.max(1);
     let notify_each = Outbox::builder().notify_interval(Duration::ZERO).build();
     for &producers in &opts.producers {
         let mut variants = vec![
@@ -208,16 +209,11 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         if scratch.is_postgres() {
             variants.push(("NOTIFY each", Extra::Event(&notify_each)));
         }
-        let rates = enqueue_rates(scratch, &db, opts, producers, &variants).await?;
+        let rates = enqueue_rates(scratch, &db, opts, producers, statements, &variants).await?;
         let (without, second_row, with, each) =
             (rates[0], rates[1], rates[2], rates.get(3).copied());
         enqueue.push(EnqueueOverhead::new(
-            producers,
-            opts.business_statements.max(1),
-            without,
-            second_row,
-            with,
-            each,
+            producers, statements, without, second_row, with, each,
         ));
     }
 

@@ -309,8 +309,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes the dead row versions that marks leave in `target`'s outbox table and its
     /// indexes (PostgreSQL `VACUUM`; nothing to do elsewhere). A table another relay is
-    /// vacuuming is skipped; an autovacuum worker on the table gives way. Fails with [`Error::NotOwner`](crate::Error::NotOwner) when the
-    /// database role may not vacuum the table.
+    /// vacuuming is skipped; an autovacuum worker on the table gives way. Fails with
+    /// [`Error::NotOwner`](crate::Error::NotOwner) when the database role may not vacuum the
+    /// table.
     async fn outbox_vacuum(&self, _target: &Target) -> Result<()> {
         Ok(())
     }
