@@ -29,8 +29,11 @@ pub(crate) enum Extra<'a> {
     Nothing,
     /// A second business row: the floor, what any second statement costs.
     SecondRow,
-    /// An event, enqueued through this outbox.
+    /// An event, enqueued through this outbox after the business rows.
     Event(&'a Outbox),
+    /// An event written by the last business statement itself, through this outbox's
+    /// `enqueue_with` (PostgreSQL).
+    EventInStatement(&'a Outbox),
 }
 
 /// A payload of about 300 bytes, as in the measurements the targets come from.
@@ -87,25 +90,36 @@ impl Db {
         let data = format!("invoice {i}");
         let second = matches!(extra, Extra::SecondRow).then(|| second_row(i));
         let rows = std::iter::repeat_n(data.as_str(), statements as usize).chain(second.as_deref());
-        let event = match extra {
-            Extra::Event(o) => Some((o, event(i)?)),
-            Extra::Nothing | Extra::SecondRow => None,
+        let (event, in_statement) = match extra {
+            Extra::Event(o) => (Some((o, event(i)?)), false),
+            Extra::EventInStatement(o) => (Some((o, event(i)?)), true),
+            Extra::Nothing | Extra::SecondRow => (None, false),
         };
         // Two arms of one shape: the transactions are of different types.
         match self {
             Db::Pg(p) => {
+                let mut rows: Vec<&str> = rows.collect();
+                // The row whose statement carries the event, when it is to.
+                let carrier = if in_statement { rows.pop() } else { None };
                 let mut tx = p.begin().await.map_err(BenchError::db)?;
                 for row in rows {
                     let insert = sqlx::query(INSERT_PG).bind(row);
                     insert.execute(&mut *tx).await.map_err(BenchError::db)?;
                 }
-                let id = match event {
-                    Some((o, e)) => o.enqueue(&mut tx, e).await?.id(),
-                    None => None,
+                let id = match (event, carrier) {
+                    (Some((o, e)), Some(row)) => {
+                        let insert = sqlx::query(INSERT_PG).bind(row);
+                        o.enqueue_with(&mut tx, insert, e).await?.id()
+                    }
+                    (Some((o, e)), None) => o.enqueue(&mut tx, e).await?.id(),
+                    (None, _) => None,
                 };
                 tx.commit().await.map_err(BenchError::db)?;
                 Ok(id)
             }
+            Db::Sqlite(_) if in_statement => Err(BenchError::Setup(
+                "an event in the business statement needs PostgreSQL".into(),
+            )),
             Db::Sqlite(p) => {
                 let begin = p.begin_with("BEGIN IMMEDIATE");
                 let mut tx = begin.await.map_err(BenchError::db)?;

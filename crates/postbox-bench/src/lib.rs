@@ -21,7 +21,7 @@ pub use report::{
 };
 
 use db::Extra;
-use report::human;
+use report::{Variants, human};
 use scratch::Scratch;
 
 /// What went wrong in a benchmark run.
@@ -207,13 +207,20 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
             ("event", Extra::Event(&outbox)),
         ];
         if scratch.is_postgres() {
+            variants.push(("event in statement", Extra::EventInStatement(&outbox)));
             variants.push(("NOTIFY each", Extra::Event(&notify_each)));
         }
         let rates = enqueue_rates(scratch, &db, opts, producers, statements, &variants).await?;
-        let (without, second_row, with, each) =
-            (rates[0], rates[1], rates[2], rates.get(3).copied());
         enqueue.push(EnqueueOverhead::new(
-            producers, statements, without, second_row, with, each,
+            producers,
+            statements,
+            Variants {
+                without_event: rates[0],
+                second_row: rates[1],
+                with_event: rates[2],
+                in_statement: rates.get(3).copied(),
+                notify_each: rates.get(4).copied(),
+            },
         ));
     }
 

@@ -85,6 +85,12 @@ pub struct EnqueueOverhead {
     /// What the enqueue costs beyond any second statement: `second_row / with_event - 1`, in
     /// percent.
     pub event_over_second_row_pct: f64,
+    /// The same transactions with the event written by the last business statement itself,
+    /// through `Outbox::enqueue_with` (PostgreSQL): no statement of its own.
+    pub with_event_in_statement: Option<Throughput>,
+    /// How much longer a transaction takes with the event in its statement:
+    /// `without / in_statement - 1`, in percent.
+    pub in_statement_pct: Option<f64>,
     /// The same transactions with an enqueue that sends `NOTIFY` on every commit (PostgreSQL).
     pub with_event_notify_each: Option<Throughput>,
     /// Overhead of the enqueue with `NOTIFY` on every commit: `without / notify_each - 1`, in
@@ -92,29 +98,34 @@ pub struct EnqueueOverhead {
     pub notify_each_pct: Option<f64>,
 }
 
+/// The business transaction rates of one enqueue measurement, one per variant.
+pub(crate) struct Variants {
+    pub(crate) without_event: Throughput,
+    pub(crate) second_row: Throughput,
+    pub(crate) with_event: Throughput,
+    pub(crate) in_statement: Option<Throughput>,
+    pub(crate) notify_each: Option<Throughput>,
+}
+
 impl EnqueueOverhead {
     /// Puts the measurements of one producer count together and works out the percentages.
-    pub(crate) fn new(
-        producers: usize,
-        business_statements: u32,
-        without_event: Throughput,
-        second_row: Throughput,
-        with_event: Throughput,
-        with_event_notify_each: Option<Throughput>,
-    ) -> Self {
+    pub(crate) fn new(producers: usize, business_statements: u32, v: Variants) -> Self {
+        let without = v.without_event;
         let slower =
             |base: Throughput, x: Throughput| (base.per_second / x.per_second - 1.0) * 100.0;
         EnqueueOverhead {
             producers,
             business_statements,
-            second_row_pct: slower(without_event, second_row),
-            overhead_pct: slower(without_event, with_event),
-            event_over_second_row_pct: slower(second_row, with_event),
-            notify_each_pct: with_event_notify_each.map(|n| slower(without_event, n)),
-            without_event,
-            second_row,
-            with_event,
-            with_event_notify_each,
+            second_row_pct: slower(without, v.second_row),
+            overhead_pct: slower(without, v.with_event),
+            event_over_second_row_pct: slower(v.second_row, v.with_event),
+            in_statement_pct: v.in_statement.map(|t| slower(without, t)),
+            notify_each_pct: v.notify_each.map(|t| slower(without, t)),
+            without_event: without,
+            second_row: v.second_row,
+            with_event: v.with_event,
+            with_event_in_statement: v.in_statement,
+            with_event_notify_each: v.notify_each,
         }
     }
 }
@@ -197,7 +208,7 @@ impl BenchReport {
         );
         let _ = writeln!(
             out,
-            "  {:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>7}  {:>10}  {:>11}  {:>7}",
+            "  {:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>7}  {:>10}  {:>10}  {:>7}  {:>11}  {:>7}",
             "producers",
             "without",
             "2nd row",
@@ -205,17 +216,19 @@ impl BenchReport {
             "event",
             "+%",
             "vs 2nd row",
+            "in stmt",
+            "+%",
             "NOTIFY each",
             "+%"
         );
+        let rate = |t: Option<Throughput>| {
+            t.map_or_else(|| "-".to_owned(), |t| format!("{:.0}", t.per_second))
+        };
+        let opt_pct = |p: Option<f64>| p.map_or_else(|| "-".to_owned(), pct);
         for e in &self.enqueue {
-            let each = e
-                .with_event_notify_each
-                .map_or_else(|| "-".to_owned(), |t| format!("{:.0}", t.per_second));
-            let each_pct = e.notify_each_pct.map_or_else(|| "-".to_owned(), pct);
             let _ = writeln!(
                 out,
-                "  {:>9}  {:>10.0}  {:>10.0}  {:>7}  {:>10.0}  {:>7}  {:>10}  {:>11}  {:>7}",
+                "  {:>9}  {:>10.0}  {:>10.0}  {:>7}  {:>10.0}  {:>7}  {:>10}  {:>10}  {:>7}  {:>11}  {:>7}",
                 e.producers,
                 e.without_event.per_second,
                 e.second_row.per_second,
@@ -223,8 +236,10 @@ impl BenchReport {
                 e.with_event.per_second,
                 pct(e.overhead_pct),
                 pct(e.event_over_second_row_pct),
-                each,
-                each_pct
+                rate(e.with_event_in_statement),
+                opt_pct(e.in_statement_pct),
+                rate(e.with_event_notify_each),
+                opt_pct(e.notify_each_pct)
             );
         }
         let _ = writeln!(out);

@@ -32,6 +32,10 @@ async fn quick_bench_runs_on_postgres() {
             .with_event_notify_each
             .expect("NOTIFY each commit on PostgreSQL");
         assert!(each.count > 0 && e.notify_each_pct.is_some());
+        let in_statement = e
+            .with_event_in_statement
+            .expect("the event in the business statement on PostgreSQL");
+        assert!(in_statement.count > 0 && e.in_statement_pct.is_some());
     }
     let modes: Vec<&str> = report.latency.iter().map(|r| r.mode.as_str()).collect();
     assert_eq!(
@@ -53,6 +57,7 @@ async fn quick_bench_runs_on_postgres() {
     for part in [
         "ceiling",
         "2nd row",
+        "in stmt",
         "NOTIFY each",
         "NOTIFY each commit",
         "relay vacuum at 50000 dead rows",
@@ -74,7 +79,10 @@ async fn quick_bench_runs_on_sqlite() {
     assert!(report.latency.is_empty());
     assert!(report.drain.iter().all(|d| d.relay.count == 2_000));
     assert!(report.enqueue.iter().all(|e| {
-        e.second_row.count > 0 && e.with_event_notify_each.is_none() && e.notify_each_pct.is_none()
+        e.second_row.count > 0
+            && e.with_event_notify_each.is_none()
+            && e.notify_each_pct.is_none()
+            && e.with_event_in_statement.is_none()
     }));
     assert_eq!(report.soak.as_ref().unwrap().vacuum_threshold, None);
     assert!(report.enqueue.iter().all(|e| e.business_statements == 3));

@@ -4,13 +4,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{NaiveDate, Utc};
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgArguments, PgConnection};
+use sqlx::query::Query;
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{AssertSqlSafe, Postgres, Sqlite, Transaction};
+use sqlx::{Arguments, AssertSqlSafe, Execute, Postgres, Sqlite, Transaction};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::{Enqueued, Event};
 use crate::schema::SchemaName;
 use crate::store::sql::{render, safe};
@@ -57,6 +58,8 @@ struct Inner {
     pg_one_notify: Arc<str>,
     pg_many: Arc<str>,
     pg_many_notify: Arc<str>,
+    pg_with: Wrapped,
+    pg_with_notify: Wrapped,
 }
 
 impl Default for Outbox {
@@ -142,35 +145,103 @@ impl Outbox {
     where
         C: OutboxConnection + ?Sized,
     {
-        let key = event.resolved_idempotency_key(Utc::now().date_naive());
-        event.validate(self.inner.payload_limit, key.as_deref())?;
-        let max_retries = event.max_retries.unwrap_or(self.inner.max_retries);
-        let headers = serde_json::to_string(&event.headers)?;
-        let id: Option<i64> = match conn.outbox_connection() {
+        let event = self.check(&event, Utc::now().date_naive())?;
+        let id = match conn.outbox_connection() {
             Conn::Postgres(c) => {
                 let (sql, notify) =
                     self.pg_statement(&self.inner.pg_one, &self.inner.pg_one_notify);
-                let mut query = sqlx::query_scalar(sql)
-                    .bind(&event.event_type)
-                    .bind(&event.aggregate_type)
-                    .bind(&event.aggregate_id)
-                    .bind(event.payload.get())
-                    .bind(&event.event_class)
-                    .bind(event.schema_version)
-                    .bind(&headers)
-                    .bind(&key)
-                    .bind(max_retries);
-                if let Some(schema) = notify {
-                    query = query.bind(schema);
-                }
-                let rows: Vec<Option<i64>> = query.fetch_all(c).await?;
+                let mut args = PgArguments::default();
+                event.add_to(&mut args, notify)?;
+                let rows: Vec<Option<i64>> =
+                    sqlx::query_scalar_with(sql, args).fetch_all(c).await?;
                 rows.into_iter().flatten().next()
             }
-            Conn::Sqlite(c) => {
-                sqlite_insert(c, &event, key.as_deref(), &headers, max_retries).await?
-            }
+            Conn::Sqlite(c) => sqlite_insert(c, &event).await?,
         };
         Ok(id.map_or(Enqueued::Duplicate, Enqueued::Inserted))
+    }
+
+    /// Runs a business `statement` and writes `event` as **one** SQL statement (PostgreSQL): one
+    /// round trip to the server for both, where [`enqueue`](Self::enqueue) after the statement
+    /// takes two. In a short transaction that round trip is most of what an enqueue costs.
+    ///
+    /// `statement` is a data-modifying statement (`INSERT`, `UPDATE` or `DELETE`) built with
+    /// [`sqlx::query`] and its binds; Postbox runs it as a `WITH` query in front of its own
+    /// insert (a `;` at its end is dropped; it may not be followed by a comment). Both happen or
+    /// neither: an error in either part (a constraint of your table, say)
+    /// fails the statement and writes nothing. Returns what [`enqueue`](Self::enqueue) returns;
+    /// an invalid event is refused before anything is sent.
+    ///
+    /// Mind that the event is written whatever rows the statement touched, and that the
+    /// statement's own result (rows affected, `RETURNING` rows) is not returned. When the event
+    /// depends on them — an `UPDATE … WHERE status = 'open'` that may match nothing — run the
+    /// statement and check its result first, then [`enqueue`](Self::enqueue). A statement that
+    /// only reads (`SELECT`) is not run at all, as PostgreSQL skips an unreferenced read-only
+    /// `WITH` query.
+    ///
+    /// ```no_run
+    /// use postbox::{Event, Outbox};
+    ///
+    /// # async fn example(pool: sqlx::PgPool) -> anyhow::Result<()> {
+    /// let outbox = Outbox::new();
+    /// let mut tx = pool.begin().await?;
+    /// let invoice = sqlx::query("INSERT INTO invoices (id, amount_cents) VALUES ($1, $2)")
+    ///     .bind(456_i64)
+    ///     .bind(1200_i64);
+    /// let event = Event::new("InvoiceCreated", &serde_json::json!({"invoice_id": 456}))?
+    ///     .aggregate("Invoice", "456");
+    /// outbox.enqueue_with(&mut tx, invoice, event).await?; // the invoice row and its event
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_with(
+        &self,
+        conn: &mut PgConnection,
+        mut statement: Query<'_, Postgres, PgArguments>,
+        event: Event,
+    ) -> Result<Enqueued> {
+        let event = self.check(&event, Utc::now().date_naive())?;
+        let mut args = statement
+            .take_arguments()
+            .map_err(sqlx::Error::Encode)?
+            .unwrap_or_default();
+        let business = statement.sql();
+        // A trailing `;` would end the WITH query early.
+        let business = business
+            .as_str()
+            .trim_end_matches(|c: char| c == ';' || c.is_whitespace());
+        if business.trim_start().is_empty() {
+            return Err(Error::InvalidStatement(
+                "the business statement given to enqueue_with is empty".into(),
+            ));
+        }
+        let first = args.len() + 1;
+        let notify = self.notify_payload();
+        let template = match notify {
+            Some(_) => &self.inner.pg_with_notify,
+            None => &self.inner.pg_with,
+        };
+        // Safe: the caller's own statement, and ours around it with a quoted schema name.
+        let sql = AssertSqlSafe(template.render(business, first));
+        event.add_to(&mut args, notify)?;
+        let rows: Vec<Option<i64>> = sqlx::query_scalar_with(sql, args).fetch_all(conn).await?;
+        Ok(rows
+            .into_iter()
+            .flatten()
+            .next()
+            .map_or(Enqueued::Duplicate, Enqueued::Inserted))
+    }
+
+    /// Validates `event` and works out what is written beside its own fields.
+    fn check<'e>(&self, event: &'e Event, today: NaiveDate) -> Result<Checked<'e>> {
+        let key = event.resolved_idempotency_key(today);
+        event.validate(self.inner.payload_limit, key.as_deref())?;
+        Ok(Checked {
+            event,
+            headers: serde_json::to_string(&event.headers)?,
+            max_retries: event.max_retries.unwrap_or(self.inner.max_retries),
+            key,
+        })
     }
 
     /// Writes many events; on PostgreSQL in one multi-row `INSERT`. Results come in the order of
@@ -185,17 +256,14 @@ impl Outbox {
     {
         let events: Vec<Event> = events.into_iter().collect();
         let today = Utc::now().date_naive();
-        let mut keys = Vec::with_capacity(events.len());
-        let mut headers = Vec::with_capacity(events.len());
-        for event in &events {
-            let key = event.resolved_idempotency_key(today);
-            event.validate(self.inner.payload_limit, key.as_deref())?;
-            keys.push(key);
-            headers.push(serde_json::to_string(&event.headers)?);
-        }
-        if events.is_empty() {
+        let checked = events
+            .iter()
+            .map(|e| self.check(e, today))
+            .collect::<Result<Vec<_>>>()?;
+        if checked.is_empty() {
             return Ok(Vec::new());
         }
+        let keys: Vec<Option<String>> = checked.iter().map(|c| c.key.clone()).collect();
         match conn.outbox_connection() {
             Conn::Postgres(c) => {
                 let col = |f: fn(&Event) -> Option<&str>| -> Vec<Option<&str>> {
@@ -215,14 +283,14 @@ impl Outbox {
                     .bind(events.iter().map(|e| e.payload.get()).collect::<Vec<_>>())
                     .bind(col(|e| e.event_class.as_deref()))
                     .bind(events.iter().map(|e| e.schema_version).collect::<Vec<_>>())
-                    .bind(&headers)
-                    .bind(&keys)
                     .bind(
-                        events
+                        checked
                             .iter()
-                            .map(|e| e.max_retries.unwrap_or(self.inner.max_retries))
+                            .map(|c| c.headers.as_str())
                             .collect::<Vec<_>>(),
-                    );
+                    )
+                    .bind(&keys)
+                    .bind(checked.iter().map(|c| c.max_retries).collect::<Vec<_>>());
                 if let Some(schema) = notify {
                     query = query.bind(schema);
                 }
@@ -232,10 +300,9 @@ impl Outbox {
                 Ok(match_results(&keys, rows))
             }
             Conn::Sqlite(c) => {
-                let mut out = Vec::with_capacity(events.len());
-                for ((event, key), headers) in events.iter().zip(&keys).zip(&headers) {
-                    let max_retries = event.max_retries.unwrap_or(self.inner.max_retries);
-                    let id = sqlite_insert(c, event, key.as_deref(), headers, max_retries).await?;
+                let mut out = Vec::with_capacity(checked.len());
+                for event in &checked {
+                    let id = sqlite_insert(c, event).await?;
                     out.push(id.map_or(Enqueued::Duplicate, Enqueued::Inserted));
                 }
                 Ok(out)
@@ -249,16 +316,92 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// An event that passed validation, with what is written beside its own fields.
+struct Checked<'e> {
+    event: &'e Event,
+    key: Option<String>,
+    headers: String,
+    max_retries: i32,
+}
+
+impl Checked<'_> {
+    /// Appends the event's nine columns (and the notification's payload, if any) to `args`, in
+    /// the order of the PostgreSQL enqueue statements.
+    fn add_to(&self, args: &mut PgArguments, notify: Option<&str>) -> Result<()> {
+        let e = self.event;
+        let add = |r: std::result::Result<(), sqlx::error::BoxDynError>| {
+            r.map_err(|err| Error::Database(sqlx::Error::Encode(err)))
+        };
+        add(args.add(e.event_type.as_str()))?;
+        add(args.add(e.aggregate_type.as_deref()))?;
+        add(args.add(e.aggregate_id.as_deref()))?;
+        add(args.add(e.payload.get()))?;
+        add(args.add(e.event_class.as_deref()))?;
+        add(args.add(e.schema_version))?;
+        add(args.add(self.headers.as_str()))?;
+        add(args.add(self.key.as_deref()))?;
+        add(args.add(self.max_retries))?;
+        if let Some(schema) = notify {
+            add(args.add(schema))?;
+        }
+        Ok(())
+    }
+}
+
+/// The statement of [`Outbox::enqueue_with`] for one schema, cut where the caller's statement
+/// and the event's parameters go: their numbers depend on how many parameters the caller's
+/// statement has, so the text is put together for each call (a few string pushes).
+struct Wrapped {
+    /// Up to the caller's statement.
+    head: String,
+    /// After it: text, then the event's parameter number `k` (1-based), in turn.
+    pieces: Vec<(String, usize)>,
+    /// After the last parameter.
+    tail: String,
+}
+
+impl Wrapped {
+    /// Cuts the rendered template `sql` at `{business}` and at each `{eK}`.
+    fn new(sql: &str) -> Self {
+        let (head, mut rest) = sql.split_once("{business}").unwrap_or((sql, ""));
+        let mut pieces = Vec::new();
+        while let Some(at) = rest.find("{e") {
+            let after = &rest[at + 2..];
+            let Some(close) = after.find('}') else { break };
+            let Ok(k) = after[..close].parse::<usize>() else {
+                break;
+            };
+            pieces.push((rest[..at].to_owned(), k));
+            rest = &after[close + 1..];
+        }
+        Wrapped {
+            head: head.to_owned(),
+            pieces,
+            tail: rest.to_owned(),
+        }
+    }
+
+    /// The statement around `business`, the event's parameters numbered from `first`.
+    fn render(&self, business: &str, first: usize) -> String {
+        use std::fmt::Write;
+        let mut sql = String::with_capacity(self.head.len() + business.len() + 640);
+        sql.push_str(&self.head);
+        sql.push_str(business);
+        for (text, k) in &self.pieces {
+            sql.push_str(text);
+            // Writing to a String cannot fail.
+            let _ = write!(sql, "${}", first + k - 1);
+        }
+        sql.push_str(&self.tail);
+        sql
+    }
+}
+
 const SQLITE_ENQUEUE: &str = include_str!("../sql/sqlite/enqueue.sql");
 
 /// One event on SQLite; `None` when its idempotency key exists already.
-async fn sqlite_insert(
-    conn: &mut SqliteConnection,
-    event: &Event,
-    key: Option<&str>,
-    headers: &str,
-    max_retries: i32,
-) -> Result<Option<i64>> {
+async fn sqlite_insert(conn: &mut SqliteConnection, c: &Checked<'_>) -> Result<Option<i64>> {
+    let event = c.event;
     Ok(sqlx::query_scalar(SQLITE_ENQUEUE)
         .bind(&event.event_type)
         .bind(&event.aggregate_type)
@@ -266,9 +409,9 @@ async fn sqlite_insert(
         .bind(event.payload.get())
         .bind(&event.event_class)
         .bind(event.schema_version)
-        .bind(headers)
-        .bind(key)
-        .bind(max_retries)
+        .bind(&c.headers)
+        .bind(c.key.as_deref())
+        .bind(c.max_retries)
         .fetch_optional(conn)
         .await?)
 }
@@ -365,6 +508,10 @@ impl OutboxBuilder {
 
     /// Builds the outbox; its statements are rendered once, here.
     pub fn build(self) -> Outbox {
+        let with = render(
+            include_str!("../sql/postgres/enqueue_with.sql"),
+            &self.schema,
+        );
         Outbox {
             inner: Arc::new(Inner {
                 pg_one: render(include_str!("../sql/postgres/enqueue.sql"), &self.schema),
@@ -380,6 +527,8 @@ impl OutboxBuilder {
                     include_str!("../sql/postgres/enqueue_many.sql"),
                     &self.schema,
                 ),
+                pg_with_notify: Wrapped::new(&with),
+                pg_with: Wrapped::new(with.split("-- postbox:notify").next().unwrap_or(&with)),
                 schema: self.schema,
                 payload_limit: self.payload_limit,
                 max_retries: self.max_retries,
@@ -462,5 +611,28 @@ mod tests {
                 Enqueued::Inserted(13),
             ]
         );
+    }
+
+    #[test]
+    fn the_wrapped_statement_numbers_the_events_parameters_after_the_callers() {
+        let outbox = Outbox::builder()
+            .schema(SchemaName::new("s_acme").expect("a valid name"))
+            .build();
+        let business = "INSERT INTO t (a, b) VALUES ($1, $2)";
+        for (wrapped, last) in [
+            (&outbox.inner.pg_with, 11),
+            (&outbox.inner.pg_with_notify, 12),
+        ] {
+            let sql = wrapped.render(business, 3);
+            assert!(!sql.contains('{'), "a marker is left in\n{sql}");
+            assert!(
+                sql.contains("(\nINSERT INTO t (a, b) VALUES ($1, $2)\n)"),
+                "{sql}"
+            );
+            assert!(sql.contains(r#""s_acme".outbox_events"#), "{sql}");
+            assert!(sql.contains("VALUES ($3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10, $11)"));
+            assert!(sql.contains(&format!("${last}")) && !sql.contains(&format!("${}", last + 1)));
+            assert_eq!(sql.contains("pg_notify"), last == 12, "{sql}");
+        }
     }
 }

@@ -27,6 +27,11 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A business statement given to [`Outbox::enqueue_with`](crate::Outbox::enqueue_with) was
+    /// refused before anything was sent.
+    #[error("invalid business statement: {0}")]
+    InvalidStatement(String),
+
     /// A configuration value is out of range or inconsistent.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
