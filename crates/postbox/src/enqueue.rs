@@ -14,7 +14,7 @@ use sqlx::{Arguments, AssertSqlSafe, Execute, Postgres, Sqlite, Transaction};
 use crate::error::{Error, Result};
 use crate::event::{Enqueued, Event};
 use crate::schema::SchemaName;
-use crate::store::sql::{render, safe};
+use crate::store::sql::{max_placeholder, render, safe};
 
 /// Default payload limit: 1 MiB of JSON.
 pub const DEFAULT_PAYLOAD_LIMIT: usize = 1024 * 1024;
@@ -170,7 +170,8 @@ impl Outbox {
     /// insert (a `;` at its end is dropped; it may not be followed by a comment). Both happen or
     /// neither: an error in either part (a constraint of your table, say)
     /// fails the statement and writes nothing. Returns what [`enqueue`](Self::enqueue) returns;
-    /// an invalid event is refused before anything is sent.
+    /// an invalid event, and a statement with a placeholder it has no bound value for
+    /// ([`Error::InvalidStatement`]), are refused before anything is sent.
     ///
     /// Mind that the event is written whatever rows the statement touched, and that the
     /// statement's own result (rows affected, `RETURNING` rows) is not returned. When the event
@@ -215,7 +216,17 @@ impl Outbox {
                 "the business statement given to enqueue_with is empty".into(),
             ));
         }
-        let first = args.len() + 1;
+        // The event's parameters follow the caller's: a placeholder without its value would
+        // silently take one of the event's.
+        let bound = args.len();
+        let used = max_placeholder(business);
+        if used > bound {
+            return Err(Error::InvalidStatement(format!(
+                "the business statement uses ${used} but {bound} value(s) are bound to it; \
+                 bind one value per placeholder"
+            )));
+        }
+        let first = bound + 1;
         let notify = self.notify_payload();
         let template = match notify {
             Some(_) => &self.inner.pg_with_notify,

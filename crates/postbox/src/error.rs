@@ -28,7 +28,7 @@ pub enum Error {
     },
 
     /// A business statement given to [`Outbox::enqueue_with`](crate::Outbox::enqueue_with) was
-    /// refused before anything was sent.
+    /// refused before anything was sent (empty, or a placeholder without its bound value).
     #[error("invalid business statement: {0}")]
     InvalidStatement(String),
 

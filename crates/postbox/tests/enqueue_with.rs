@@ -167,6 +167,20 @@ async fn an_empty_statement_is_refused_with_a_clear_error() {
 }
 
 #[tokio::test]
+async fn a_placeholder_without_its_value_is_refused_not_filled_with_the_events() {
+    let db = invoices_db().await;
+    let mut conn = db.pool().acquire().await.unwrap();
+    let one_bind_short = sqlx::query(INSERT_INVOICE).bind(1_i64);
+    let err = Outbox::new()
+        .enqueue_with(&mut conn, one_bind_short, invoice_created(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidStatement(_)), "{err}");
+    assert!(err.to_string().contains("uses $2 but 1 value"), "{err}");
+    assert_eq!((invoices(&db).await, events(&db).await), (0, 0));
+}
+
+#[tokio::test]
 async fn a_duplicate_key_writes_the_row_and_reports_the_duplicate() {
     let db = invoices_db().await;
     let outbox = Outbox::new();
