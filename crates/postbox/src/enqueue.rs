@@ -163,14 +163,15 @@ impl Outbox {
 
     /// Runs a business `statement` and writes `event` as **one** SQL statement (PostgreSQL): one
     /// round trip to the server for both, where [`enqueue`](Self::enqueue) after the statement
-    /// takes two. In a short transaction that round trip is most of what an enqueue costs.
+    /// takes two. In a short transaction that round trip is a good part of what an enqueue
+    /// costs (`docs/performance.md` has figures).
     ///
     /// `statement` is a data-modifying statement (`INSERT`, `UPDATE` or `DELETE`) built with
     /// [`sqlx::query`] and its binds; Postbox runs it as a `WITH` query in front of its own
-    /// insert (a `;` at its end is dropped; it may not be followed by a comment). Both happen or
-    /// neither: an error in either part (a constraint of your table, say)
-    /// fails the statement and writes nothing. Returns what [`enqueue`](Self::enqueue) returns;
-    /// an invalid event, and a statement with a placeholder it has no bound value for
+    /// insert (a `;` at its end is dropped; it may not be followed by a comment). Both happen
+    /// or neither: an error in either part (a constraint of your table, say) fails the
+    /// statement and writes nothing. Returns what [`enqueue`](Self::enqueue) returns; an
+    /// invalid event, and a statement with a placeholder it has no bound value for
     /// ([`Error::InvalidStatement`]), are refused before anything is sent.
     ///
     /// Mind that the event is written whatever rows the statement touched, and that the
