@@ -167,7 +167,7 @@ impl Outbox {
     /// costs (`docs/performance.md` has figures).
     ///
     /// `statement` is a data-modifying statement (`INSERT`, `UPDATE` or `DELETE`) built with
-    /// [`sqlx::query`] and its binds; Postbox runs it as a `WITH` query in front of its own
+    /// [`sqlx::query()`] and its binds; Postbox runs it as a `WITH` query in front of its own
     /// insert (a `;` at its end is dropped; it may not be followed by a comment). Both happen
     /// or neither: an error in either part (a constraint of your table, say) fails the
     /// statement and writes nothing. Returns what [`enqueue`](Self::enqueue) returns; an
