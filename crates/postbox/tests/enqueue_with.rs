@@ -10,9 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::pg;
-use postbox::{Enqueued, Error, Event, Outbox};
-use postbox_testkit::TestDb;
+use common::{Running, config, enqueue, events as unkeyed, own_store, pg};
+use postbox::{Enqueued, Error, Event, Outbox, Relay};
+use postbox_testkit::{RecordingSink, TestDb, wait_until};
 
 const CREATE_INVOICES: &str =
     "CREATE TABLE invoices (id BIGINT PRIMARY KEY, amount_cents BIGINT NOT NULL, status TEXT)";
@@ -105,6 +105,63 @@ async fn a_rolled_back_transaction_keeps_neither_the_row_nor_the_event() {
         .await
         .unwrap();
     tx.rollback().await.unwrap();
+    assert_eq!((invoices(&db).await, events(&db).await), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_event_is_never_published_while_a_relay_runs() {
+    let db = invoices_db().await;
+    let sink = RecordingSink::new();
+    let relay =
+        Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), config()).unwrap());
+    let outbox = Outbox::new();
+    let mut ghost_tx = db.pool().begin().await.unwrap();
+    let statement = sqlx::query(INSERT_INVOICE).bind(1_i64).bind(1_i64);
+    let ghost = Event::new("Ghost", &1).unwrap().without_idempotency_key();
+    outbox
+        .enqueue_with(&mut ghost_tx, statement, ghost)
+        .await
+        .unwrap();
+    // The relay keeps claiming meanwhile: a marker committed after the ghost gets through.
+    let marker = enqueue(&db, &outbox, unkeyed("Marker", 1)).await[0];
+    wait_until(
+        "the marker is published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&marker) },
+    )
+    .await;
+    ghost_tx.rollback().await.unwrap();
+    let last = enqueue(&db, &outbox, unkeyed("AfterRollback", 1)).await[0];
+    wait_until(
+        "the last marker is published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&last) },
+    )
+    .await;
+    relay.stop().await;
+    assert!(sink.published().iter().all(|e| e.event_type != "Ghost"));
+    assert_eq!((invoices(&db).await, events(&db).await), (0, 2));
+}
+
+#[tokio::test]
+async fn a_connection_lost_before_the_statement_writes_nothing_and_says_so() {
+    let db = invoices_db().await;
+    let mut conn = db.pool().acquire().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let statement = sqlx::query(INSERT_INVOICE).bind(1_i64).bind(1_i64);
+    let err = Outbox::new()
+        .enqueue_with(&mut conn, statement, invoice_created(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Database(_)), "{err}");
     assert_eq!((invoices(&db).await, events(&db).await), (0, 0));
 }
 
