@@ -91,6 +91,9 @@ pub struct EnqueueOverhead {
     /// How much longer a transaction takes with the event in its statement:
     /// `without / in_statement - 1`, in percent.
     pub in_statement_pct: Option<f64>,
+    /// What the event in the statement costs beyond any second statement:
+    /// `second_row / in_statement - 1`, in percent (negative: less than a second row).
+    pub in_statement_over_second_row_pct: Option<f64>,
     /// The same transactions with an enqueue that sends `NOTIFY` on every commit (PostgreSQL).
     pub with_event_notify_each: Option<Throughput>,
     /// Overhead of the enqueue with `NOTIFY` on every commit: `without / notify_each - 1`, in
@@ -120,6 +123,7 @@ impl EnqueueOverhead {
             overhead_pct: slower(without, v.with_event),
             event_over_second_row_pct: slower(v.second_row, v.with_event),
             in_statement_pct: v.in_statement.map(|t| slower(without, t)),
+            in_statement_over_second_row_pct: v.in_statement.map(|t| slower(v.second_row, t)),
             notify_each_pct: v.notify_each.map(|t| slower(without, t)),
             without_event: without,
             second_row: v.second_row,
@@ -208,7 +212,7 @@ impl BenchReport {
         );
         let _ = writeln!(
             out,
-            "  {:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>7}  {:>10}  {:>10}  {:>7}  {:>11}  {:>7}",
+            "  {:>9}  {:>10}  {:>10}  {:>7}  {:>10}  {:>7}  {:>10}  {:>10}  {:>7}  {:>10}  {:>11}  {:>7}",
             "producers",
             "without",
             "2nd row",
@@ -218,6 +222,7 @@ impl BenchReport {
             "vs 2nd row",
             "in stmt",
             "+%",
+            "vs 2nd row",
             "NOTIFY each",
             "+%"
         );
@@ -228,7 +233,7 @@ impl BenchReport {
         for e in &self.enqueue {
             let _ = writeln!(
                 out,
-                "  {:>9}  {:>10.0}  {:>10.0}  {:>7}  {:>10.0}  {:>7}  {:>10}  {:>10}  {:>7}  {:>11}  {:>7}",
+                "  {:>9}  {:>10.0}  {:>10.0}  {:>7}  {:>10.0}  {:>7}  {:>10}  {:>10}  {:>7}  {:>10}  {:>11}  {:>7}",
                 e.producers,
                 e.without_event.per_second,
                 e.second_row.per_second,
@@ -238,6 +243,7 @@ impl BenchReport {
                 pct(e.event_over_second_row_pct),
                 rate(e.with_event_in_statement),
                 opt_pct(e.in_statement_pct),
+                opt_pct(e.in_statement_over_second_row_pct),
                 rate(e.with_event_notify_each),
                 opt_pct(e.notify_each_pct)
             );

@@ -35,7 +35,11 @@ async fn quick_bench_runs_on_postgres() {
         let in_statement = e
             .with_event_in_statement
             .expect("the event in the business statement on PostgreSQL");
-        assert!(in_statement.count > 0 && e.in_statement_pct.is_some());
+        assert!(
+            in_statement.count > 0
+                && e.in_statement_pct.is_some()
+                && e.in_statement_over_second_row_pct.is_some()
+        );
     }
     let modes: Vec<&str> = report.latency.iter().map(|r| r.mode.as_str()).collect();
     assert_eq!(
