@@ -166,8 +166,8 @@ pub(crate) enum Command {
                       second business row instead, the floor of any second statement, with an \
                       enqueue, with the event written by the business statement itself \
                       (enqueue_with, PostgreSQL), and with an enqueue that notifies on every \
-                      commit (PostgreSQL), at 1 and 8 producers); drain (a preloaded backlog drained by 1 and 4 relays to \
-                      the null sink) beside the ceiling (the relay's own claim and mark \
+                      commit (PostgreSQL), at 1 and 8 producers); drain (a preloaded backlog \
+                      drained by 1 and 4 relays to the null sink) beside the ceiling (the relay's own claim and mark \
                       statements in a minimal loop, same run); commit-to-publish latency at a \
                       steady rate with debounced NOTIFY and busy polling, with NOTIFY on every \
                       commit, and with polling only (PostgreSQL); a soak (a large backlog, \

@@ -10,9 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Running, config, enqueue, events as unkeyed, own_store, pg};
+use common::{Running, config, own_store, pg, publish_marker};
 use postbox::{Enqueued, Error, Event, Outbox, Relay};
-use postbox_testkit::{RecordingSink, TestDb, wait_until};
+use postbox_testkit::{RecordingSink, TestDb};
 
 const CREATE_INVOICES: &str =
     "CREATE TABLE invoices (id BIGINT PRIMARY KEY, amount_cents BIGINT NOT NULL, status TEXT)";
@@ -123,21 +123,9 @@ async fn a_rolled_back_event_is_never_published_while_a_relay_runs() {
         .await
         .unwrap();
     // The relay keeps claiming meanwhile: a marker committed after the ghost gets through.
-    let marker = enqueue(&db, &outbox, unkeyed("Marker", 1)).await[0];
-    wait_until(
-        "the marker is published",
-        Duration::from_secs(10),
-        || async { sink.published_ids().contains(&marker) },
-    )
-    .await;
+    publish_marker(&db, &outbox, &sink, "Marker").await;
     ghost_tx.rollback().await.unwrap();
-    let last = enqueue(&db, &outbox, unkeyed("AfterRollback", 1)).await[0];
-    wait_until(
-        "the last marker is published",
-        Duration::from_secs(10),
-        || async { sink.published_ids().contains(&last) },
-    )
-    .await;
+    publish_marker(&db, &outbox, &sink, "AfterRollback").await;
     relay.stop().await;
     assert!(sink.published().iter().all(|e| e.event_type != "Ghost"));
     assert_eq!((invoices(&db).await, events(&db).await), (0, 2));

@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use common::{Running, config, count, default_target, enqueue, events, own_store, pg, row, tally};
+use common::{
+    Running, config, count, default_target, enqueue, events, own_store, pg, publish_marker, row,
+    tally,
+};
 use postbox::store::ClaimParams;
 use postbox::{
     Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, RelayConfig, RelayStats,
@@ -43,22 +46,10 @@ async fn g2_a_rolled_back_enqueue_is_never_published_while_relays_run() {
         .await
         .unwrap();
     for marker in ["Marker1", "Marker2", "Marker3"] {
-        let id = enqueue(&db, &outbox, events(marker, 1)).await[0];
-        wait_until(
-            "the marker is published",
-            Duration::from_secs(10),
-            || async { sink.published_ids().contains(&id) },
-        )
-        .await;
+        publish_marker(&db, &outbox, &sink, marker).await;
     }
     ghost_tx.rollback().await.unwrap();
-    let last = enqueue(&db, &outbox, events("AfterRollback", 1)).await[0];
-    wait_until(
-        "the last marker is published",
-        Duration::from_secs(10),
-        || async { sink.published_ids().contains(&last) },
-    )
-    .await;
+    publish_marker(&db, &outbox, &sink, "AfterRollback").await;
     for relay in relays {
         relay.stop().await;
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use postbox::{
     Event, Outbox, PgStore, Relay, RelayConfig, RelayStats, RetryPolicy, SchemaName, Target,
 };
-use postbox_testkit::TestDb;
+use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -54,6 +54,24 @@ pub(crate) async fn enqueue(db: &TestDb, outbox: &Outbox, events: Vec<Event>) ->
     done.into_iter()
         .map(|e| e.id().expect("inserted"))
         .collect()
+}
+
+/// Commits one unkeyed event of `event_type` with `outbox` and waits until `sink` published it
+/// (a marker: the relays behind `sink` got past everything committed before it); returns its id.
+pub(crate) async fn publish_marker(
+    db: &TestDb,
+    outbox: &Outbox,
+    sink: &RecordingSink,
+    event_type: &str,
+) -> i64 {
+    let id = enqueue(db, outbox, events(event_type, 1)).await[0];
+    wait_until(
+        &format!("the {event_type} marker is published"),
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&id) },
+    )
+    .await;
+    id
 }
 
 /// `n` unkeyed events of `event_type`, payload `{"i": i}`.
