@@ -115,7 +115,10 @@ pub(crate) enum Command {
         long_about = "Show, for the default schema and every tenant, how many events are \
                       PENDING, PROCESSING, PROCESSED and FAILED, and the age of the oldest \
                       event not yet done (PENDING or PROCESSING). A table for humans, or JSON \
-                      with --json. Exits 1 if a target cannot be read."
+                      with --json. It reads only the events not yet done and the FAILED ones: \
+                      past 100,000 processed events the PROCESSED column is the database's \
+                      estimate, shown as ~N (processed_exact: false in JSON). Exits 1 if a \
+                      target cannot be read."
     )]
     Status(StatusArgs),
 

@@ -152,11 +152,15 @@ impl Outbox {
                     self.pg_statement(&self.inner.pg_one, &self.inner.pg_one_notify);
                 let mut args = PgArguments::default();
                 event.add_to(&mut args, notify)?;
-                let rows: Vec<Option<i64>> =
-                    sqlx::query_scalar_with(sql, args).fetch_all(c).await?;
+                let rows: Vec<Option<i64>> = sqlx::query_scalar_with(sql, args)
+                    .fetch_all(c)
+                    .await
+                    .map_err(|e| self.write_error(e, false))?;
                 rows.into_iter().flatten().next()
             }
-            Conn::Sqlite(c) => sqlite_insert(c, &event).await?,
+            Conn::Sqlite(c) => sqlite_insert(c, &event)
+                .await
+                .map_err(|e| self.write_error(e, true))?,
         };
         Ok(id.map_or(Enqueued::Duplicate, Enqueued::Inserted))
     }
@@ -236,12 +240,36 @@ impl Outbox {
         // Safe: the caller's own statement, and ours around it with a quoted schema name.
         let sql = AssertSqlSafe(template.render(business, first));
         event.add_to(&mut args, notify)?;
-        let rows: Vec<Option<i64>> = sqlx::query_scalar_with(sql, args).fetch_all(conn).await?;
+        let rows: Vec<Option<i64>> = sqlx::query_scalar_with(sql, args)
+            .fetch_all(conn)
+            .await
+            .map_err(|e| self.write_error(e, false))?;
         Ok(rows
             .into_iter()
             .flatten()
             .next()
             .map_or(Enqueued::Duplicate, Enqueued::Inserted))
+    }
+
+    /// The error of a failed insert. A primary-key collision is named as such: only an
+    /// idempotency key that exists makes a duplicate (the statements' `ON CONFLICT` names it),
+    /// so an id that is taken must never pass for one.
+    fn write_error(&self, err: sqlx::Error, sqlite: bool) -> Error {
+        if let sqlx::Error::Database(db) = &err
+            && db.is_unique_violation()
+            // PostgreSQL names the constraint; SQLite names the column in its message.
+            && (db.constraint() == Some("outbox_events_pkey")
+                || db.message().contains("outbox_events.id"))
+        {
+            return Error::IdTaken {
+                schema: if sqlite {
+                    "main".to_owned()
+                } else {
+                    self.inner.schema.to_string()
+                },
+            };
+        }
+        Error::Database(err)
     }
 
     /// Validates `event` and works out what is written beside its own fields.
@@ -306,7 +334,10 @@ impl Outbox {
                 if let Some(schema) = notify {
                     query = query.bind(schema);
                 }
-                let rows: Vec<(Option<i64>, Option<String>)> = query.fetch_all(c).await?;
+                let rows: Vec<(Option<i64>, Option<String>)> = query
+                    .fetch_all(c)
+                    .await
+                    .map_err(|e| self.write_error(e, false))?;
                 // The NULL row of the notification carries no event.
                 let rows = rows.into_iter().filter_map(|(id, key)| Some((id?, key)));
                 Ok(match_results(&keys, rows))
@@ -314,7 +345,9 @@ impl Outbox {
             Conn::Sqlite(c) => {
                 let mut out = Vec::with_capacity(checked.len());
                 for event in &checked {
-                    let id = sqlite_insert(c, event).await?;
+                    let id = sqlite_insert(c, event)
+                        .await
+                        .map_err(|e| self.write_error(e, true))?;
                     out.push(id.map_or(Enqueued::Duplicate, Enqueued::Inserted));
                 }
                 Ok(out)
@@ -412,9 +445,12 @@ impl Wrapped {
 const SQLITE_ENQUEUE: &str = include_str!("../sql/sqlite/enqueue.sql");
 
 /// One event on SQLite; `None` when its idempotency key exists already.
-async fn sqlite_insert(conn: &mut SqliteConnection, c: &Checked<'_>) -> Result<Option<i64>> {
+async fn sqlite_insert(
+    conn: &mut SqliteConnection,
+    c: &Checked<'_>,
+) -> std::result::Result<Option<i64>, sqlx::Error> {
     let event = c.event;
-    Ok(sqlx::query_scalar(SQLITE_ENQUEUE)
+    sqlx::query_scalar(SQLITE_ENQUEUE)
         .bind(&event.event_type)
         .bind(&event.aggregate_type)
         .bind(&event.aggregate_id)
@@ -425,7 +461,7 @@ async fn sqlite_insert(conn: &mut SqliteConnection, c: &Checked<'_>) -> Result<O
         .bind(c.key.as_deref())
         .bind(c.max_retries)
         .fetch_optional(conn)
-        .await?)
+        .await
 }
 
 /// Maps the rows a multi-row insert returned back to its inputs: a keyed event was inserted if

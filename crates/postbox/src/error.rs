@@ -32,6 +32,18 @@ pub enum Error {
     #[error("invalid business statement: {0}")]
     InvalidStatement(String),
 
+    /// A new event's id was taken already: the outbox table's id sequence is behind its highest
+    /// id (a restore or a replication cut-over that left the sequence behind, or a producer that
+    /// sets ids by hand). Nothing was written, and the caller's transaction cannot commit the
+    /// event; it is never reported as a duplicate.
+    #[error(
+        "the new event's id is taken in {schema}.outbox_events: the table's id sequence is behind its highest id (after a restore, or a producer that sets ids by hand); nothing was written. Move the sequence past the highest id, e.g. on PostgreSQL: SELECT setval(pg_get_serial_sequence('{schema}.outbox_events', 'id'), (SELECT max(id) FROM {schema}.outbox_events))"
+    )]
+    IdTaken {
+        /// The schema whose outbox table holds the colliding row (`main` on SQLite).
+        schema: String,
+    },
+
     /// A configuration value is out of range or inconsistent.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

@@ -35,6 +35,9 @@ struct Counts {
     pending: i64,
     processing: i64,
     processed: i64,
+    /// Whether `processed` is exact; on a long history it is the database's estimate, so that
+    /// the history is not read to count it.
+    processed_exact: bool,
     failed: i64,
     /// Age in seconds of the oldest PENDING or PROCESSING event; `null` when there is none.
     oldest_pending_age_secs: Option<f64>,
@@ -48,6 +51,7 @@ impl From<StatusCounts> for Counts {
             pending: c.pending,
             processing: c.processing,
             processed: c.processed,
+            processed_exact: c.processed_exact,
             failed: c.failed,
             oldest_pending_age_secs: c.oldest_pending_age.map(|d| d.as_secs_f64()),
             dead_tuples: c.dead_tuples,
@@ -140,7 +144,11 @@ fn table(report: &Report) -> String {
                 state.to_owned(),
                 c.pending.to_string(),
                 c.processing.to_string(),
-                c.processed.to_string(),
+                if c.processed_exact {
+                    c.processed.to_string()
+                } else {
+                    format!("~{}", c.processed)
+                },
                 c.failed.to_string(),
                 c.oldest_pending_age_secs
                     .map_or_else(|| "-".to_owned(), age),
@@ -219,6 +227,7 @@ mod tests {
                         pending: 3,
                         processing: 0,
                         processed: 1200,
+                        processed_exact: true,
                         failed: 1,
                         oldest_pending_age_secs: Some(65.2),
                         dead_tuples: Some(4200),
@@ -232,7 +241,8 @@ mod tests {
                     counts: Some(Counts {
                         pending: 0,
                         processing: 0,
-                        processed: 0,
+                        processed: 2_500_000,
+                        processed_exact: false,
                         failed: 0,
                         oldest_pending_age_secs: None,
                         dead_tuples: None,
@@ -244,6 +254,7 @@ mod tests {
         let text = table(&report);
         assert!(text.contains("1m 5s"), "{text}");
         assert!(text.contains("SUSPENDED"), "{text}");
+        assert!(text.contains("~2500000"), "an estimate is marked: {text}");
         assert!(text.contains("(default)"), "{text}");
         assert!(
             text.contains("DEAD ROWS") && text.contains("4200"),

@@ -1,5 +1,3 @@
-SELECT count(*),
-       -- NULL when nothing is outstanding; a negative wait (overdue) is read as zero.
-       EXTRACT(EPOCH FROM min(coalesce(locked_until, now())) - now())::float8
-FROM {schema}.outbox_events
-WHERE status IN ('PENDING', 'PROCESSING')
+-- Seconds until an outstanding event can be claimed (0: now), NULL when nothing is outstanding.
+-- See postbox_backlog (migration 0004_bounded_reads.sql).
+SELECT {schema}.postbox_backlog()

@@ -6,7 +6,7 @@ WITH ins AS (
          idempotency_key, max_retries)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::int[],
                          $7::jsonb[], $8::text[], $9::int[])
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key
 )
 SELECT id, idempotency_key FROM ins

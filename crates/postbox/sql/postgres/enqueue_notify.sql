@@ -10,7 +10,7 @@ WITH ins AS (
         (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,
          idempotency_key, max_retries)
     VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9)
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
 SELECT id FROM ins

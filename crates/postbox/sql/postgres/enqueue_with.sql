@@ -13,7 +13,7 @@ WITH postbox_business AS (
         (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,
          idempotency_key, max_retries)
     VALUES ({e1}, {e2}, {e3}, {e4}::jsonb, {e5}, {e6}, {e7}::jsonb, {e8}, {e9})
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
 SELECT id FROM ins

@@ -1,11 +1,12 @@
 -- $1 ids, $2 errors, $3 permanent flags, $4 claim token, $5 backoff base in ms, $6 cap in ms.
--- Backoff: min(cap, base * 2^retry_count), counted from the database clock.
+-- Backoff: min(cap, base * 2^retry_count), counted from the database clock; the exponent stops at
+-- 40 (any cap is reached long before), so events retried for a long time cannot overflow it.
 UPDATE {schema}.outbox_events AS e
 SET retry_count  = e.retry_count + 1,
     status       = CASE WHEN f.permanent OR e.retry_count + 1 >= e.max_retries
                         THEN 'FAILED' ELSE 'PENDING' END,
     locked_until = CASE WHEN f.permanent OR e.retry_count + 1 >= e.max_retries THEN NULL
-                        ELSE now() + LEAST($6::float8, $5::float8 * power(2::float8, e.retry_count + 1))
+                        ELSE now() + LEAST($6::float8, $5::float8 * power(2::float8, LEAST(e.retry_count + 1, 40)))
                                      * interval '1 millisecond' END,
     last_error   = f.error,
     updated_at   = now()

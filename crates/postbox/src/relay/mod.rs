@@ -450,9 +450,7 @@ impl Relay {
     async fn next_due(&self, targets: &Targets) -> Result<Option<Duration>> {
         let mut due: Option<Duration> = None;
         for target in &targets.list {
-            let backlog = self.inner.store.backlog(target).await?;
-            if backlog.outstanding > 0 {
-                let d = backlog.next_due_in.unwrap_or_default();
+            if let Some(d) = self.inner.store.backlog(target).await?.next_due_in {
                 due = Some(due.map_or(d, |cur| cur.min(d)));
             }
         }

@@ -104,7 +104,8 @@ pub struct MarkProcessedParams<'a> {
 pub struct FailedTry {
     /// The event id.
     pub id: i64,
-    /// The error, stored in `last_error`.
+    /// The error, stored in `last_error` (without NUL characters, and cut to
+    /// [`MAX_ERROR_BYTES`]).
     pub error: String,
     /// A permanent error sends the event to `FAILED` at once, whatever its retries.
     pub permanent: bool,
@@ -141,8 +142,12 @@ pub struct StatusCounts {
     pub pending: i64,
     /// `PROCESSING` events (claimed by a relay).
     pub processing: i64,
-    /// `PROCESSED` events still in the table.
+    /// `PROCESSED` events still in the table: counted exactly on a table of up to
+    /// [`EXACT_PROCESSED_COUNT`] of them, estimated from the database's statistics above that
+    /// (see `processed_exact`), so that a long history is not read to count it.
     pub processed: i64,
+    /// Whether `processed` is an exact count (`false`: an estimate).
+    pub processed_exact: bool,
     /// `FAILED` events awaiting an operator.
     pub failed: i64,
     /// Age of the oldest `PENDING` or `PROCESSING` event, by the database clock.
@@ -167,13 +172,37 @@ mod opt_secs {
     }
 }
 
+/// The longest error text stored in `last_error`, in bytes; longer ones are cut (on a character
+/// boundary) and end in `…`.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// An error text as it can be stored: without NUL characters (PostgreSQL's text cannot hold
+/// them, and one would make the whole mark fail) and at most [`MAX_ERROR_BYTES`] long.
+pub(crate) fn storable_error(error: &str) -> std::borrow::Cow<'_, str> {
+    if error.len() <= MAX_ERROR_BYTES && !error.contains('\0') {
+        return std::borrow::Cow::Borrowed(error);
+    }
+    let mut text: String = error.chars().filter(|c| *c != '\0').collect();
+    if text.len() > MAX_ERROR_BYTES {
+        let mut cut = MAX_ERROR_BYTES - '…'.len_utf8();
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    std::borrow::Cow::Owned(text)
+}
+
+/// Up to how many `PROCESSED` events [`Store::status_counts`] counts exactly.
+pub const EXACT_PROCESSED_COUNT: i64 = 100_000;
+
 /// What is still to do in one target, for draining.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Backlog {
-    /// `PENDING` plus `PROCESSING` events.
-    pub outstanding: i64,
-    /// How long until the earliest of them can be claimed (zero if one can be now); `None` when
-    /// nothing is outstanding.
+    /// How long until an outstanding (`PENDING` or `PROCESSING`) event can be claimed: zero if
+    /// one can be now, else until the earliest lease or backoff runs out; `None` when nothing is
+    /// outstanding.
     pub next_due_in: Option<Duration>,
 }
 
@@ -283,10 +312,12 @@ pub trait Store: Send + Sync + 'static {
     /// cause is fixed); returns how many. Events in any other state are left alone.
     async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64>;
 
-    /// Counts the events of a target by status.
+    /// Counts the events of a target by status, without reading its processed history (see
+    /// [`StatusCounts::processed`]).
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts>;
 
-    /// What is still to do in a target.
+    /// What is still to do in a target. Costs what the outstanding events cost, not the
+    /// history: it stops at the first claimable event.
     async fn backlog(&self, target: &Target) -> Result<Backlog>;
 
     /// Registers a tenant and migrates its schema.

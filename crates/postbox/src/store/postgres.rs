@@ -14,9 +14,9 @@ use uuid::Uuid;
 
 use super::sql::{PerSchema, render, safe};
 use super::{
-    Backlog, ClaimParams, Claimed, ExhaustedEvent, FailedMark, MarkFailedParams,
-    MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
-    TenantAddParams, TenantStatus, Wakeups, ms, secs,
+    Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, ExhaustedEvent, FailedMark,
+    MarkFailedParams, MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store,
+    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::event::{OutboxEvent, headers_from_json};
@@ -39,6 +39,10 @@ const OUTBOX_MIGRATIONS: &[(&str, &str)] = &[
     (
         "outbox_0003_no_auto_analyze",
         include_str!("../../sql/postgres/0003_no_auto_analyze.sql"),
+    ),
+    (
+        "outbox_0004_bounded_reads",
+        include_str!("../../sql/postgres/0004_bounded_reads.sql"),
     ),
 ];
 
@@ -298,7 +302,7 @@ impl Store for PgStore {
         }
         let sql = self.sql.get(&p.target.schema);
         let ids: Vec<i64> = p.tries.iter().map(|t| t.id).collect();
-        let errors: Vec<&str> = p.tries.iter().map(|t| t.error.as_str()).collect();
+        let errors: Vec<_> = p.tries.iter().map(|t| storable_error(&t.error)).collect();
         let permanent: Vec<bool> = p.tries.iter().map(|t| t.permanent).collect();
         let rows = sqlx::query(safe(&sql.mark_failed))
             .bind(&ids)
@@ -334,6 +338,7 @@ impl Store for PgStore {
         let sql = self.sql.get(&target.schema);
         let row = sqlx::query(safe(&sql.status_counts))
             .bind(target.schema.as_str())
+            .bind(EXACT_PROCESSED_COUNT)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &target.schema))?;
@@ -344,6 +349,7 @@ impl Store for PgStore {
             failed: row.try_get(3)?,
             oldest_pending_age: secs(row.try_get(4)?),
             dead_tuples: row.try_get(5)?,
+            processed_exact: row.try_get(6)?,
         })
     }
 
@@ -353,10 +359,8 @@ impl Store for PgStore {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &target.schema))?;
-        let outstanding: i64 = row.try_get(0)?;
         Ok(Backlog {
-            outstanding,
-            next_due_in: secs(row.try_get(1)?),
+            next_due_in: secs(row.try_get(0)?),
         })
     }
 

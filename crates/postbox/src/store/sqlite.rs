@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::{
     Backlog, ClaimParams, Claimed, ExhaustedEvent, FailedMark, MarkFailedParams,
     MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
-    TenantAddParams, TenantStatus, Wakeups, ms, secs,
+    TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::event::{OutboxEvent, headers_from_json};
@@ -254,7 +254,7 @@ impl Store for SqliteStore {
             let row: Option<(i64, i32, bool)> =
                 sqlx::query_as(include_str!("../../sql/sqlite/mark_failed.sql"))
                     .bind(t.id)
-                    .bind(&t.error)
+                    .bind(storable_error(&t.error))
                     .bind(t.permanent)
                     .bind(&token)
                     .bind(ms(p.retry.base))
@@ -296,6 +296,7 @@ impl Store for SqliteStore {
             failed: row.try_get(3)?,
             oldest_pending_age: secs(row.try_get(4)?),
             dead_tuples: row.try_get(5)?,
+            processed_exact: true,
         })
     }
 
@@ -306,8 +307,7 @@ impl Store for SqliteStore {
             .await
             .map_err(map_missing_table)?;
         Ok(Backlog {
-            outstanding: row.try_get(0)?,
-            next_due_in: secs(row.try_get(1)?),
+            next_due_in: secs(row.try_get(0)?),
         })
     }
 
