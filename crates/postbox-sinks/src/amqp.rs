@@ -11,7 +11,6 @@ use serde::Deserialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -157,7 +156,7 @@ impl AmqpSink {
     /// The current channel, reopening the channel or the connection when broken; retries until
     /// `deadline`.
     async fn channel(&self, deadline: Instant) -> Result<Channel, PublishError> {
-        let mut backoff = Backoff::new(Duration::from_millis(50), self.config.reconnect_max_delay);
+        let mut backoff = crate::reconnect_backoff(self.config.reconnect_max_delay).attempts();
         let mut link = self.link.lock().await;
         loop {
             let error = match link.as_ref() {
@@ -248,7 +247,7 @@ impl AmqpSink {
             mandatory: self.config.mandatory,
             immediate: false,
         };
-        let mut backoff = Backoff::new(Duration::from_millis(50), self.config.reconnect_max_delay);
+        let mut backoff = crate::reconnect_backoff(self.config.reconnect_max_delay).attempts();
         loop {
             let channel = self.channel(deadline).await?;
             let sent = channel

@@ -61,9 +61,6 @@ pub mod redis_streams;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 
-#[allow(dead_code, reason = "used only by some sink features")]
-mod backoff;
-
 pub use error::{BoxError, Error, Result};
 pub use glob::{Glob, GlobError};
 pub use router::{RoutableSink, Route, Router, Unmatched};
@@ -81,6 +78,13 @@ pub use nats::{NatsConfig, NatsSink};
 pub use redis_streams::{RedisConfig, RedisSink};
 #[cfg(feature = "webhook")]
 pub use webhook::{WebhookConfig, WebhookSink};
+
+/// The waits between a sink's reconnection attempts: from 100 ms, doubling up to `max` (the
+/// sink's `reconnect_max_delay`).
+#[allow(dead_code, reason = "used only by some sink features")]
+pub(crate) fn reconnect_backoff(max: std::time::Duration) -> postbox::Backoff {
+    postbox::Backoff::new(std::time::Duration::from_millis(100), max)
+}
 
 /// Defaults shared by every sink's configuration.
 #[allow(dead_code, reason = "used only by some sink features")]

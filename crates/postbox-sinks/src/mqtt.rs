@@ -25,7 +25,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -279,7 +278,7 @@ impl MqttSink {
             connected,
         });
         let (first_tx, first_rx) = oneshot::channel();
-        let backoff = Backoff::new(Duration::from_millis(50), config.reconnect_max_delay);
+        let backoff = crate::reconnect_backoff(config.reconnect_max_delay).attempts();
         let driver = tokio::spawn(drive(shared.clone(), options, backoff, first_tx));
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let dispatcher = tokio::spawn(dispatch(shared.clone(), requests_rx));
@@ -437,7 +436,7 @@ async fn dispatch(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Req
 async fn drive(
     shared: Arc<Shared>,
     options: MqttOptions,
-    mut backoff: Backoff,
+    mut backoff: postbox::backoff::Attempts,
     first: oneshot::Sender<Result<(), String>>,
 ) {
     let mut first = Some(first);

@@ -262,14 +262,14 @@ impl RoutableSink for NatsSink {
     }
 }
 
+/// The client's wait before its `attempts`-th reconnection: none before the first, then the
+/// sinks' reconnect backoff (100 ms, 200 ms, … up to `max`).
 fn reconnect_delay(attempts: usize, max: Duration) -> Duration {
     if attempts <= 1 {
         return Duration::ZERO;
     }
-    let exp = u32::try_from(attempts - 2).unwrap_or(u32::MAX).min(16);
-    Duration::from_millis(100)
-        .saturating_mul(2u32.saturating_pow(exp))
-        .min(max)
+    let n = u32::try_from(attempts - 2).unwrap_or(u32::MAX);
+    crate::reconnect_backoff(max).delay(n)
 }
 
 fn classify(subject: &str, err: &jetstream::context::PublishError) -> PublishError {

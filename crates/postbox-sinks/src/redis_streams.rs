@@ -9,7 +9,6 @@ use postbox::{OutboxEvent, PublishError, Sink};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -159,7 +158,7 @@ impl RedisSink {
         key: &str,
         deadline: Instant,
     ) -> Result<(), PublishError> {
-        let mut backoff = Backoff::new(Duration::from_millis(50), self.config.reconnect_max_delay);
+        let mut backoff = crate::reconnect_backoff(self.config.reconnect_max_delay).attempts();
         loop {
             let mut connection = self.connection.clone();
             let error = match cmd.query_async::<Option<String>>(&mut connection).await {

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod backoff;
 mod enqueue;
 mod error;
 mod event;
@@ -10,6 +11,7 @@ mod schema;
 mod sink;
 pub mod store;
 
+pub use backoff::Backoff;
 pub use enqueue::{
     DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
 };
@@ -17,7 +19,7 @@ pub use error::{Error, Result};
 pub use event::{DomainEvent, Enqueued, Event, OutboxEvent, daily_idempotency_key};
 pub use handlers::{HandlerError, Handlers};
 pub use migrate::migrate;
-pub use relay::{Relay, RelayConfig, RelayStats, RetryPolicy};
+pub use relay::{Relay, RelayConfig, RelayStats};
 pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink};
 #[cfg(feature = "postgres")]

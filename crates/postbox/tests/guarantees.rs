@@ -22,8 +22,8 @@ use common::{
 };
 use postbox::store::ClaimParams;
 use postbox::{
-    Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, RelayConfig, RelayStats,
-    RetryPolicy, Sink, Store, Target,
+    Backoff, Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, RelayConfig, RelayStats,
+    Sink, Store, Target,
 };
 use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, TestSqlite, wait_until};
 
@@ -159,7 +159,7 @@ async fn g5_a_failing_event_is_tried_max_retries_times_with_backoff_on_the_datab
     });
     let base = Duration::from_millis(50);
     let cfg = RelayConfig {
-        retry: RetryPolicy {
+        retry: Backoff {
             base,
             cap: Duration::from_secs(10),
         },
@@ -920,7 +920,7 @@ async fn a_running_relay_wakes_for_its_own_retry_before_the_next_poll() {
     sink.script("Flaky", Behaviour::FailTimes(1));
     let cfg = RelayConfig {
         poll_interval: Duration::from_secs(30),
-        retry: RetryPolicy {
+        retry: Backoff {
             base: Duration::from_millis(100),
             cap: Duration::from_secs(1),
         },

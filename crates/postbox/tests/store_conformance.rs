@@ -14,7 +14,7 @@ use std::time::Duration;
 use postbox::store::{
     ClaimParams, Claimed, FailedTry, MarkFailedParams, MarkProcessedParams, RenewParams,
 };
-use postbox::{Enqueued, Error, Event, Outbox, RetryPolicy, Store, Target};
+use postbox::{Backoff, Enqueued, Error, Event, Outbox, Store, Target};
 use postbox_testkit::{TestDb, TestSqlite, wait_until};
 use sqlx::Row;
 use uuid::Uuid;
@@ -328,7 +328,7 @@ async fn mark_processed<B: Backend>(b: &B, token: Uuid, ids: &[i64]) -> u64 {
         .expect("mark processed")
 }
 
-const POLICY: RetryPolicy = RetryPolicy {
+const POLICY: Backoff = Backoff {
     base: Duration::from_millis(100),
     cap: Duration::from_millis(1000),
 };
@@ -708,7 +708,7 @@ async fn mark_failed_backs_off_exponentially_on_the_database_clock<B: Backend>()
         );
         let expected = (100.0 * 2f64.powi(n)).min(1000.0);
         assert_ms(row.granted_ms, expected, &format!("backoff after try {n}"));
-        assert_eq!(expected, POLICY.delay(n).as_secs_f64() * 1000.0);
+        assert_eq!(expected, POLICY.delay(n as u32).as_secs_f64() * 1000.0);
         assert!(row.left_ms.unwrap() > 0.0);
         assert!(
             claim(&b, "r2", 10, Duration::from_secs(30))
@@ -749,7 +749,7 @@ async fn the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap<B: Bac
             &format!("backoff after try {retry_count}"),
         );
     }
-    assert_eq!(POLICY.delay(i32::MAX), POLICY.cap);
+    assert_eq!(POLICY.delay(u32::MAX), POLICY.cap);
 }
 
 async fn an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped<B: Backend>() {

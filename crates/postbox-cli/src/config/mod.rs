@@ -166,7 +166,7 @@ impl Config {
             busy_period: self.busy_period,
             vacuum_threshold: (self.vacuum_threshold > 0).then_some(self.vacuum_threshold),
             lease: self.lease,
-            retry: postbox::RetryPolicy {
+            retry: postbox::Backoff {
                 base: self.backoff_base,
                 cap: self.backoff_cap,
             },

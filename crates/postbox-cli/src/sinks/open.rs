@@ -255,11 +255,10 @@ async fn keep_connecting<F>(
 ) where
     F: Fn() -> ConnectFuture + Send + Sync + 'static,
 {
-    let mut delay = Duration::from_millis(100);
+    let mut waits = postbox::Backoff::new(Duration::from_millis(100), max_delay).attempts();
     let mut attempts = 1u64;
     loop {
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(max_delay.max(Duration::from_millis(100)));
+        tokio::time::sleep(waits.next_delay()).await;
         attempts += 1;
         match connect().await {
             Ok(sink) => {

@@ -1,44 +1,9 @@
-//! Relay settings and the retry policy.
+//! Relay settings.
 
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-
-/// Backoff between failed tries: `min(cap, base × 2^retry_count)`, counted from the database
-/// clock. With the defaults (base 1 s, cap 300 s) the waits are 2 s, 4 s, 8 s, 16 s, … (DESIGN §3).
-/// No jitter is added: the clock is the database's, so relays do not retry in lockstep anyway
-/// (each event's wait starts at its own failure).
-///
-/// ```
-/// use std::time::Duration;
-/// let p = postbox::RetryPolicy::default();
-/// assert_eq!(p.delay(1), Duration::from_secs(2));
-/// assert_eq!(p.delay(20), Duration::from_secs(300));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// The unit of the exponential backoff (default 1 s).
-    pub base: Duration,
-    /// The longest wait (default 300 s).
-    pub cap: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(300),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait after the `retry_count`-th failed try.
-    pub fn delay(&self, retry_count: i32) -> Duration {
-        let exp = retry_count.clamp(0, 40) as u32;
-        self.base.saturating_mul(1u32 << exp.min(31)).min(self.cap)
-    }
-}
 
 /// How a relay runs. Every field has the seed's default (DESIGN §6).
 ///
@@ -64,8 +29,8 @@ pub struct RelayConfig {
     /// publishing; a relay that dies loses them, and its events are taken over after this long
     /// (counted as a failed try). Too short a lease leads to duplicate publishing of slow batches.
     pub lease: Duration,
-    /// Backoff between failed tries.
-    pub retry: RetryPolicy,
+    /// Backoff between an event's failed tries (default: base 1 s, cap 300 s).
+    pub retry: Backoff,
     /// How long one publish may take before it counts as failed (default 10 s). Must be shorter
     /// than `lease`.
     pub publish_timeout: Duration,
@@ -100,7 +65,7 @@ impl Default for RelayConfig {
             batch_size: 100,
             poll_interval: Duration::from_secs(5),
             lease: Duration::from_secs(30),
-            retry: RetryPolicy::default(),
+            retry: Backoff::default(),
             publish_timeout: Duration::from_secs(10),
             concurrency: 64,
             tenant_refresh: Duration::from_secs(10),

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-pub use config::{RelayConfig, RetryPolicy};
+pub use config::RelayConfig;
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target};
 use crate::sink::Sink;
@@ -195,7 +196,8 @@ impl Relay {
             busy_until: HashMap::new(),
         };
         let mut wakeups = self.connect_wakeups(mode).await;
-        let mut db_errors = 0u32;
+        // Pauses after failed rounds: 100 ms, 200 ms, … up to the poll interval.
+        let mut db_errors = Backoff::new(Duration::from_millis(100), cfg.poll_interval).attempts();
         // Busy-only rounds serve just the targets that had events lately; a full round serves
         // every target, after a notification, at each poll, and when a retry comes due.
         let mut busy_only = false;
@@ -219,7 +221,7 @@ impl Relay {
             vacuum.tick(&self.inner.store, &targets.list);
             let full = match round {
                 Ok((round_stats, full)) => {
-                    db_errors = 0;
+                    db_errors.reset();
                     stats.add(round_stats);
                     full
                 }
@@ -228,10 +230,7 @@ impl Relay {
                     return Err(e);
                 }
                 Err(e) => {
-                    db_errors += 1;
-                    let wait = cfg
-                        .poll_interval
-                        .min(Duration::from_millis(100 << db_errors.min(6)));
+                    let wait = db_errors.next_delay();
                     warn!(relay = %self.inner.id, error = %e, retry_in = ?wait,
                         "relay round failed; events stay in the outbox and are retried (check the database)");
                     if wait_or_stop(wait, &mut stop).await {
@@ -577,7 +576,9 @@ impl Relay {
                         .map_or("", |e| e.event_type.as_str());
                     alert_failed(tenant, mark.id, event_type, mark.retry_count, error);
                 } else {
-                    let retry_in = cfg.retry.delay(mark.retry_count);
+                    let retry_in = cfg
+                        .retry
+                        .delay(u32::try_from(mark.retry_count).unwrap_or(0));
                     self.note_retry(retry_in);
                     warn!(
                         tenant,
@@ -608,14 +609,14 @@ impl Relay {
         Fut: Future<Output = Result<T>>,
     {
         let deadline = Instant::now() + self.inner.config.lease / 2;
-        let mut wait = Duration::from_millis(50);
+        let mut waits = Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).attempts();
         loop {
             match op().await {
                 Ok(v) => return Ok(v),
-                Err(e) if Instant::now() + wait < deadline => {
+                Err(e) if Instant::now() + waits.clone().next_delay() < deadline => {
+                    let wait = waits.next_delay();
                     warn!(error = %e, retry_in = ?wait, "recording results failed; retrying");
                     tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(2));
                 }
                 Err(e) => return Err(e),
             }

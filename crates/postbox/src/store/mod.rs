@@ -121,7 +121,7 @@ pub struct MarkFailedParams<'a> {
     /// The failed tries.
     pub tries: &'a [FailedTry],
     /// The backoff before the next try.
-    pub retry: crate::RetryPolicy,
+    pub retry: crate::Backoff,
 }
 
 /// What became of one failed try.

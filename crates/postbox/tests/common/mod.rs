@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use postbox::{
-    Event, Outbox, PgStore, Relay, RelayConfig, RelayStats, RetryPolicy, SchemaName, Target,
+    Backoff, Event, Outbox, PgStore, Relay, RelayConfig, RelayStats, SchemaName, Target,
 };
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::oneshot;
@@ -19,7 +19,7 @@ pub(crate) fn config() -> RelayConfig {
         batch_size: 100,
         poll_interval: Duration::from_millis(50),
         lease: Duration::from_secs(5),
-        retry: RetryPolicy {
+        retry: Backoff {
             base: Duration::from_millis(20),
             cap: Duration::from_millis(200),
         },
