@@ -189,12 +189,10 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         .unwrap_or(1);
     let db = scratch.open(max_parallel as u32 + 2).await?;
     let outbox = Outbox::new();
-    let config = RelayConfig {
-        batch_size: opts.batch_size,
-        poll_interval: Duration::from_millis(50),
-        vacuum_threshold: opts.vacuum_threshold,
-        ..RelayConfig::default()
-    };
+    let config = RelayConfig::default()
+        .batch_size(opts.batch_size)
+        .poll_interval(Duration::from_millis(50))
+        .vacuum_threshold(opts.vacuum_threshold);
 
     let mut enqueue = Vec::new();
     // A business transaction has at least its one business row.
@@ -270,22 +268,18 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
             (
                 "NOTIFY each commit".to_owned(),
                 notify_each.clone(),
-                RelayConfig {
-                    busy_period: Duration::ZERO,
-                    ..config.clone()
-                },
+                config.clone().busy_period(Duration::ZERO),
             ),
             (
                 format!("poll every {}", human(opts.poll_interval)),
                 Outbox::builder().notify(false).build(),
-                RelayConfig {
-                    notifications: false,
-                    busy_period: Duration::ZERO,
-                    poll_interval: opts.poll_interval,
+                config
+                    .clone()
+                    .notifications(false)
+                    .busy_period(Duration::ZERO)
+                    .poll_interval(opts.poll_interval)
                     // Unused without busy polling, but it may not exceed `poll_interval`.
-                    busy_poll_interval: config.busy_poll_interval.min(opts.poll_interval),
-                    ..config.clone()
-                },
+                    .busy_poll_interval(config.busy_poll_interval.min(opts.poll_interval)),
             ),
         ];
         for (mode, producer, relay_config) in runs {

@@ -1,7 +1,10 @@
 //! Test helpers for Postbox: a fresh PostgreSQL database or SQLite file per test, and scripted
 //! sinks. Dev-only; never part of a release build.
 
+mod event;
 pub mod proxy;
+
+pub use event::{TestEvent, event};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -22,8 +22,8 @@ use common::{
 };
 use postbox::store::ClaimParams;
 use postbox::{
-    Backoff, Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, RelayConfig, RelayStats,
-    Sink, Store, Target,
+    Backoff, Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, RelayStats, Sink, Store,
+    Target,
 };
 use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, TestSqlite, wait_until};
 
@@ -98,9 +98,8 @@ async fn concurrent_enqueues_of_one_key_store_one_row() {
     let mut shared_inserted = 0;
     for task in tasks {
         let results = task.await.unwrap();
-        match results[0] {
-            Enqueued::Inserted(_) => shared_inserted += 1,
-            Enqueued::Duplicate => {}
+        if results[0].id().is_some() {
+            shared_inserted += 1;
         }
         if let Some(own) = results.get(1) {
             assert!(matches!(own, Enqueued::Inserted(_)), "{results:?}");
@@ -158,14 +157,12 @@ async fn g5_a_failing_event_is_tried_max_retries_times_with_backoff_on_the_datab
         calls: Mutex::default(),
     });
     let base = Duration::from_millis(50);
-    let cfg = RelayConfig {
-        retry: Backoff {
+    let cfg = config()
+        .retry(Backoff {
             base,
             cap: Duration::from_secs(10),
-        },
-        poll_interval: Duration::from_millis(20),
-        ..config()
-    };
+        })
+        .poll_interval(Duration::from_millis(20));
     let relay = Relay::new(store, sink.clone(), cfg).unwrap();
     let stats = relay.drain(std::future::pending()).await.unwrap();
 
@@ -223,11 +220,9 @@ async fn g3_four_relays_draining_10_000_events_publish_each_exactly_once() {
     for i in 0..4 {
         let sink = RecordingSink::new();
         sinks.push(sink.clone());
-        let cfg = RelayConfig {
-            relay_id: Some(format!("relay-{i}")),
-            poll_interval: Duration::from_millis(20),
-            ..config()
-        };
+        let cfg = config()
+            .relay_id(format!("relay-{i}"))
+            .poll_interval(Duration::from_millis(20));
         let relay = Relay::new(own_store(&db, 3).await, sink, cfg).unwrap();
         drains.push(tokio::spawn(async move {
             relay.drain(std::future::pending()).await
@@ -301,20 +296,15 @@ async fn g3_two_relays_on_one_sqlite_file_publish_each_event_exactly_once() {
 async fn g1_a_relay_dropped_mid_batch_loses_nothing() {
     let (db, _store) = pg().await;
     let ids = enqueue(&db, &Outbox::new(), events("Order", 30)).await;
-    let cfg = RelayConfig {
-        lease: Duration::from_secs(1),
-        publish_timeout: Duration::from_millis(900),
-        ..config()
-    };
+    let cfg = config()
+        .lease(Duration::from_secs(1))
+        .publish_timeout(Duration::from_millis(900));
     let stuck = RecordingSink::new();
     stuck.script("Order", Behaviour::Slow(Duration::from_secs(30)));
     let doomed = Relay::new(
         own_store(&db, 3).await,
         stuck.clone(),
-        RelayConfig {
-            relay_id: Some("doomed".into()),
-            ..cfg.clone()
-        },
+        cfg.clone().relay_id("doomed"),
     )
     .unwrap();
     let task = tokio::spawn(async move { doomed.run(std::future::pending()).await });
@@ -362,12 +352,10 @@ async fn g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing() {
     let relay_a = Relay::new(
         stalled.clone(),
         sink.clone(),
-        RelayConfig {
-            relay_id: Some("relay-a".into()),
-            lease: Duration::from_millis(300),
-            publish_timeout: Duration::from_millis(200),
-            ..config()
-        },
+        config()
+            .relay_id("relay-a")
+            .lease(Duration::from_millis(300))
+            .publish_timeout(Duration::from_millis(200)),
     )
     .unwrap();
 
@@ -424,13 +412,11 @@ async fn g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing() {
 async fn lease_renewal_keeps_a_batch_slower_than_its_lease() {
     let (db, _store) = pg().await;
     let ids = enqueue(&db, &Outbox::new(), events("Slow", 5)).await;
-    let cfg = RelayConfig {
-        lease: Duration::from_millis(600),
-        publish_timeout: Duration::from_millis(500),
-        concurrency: 1,
-        poll_interval: Duration::from_millis(20),
-        ..config()
-    };
+    let cfg = config()
+        .lease(Duration::from_millis(600))
+        .publish_timeout(Duration::from_millis(500))
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(20));
     let slow_sink = RecordingSink::new();
     slow_sink.script("Slow", Behaviour::Slow(Duration::from_millis(400)));
     let slow = Relay::new(own_store(&db, 3).await, slow_sink.clone(), cfg.clone()).unwrap();
@@ -474,11 +460,9 @@ async fn the_relay_rides_out_database_errors_and_loses_nothing() {
     faulty.fail_next(StoreOp::MarkProcessed, 2);
     faulty.fail_next(StoreOp::Renew, u64::MAX);
     let sink = RecordingSink::new();
-    let cfg = RelayConfig {
-        lease: Duration::from_secs(1),
-        publish_timeout: Duration::from_millis(500),
-        ..config()
-    };
+    let cfg = config()
+        .lease(Duration::from_secs(1))
+        .publish_timeout(Duration::from_millis(500));
     let relay = Relay::new(faulty.clone(), sink.clone(), cfg).unwrap();
     let stats = relay.drain(std::future::pending()).await.unwrap();
 
@@ -502,11 +486,9 @@ async fn an_outage_longer_than_the_relays_patience_republishes_only_the_batch_in
     // Three failures exhaust one batch's patience (half a lease); six exhaust two batches.
     faulty.fail_next(StoreOp::MarkProcessed, 6);
     let sink = RecordingSink::new();
-    let cfg = RelayConfig {
-        lease: Duration::from_millis(400),
-        publish_timeout: Duration::from_millis(300),
-        ..config()
-    };
+    let cfg = config()
+        .lease(Duration::from_millis(400))
+        .publish_timeout(Duration::from_millis(300));
     let relay = Relay::new(faulty.clone(), sink.clone(), cfg).unwrap();
     relay.drain(std::future::pending()).await.unwrap();
 
@@ -524,10 +506,7 @@ async fn an_outage_longer_than_the_relays_patience_republishes_only_the_batch_in
 async fn the_relay_survives_its_connections_being_killed() {
     let (db, _store) = pg().await;
     let sink = RecordingSink::new();
-    let cfg = RelayConfig {
-        poll_interval: Duration::from_millis(200),
-        ..config()
-    };
+    let cfg = config().poll_interval(Duration::from_millis(200));
     let running = Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), cfg).unwrap());
     let mut ids = enqueue(&db, &Outbox::new(), events("Before", 50)).await;
     wait_until(
@@ -583,10 +562,7 @@ async fn graceful_shutdown_finishes_the_batch_in_flight() {
     let ids = enqueue(&db, &Outbox::new(), events("Slow", 10)).await;
     let sink = RecordingSink::new();
     sink.script("Slow", Behaviour::Slow(Duration::from_millis(300)));
-    let cfg = RelayConfig {
-        poll_interval: Duration::from_secs(30),
-        ..config()
-    };
+    let cfg = config().poll_interval(Duration::from_secs(30));
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     wait_until("the batch is in flight", Duration::from_secs(5), || async {
         sink.calls() == 10
@@ -607,10 +583,7 @@ async fn graceful_shutdown_finishes_the_batch_in_flight() {
 async fn a_notification_wakes_an_idle_relay_at_once() {
     let (db, store) = pg().await;
     let sink = RecordingSink::new();
-    let cfg = RelayConfig {
-        poll_interval: Duration::from_secs(30),
-        ..config()
-    };
+    let cfg = config().poll_interval(Duration::from_secs(30));
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     let first = enqueue(&db, &Outbox::new(), events("First", 1)).await[0];
     wait_until(
@@ -636,11 +609,9 @@ async fn a_notification_wakes_an_idle_relay_at_once() {
 async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
     let (db, store) = pg().await;
     let sink = RecordingSink::new();
-    let cfg = RelayConfig {
-        poll_interval: Duration::from_millis(1500),
-        busy_period: Duration::ZERO,
-        ..config()
-    };
+    let cfg = config()
+        .poll_interval(Duration::from_millis(1500))
+        .busy_period(Duration::ZERO);
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     let first = enqueue(&db, &Outbox::new(), events("First", 1)).await[0];
     wait_until(
@@ -754,16 +725,14 @@ async fn a_busy_relay_finds_events_that_sent_no_notification() {
     for busy in [true, false] {
         let (db, store) = pg().await;
         let sink = RecordingSink::new();
-        let cfg = RelayConfig {
-            poll_interval: Duration::from_secs(30),
-            busy_poll_interval: Duration::from_millis(10),
-            busy_period: if busy {
+        let cfg = config()
+            .poll_interval(Duration::from_secs(30))
+            .busy_poll_interval(Duration::from_millis(10))
+            .busy_period(if busy {
                 Duration::from_secs(10)
             } else {
                 Duration::ZERO
-            },
-            ..config()
-        };
+            });
         let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
         let outbox = Outbox::builder()
             .notify_interval(Duration::from_secs(60))
@@ -811,10 +780,7 @@ async fn a_relay_vacuums_its_outbox_table_past_the_dead_row_threshold() {
     let before = vacuums().await;
     enqueue(&db, &Outbox::new(), events("E", 600)).await;
     let sink = RecordingSink::new();
-    let cfg = RelayConfig {
-        vacuum_threshold: Some(500),
-        ..config()
-    };
+    let cfg = config().vacuum_threshold(Some(500));
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     wait_until("600 events published", Duration::from_secs(10), || async {
         sink.published().len() == 600
@@ -918,14 +884,12 @@ async fn a_running_relay_wakes_for_its_own_retry_before_the_next_poll() {
     let (db, store) = pg().await;
     let sink = RecordingSink::new();
     sink.script("Flaky", Behaviour::FailTimes(1));
-    let cfg = RelayConfig {
-        poll_interval: Duration::from_secs(30),
-        retry: Backoff {
+    let cfg = config()
+        .poll_interval(Duration::from_secs(30))
+        .retry(Backoff {
             base: Duration::from_millis(100),
             cap: Duration::from_secs(1),
-        },
-        ..config()
-    };
+        });
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     let id = enqueue(&db, &Outbox::new(), events("Flaky", 1)).await[0];
     // First try fails; the retry is due 200 ms later. A relay that slept until its next poll

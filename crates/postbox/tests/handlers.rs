@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{Running, config, count, enqueue, events, pg, row};
 use postbox::{
-    DomainEvent, Event, Handlers, Outbox, OutboxEvent, PublishError, Relay, RelayConfig,
-    RelayStats, Sink,
+    DomainEvent, Event, Handlers, Outbox, OutboxEvent, PublishError, Relay, RelayStats, Sink,
 };
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 use serde::{Deserialize, Serialize};
@@ -175,11 +174,9 @@ async fn a_publish_timeout_counts_as_a_failed_try() {
     .await[0];
     let sink = RecordingSink::new();
     sink.script("Slow", Behaviour::Slow(Duration::from_secs(30)));
-    let cfg = RelayConfig {
-        publish_timeout: Duration::from_millis(100),
-        lease: Duration::from_millis(500),
-        ..config()
-    };
+    let cfg = config()
+        .publish_timeout(Duration::from_millis(100))
+        .lease(Duration::from_millis(500));
     let relay = Relay::new(store, sink.clone(), cfg).unwrap();
     relay.drain(std::future::pending()).await.unwrap();
     let r = row(&db, "public", slow).await;

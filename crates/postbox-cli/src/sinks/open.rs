@@ -325,13 +325,7 @@ mod tests {
     }
 
     fn event() -> OutboxEvent {
-        serde_json::from_value(serde_json::json!({
-            "id": 1, "tenant": null, "event_type": "E", "aggregate_type": null,
-            "aggregate_id": null, "idempotency_key": null, "payload": {}, "headers": {},
-            "event_class": null, "schema_version": 1, "retry_count": 0, "max_retries": 5,
-            "created_at": "2026-04-24T10:00:00Z"
-        }))
-        .expect("event")
+        postbox_testkit::event(1).event_type("E").build()
     }
 
     #[tokio::test(start_paused = true)]

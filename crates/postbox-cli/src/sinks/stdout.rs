@@ -232,22 +232,17 @@ mod tests {
     }
 
     fn event(id: i64) -> OutboxEvent {
-        OutboxEvent {
-            id,
-            tenant: Some("acme".to_owned()),
-            event_type: "InvoiceCreated".to_owned(),
-            aggregate_type: Some("Invoice".to_owned()),
-            aggregate_id: Some(id.to_string()),
-            idempotency_key: Some(format!("Invoice:{id}:InvoiceCreated:2026-04-24")),
-            payload: RawValue::from_string(format!("{{\"invoice_id\":{id}}}")).expect("json"),
-            headers: BTreeMap::from([("traceparent".to_owned(), "00-abc-def-01".to_owned())]),
-            event_class: Some("app::InvoiceCreated".to_owned()),
-            schema_version: 2,
-            retry_count: 1,
-            max_retries: 5,
-            created_at: DateTime::from_timestamp(1_776_988_800, 0).expect("time"),
-            claim_token: uuid::Uuid::nil(),
-        }
+        postbox_testkit::event(id)
+            .tenant("acme")
+            .aggregate("Invoice", &id.to_string())
+            .idempotency_key(&format!("Invoice:{id}:InvoiceCreated:2026-04-24"))
+            .payload(serde_json::json!({ "invoice_id": id }))
+            .header("traceparent", "00-abc-def-01")
+            .event_class("app::InvoiceCreated")
+            .schema_version(2)
+            .retry_count(1)
+            .created_at(DateTime::from_timestamp(1_776_988_800, 0).expect("time"))
+            .build()
     }
 
     #[tokio::test]

@@ -30,6 +30,7 @@ const MAX_REMEMBERED_RETRIES: usize = 10_000;
 
 /// What a relay did, summed over its run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayStats {
     /// Events published and marked `PROCESSED`.
     pub published: u64,
@@ -632,7 +633,7 @@ fn alert_failed(tenant: &str, id: i64, event_type: &str, retry_count: i32, error
         event_type,
         retry_count,
         error,
-        "event FAILED and will not be retried; fix the cause, then `postbox retry <event_id>`"
+        "event FAILED and will not be retried; fix the cause, then retry it (an operator's retry puts it back in the queue)"
     );
     metrics::counter!("postbox_events_failed_total", "tenant" => tenant.to_owned()).increment(1);
 }

@@ -137,6 +137,7 @@ pub struct FailedMark {
 
 /// The events of one target by status, for `postbox status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct StatusCounts {
     /// `PENDING` events (new, or waiting for a retry).
     pub pending: i64,
@@ -199,6 +200,7 @@ pub const EXACT_PROCESSED_COUNT: i64 = 100_000;
 
 /// What is still to do in one target, for draining.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Backlog {
     /// How long until an outstanding (`PENDING` or `PROCESSING`) event can be claimed: zero if
     /// one can be now, else until the earliest lease or backoff runs out; `None` when nothing is
@@ -208,6 +210,7 @@ pub struct Backlog {
 
 /// A tenant's registry entry.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Tenant {
     /// The tenant id.
     pub id: TenantId,

@@ -226,7 +226,7 @@ impl Store for PgStore {
             events: Vec::with_capacity(rows.len()),
             ..Claimed::default()
         };
-        let tenant = p.target.tenant.as_ref().map(|t| t.to_string());
+        let tenant = p.target.tenant.clone();
         for row in rows {
             let id: i64 = row.try_get(0)?;
             let stale: bool = row.try_get(1)?;
