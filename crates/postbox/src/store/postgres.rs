@@ -44,6 +44,10 @@ const OUTBOX_MIGRATIONS: &[(&str, &str)] = &[
         "outbox_0004_bounded_reads",
         include_str!("../../sql/postgres/0004_bounded_reads.sql"),
     ),
+    (
+        "outbox_0005_sql_enqueue",
+        include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
+    ),
 ];
 
 /// Migrations of the default schema only.
