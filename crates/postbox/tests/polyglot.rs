@@ -38,7 +38,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use common::{Running, config, own_store, pg, tally};
-use postbox::{Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, RelayConfig, Sink};
+use postbox::{Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, Sink};
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::mpsc;
 
@@ -294,11 +294,9 @@ async fn java_and_python_producers_get_the_rust_producers_guarantees_and_latency
     // Idle means idle: no busy polling after a round, and the poll 30 s away. Only a commit's
     // notification can make the relay publish within the waits below.
     let sink = TimedSink::default();
-    let cfg = RelayConfig {
-        poll_interval: Duration::from_secs(30),
-        busy_period: Duration::ZERO,
-        ..config()
-    };
+    let cfg = config()
+        .poll_interval(Duration::from_secs(30))
+        .busy_period(Duration::ZERO);
     let relay = Running::start(Relay::new(own_store(&db, 4).await, sink.clone(), cfg).unwrap());
     // The Rust producer with its defaults (a notification at most every 50 ms), and one that
     // notifies on every commit, for markers.
