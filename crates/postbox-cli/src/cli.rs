@@ -222,13 +222,23 @@ pub(crate) struct RelayArgs {
     pub(crate) tuning: RelayTuning,
 }
 
+/// The sink kinds this build has, with their help, for `--sink`.
+fn sink_kinds() -> impl clap::builder::TypedValueParser<Value = SinkKind> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let values = SinkKind::ALL
+        .iter()
+        .map(|k| PossibleValue::new(k.name()).help(k.description().trim_end_matches('.')));
+    // Only the names above get through the parser, and each is a kind.
+    PossibleValuesParser::new(values).map(|name| name.parse().unwrap_or(SinkKind::Stdout))
+}
+
 /// The relay's one sink, from the command line.
 #[derive(Debug, Args, Default)]
 #[command(next_help_heading = "Sink (flags override postbox.toml and POSTBOX_*)")]
 pub(crate) struct SinkArgs {
     /// Where events are published [config: sink; default: stdout, or the [[routes]] of
     /// postbox.toml when it has some (a --sink flag overrides them)]
-    #[arg(long, value_enum, value_name = "KIND")]
+    #[arg(long, value_parser = sink_kinds(), value_name = "KIND")]
     pub(crate) sink: Option<SinkKind>,
 
     /// The sink's address [config: sink_url; defaults: nats://127.0.0.1:4222,

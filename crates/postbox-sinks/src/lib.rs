@@ -42,10 +42,14 @@
 //! # let _ = sink; Ok(()) }
 //! ```
 
+pub mod config;
 mod error;
 mod glob;
 pub mod headers;
+mod open;
 mod router;
+mod routing;
+pub mod stdout;
 mod template;
 
 #[cfg(feature = "amqp")]
@@ -61,9 +65,12 @@ pub mod redis_streams;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 
+pub use config::{ConfigError, Secret, SingleSink, SinkConfig, SinkKind, SinkSettings};
 pub use error::{BoxError, Error, Result};
 pub use glob::{Glob, GlobError};
+pub use open::{OwnDestination, Reconnecting, Shared};
 pub use router::{RoutableSink, Route, Router, Unmatched};
+pub use routing::{Opened, RouteConfig, Routes, RoutingConfig, SinkSetup};
 pub use template::{RenderError, Template, TemplateError};
 
 #[cfg(feature = "amqp")]

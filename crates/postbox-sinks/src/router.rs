@@ -147,7 +147,7 @@ impl Route {
                 "{} (sink {}, {:?})",
                 self.label,
                 self.sink_name,
-                crate::error::redact(d.as_str())
+                postbox::redact::redact(d.as_str())
             ),
             None => format!("{} (sink {})", self.label, self.sink_name),
         }

@@ -14,6 +14,10 @@ use serde_json::value::RawValue;
 use sha2::Sha256;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
+use crate::config::{Secret, SinkSettings};
+use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -49,7 +53,7 @@ pub struct WebhookConfig {
     /// Key of the HMAC-SHA256 signature over the body; without one, no signature header is sent.
     /// Default none.
     #[serde(default)]
-    pub secret: Option<String>,
+    pub secret: Option<Secret>,
     /// The header carrying the signature. Default `X-Postbox-Signature`.
     #[serde(default = "default_signature_header")]
     pub signature_header: String,
@@ -68,7 +72,7 @@ impl std::fmt::Debug for WebhookConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookConfig")
             .field("url", &self.url)
-            .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .field("secret", &self.secret)
             .field("signature_header", &self.signature_header)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("publish_timeout", &self.publish_timeout)
@@ -250,7 +254,7 @@ impl WebhookSink {
             client,
             url: config.url,
             fixed_url,
-            secret: config.secret.map(String::into_bytes),
+            secret: config.secret.map(|s| s.expose().as_bytes().to_vec()),
             signature_header,
             publish_timeout: config.publish_timeout,
         })
@@ -465,7 +469,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// Parses an endpoint URL; messages show it without its password.
 fn parse_url(text: &str) -> Result<Url, String> {
-    let shown = crate::error::redact(text);
+    let shown = postbox::redact::redact(text);
     let url = Url::parse(text).map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
     match url.scheme() {
         "http" | "https" => Ok(url),
@@ -492,6 +496,47 @@ fn percent_encode(value: &str, out: &mut String) {
             out.push(char::from(HEX[usize::from(b >> 4)]));
             out.push(char::from(HEX[usize::from(b & 0xf)]));
         }
+    }
+}
+
+#[async_trait]
+impl SinkSettings for WebhookConfig {
+    const DESTINATION_KEY: Option<&'static str> = Some("url");
+    const DESTINATION_NAME: &'static str = "URL";
+    const EXAMPLE_DESTINATION: &'static str = "https://hooks.example.com/{event_type}";
+
+    fn settle(&mut self) -> std::result::Result<(), String> {
+        match &self.url {
+            Some(url) => check_url(url).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    fn address(&self) -> String {
+        self.url
+            .as_ref()
+            .map_or_else(|| "(URL per route)".to_owned(), |u| u.as_str().to_owned())
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        self.url.as_ref()
+    }
+
+    fn check_destination(&self, destination: &Template) -> std::result::Result<(), String> {
+        check_url(destination).map_err(|e| format!("topic {:?}: {e}", destination.as_str()))
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        Some(self.publish_timeout)
+    }
+
+    fn set_publish_timeout(&mut self, timeout: Duration) {
+        self.publish_timeout = timeout;
+        self.connect_timeout = self.connect_timeout.min(timeout);
+    }
+
+    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(Arc::new(WebhookSink::new(self.clone())?))
     }
 }
 

@@ -6,6 +6,7 @@ mod error;
 mod event;
 mod handlers;
 mod migrate;
+pub mod redact;
 mod relay;
 mod schema;
 mod sink;

@@ -18,7 +18,8 @@ use figment::{Figment, Metadata, Profile, Provider, Source};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use keys::{KEYS, keys_help};
-pub(crate) use values::{ByteSize, DatabaseUrl, LogFormat, Secret, SecretUrl, SinkKind};
+pub(crate) use postbox_sinks::SinkKind;
+pub(crate) use values::{ByteSize, DatabaseUrl, LogFormat, Secret, SecretUrl};
 
 use crate::database::Location;
 

@@ -98,7 +98,7 @@ pub(crate) fn sink_config(proxy: &Proxy, publish_timeout: Duration) -> WebhookCo
         .parse()
         .expect("template"),
     );
-    config.secret = Some(SECRET.to_owned());
+    config.secret = Some(SECRET.into());
     config.publish_timeout = publish_timeout;
     config.connect_timeout = Duration::from_secs(1);
     config
