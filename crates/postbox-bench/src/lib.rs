@@ -14,7 +14,7 @@ mod scratch;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use postbox::{Outbox, RelayConfig};
+use postbox::RelayConfig;
 
 pub use report::{
     BenchReport, DrainRun, EnqueueOverhead, LatencyRun, Percentiles, Soak, Throughput,
@@ -188,7 +188,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         .max()
         .unwrap_or(1);
     let db = scratch.open(max_parallel as u32 + 2).await?;
-    let outbox = Outbox::new();
+    let outbox = db.store().outbox();
     let config = RelayConfig::default()
         .batch_size(opts.batch_size)
         .poll_interval(Duration::from_millis(50))
@@ -197,7 +197,11 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
     let mut enqueue = Vec::new();
     // A business transaction has at least its one business row.
     let statements = opts.business_statements.max(1);
-    let notify_each = Outbox::builder().notify_interval(Duration::ZERO).build();
+    let notify_each = db
+        .store()
+        .outbox_builder()
+        .notify_interval(Duration::ZERO)
+        .build();
     for &producers in &opts.producers {
         let mut variants = vec![
             ("no event", Extra::Nothing),
@@ -272,7 +276,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
             ),
             (
                 format!("poll every {}", human(opts.poll_interval)),
-                Outbox::builder().notify(false).build(),
+                db.store().outbox_builder().notify(false).build(),
                 config
                     .clone()
                     .notifications(false)

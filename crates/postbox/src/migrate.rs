@@ -9,7 +9,7 @@ use crate::store::Store;
 ///
 /// ```no_run
 /// # async fn example() -> postbox::Result<()> {
-/// let store = postbox::SqliteStore::open("postbox.db").await?;
+/// let store = postbox::connect("sqlite:postbox.db").await?;
 /// for applied in postbox::migrate(&store).await? {
 ///     println!("applied {applied}");
 /// }

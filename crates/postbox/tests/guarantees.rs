@@ -4,6 +4,7 @@
 //!
 //! Each test has a database of its own and waits on conditions, never on guessed sleeps.
 
+#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
@@ -22,10 +23,9 @@ use common::{
 };
 use postbox::store::ClaimParams;
 use postbox::{
-    Backoff, Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, RelayStats, Sink, Store,
-    Target,
+    Backoff, Enqueued, Event, OutboxEvent, PublishError, Relay, RelayStats, Sink, Store,
 };
-use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, TestSqlite, wait_until};
+use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, wait_until};
 
 // ---- G2: no ghosts -------------------------------------------------------------------------
 
@@ -37,7 +37,7 @@ async fn g2_a_rolled_back_enqueue_is_never_published_while_relays_run() {
         Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), config()).unwrap()),
         Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), config()).unwrap()),
     ];
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
 
     // The ghosts sit in an open transaction while both relays keep claiming.
     let mut ghost_tx = db.pool().begin().await.unwrap();
@@ -72,7 +72,7 @@ async fn concurrent_enqueues_of_one_key_store_one_row() {
     let (db, _store) = pg().await;
     const N: usize = 16;
     let barrier = Arc::new(tokio::sync::Barrier::new(N));
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let tasks: Vec<_> = (0..N)
         .map(|i| {
             let (pool, barrier, outbox) = (db.pool().clone(), barrier.clone(), outbox.clone());
@@ -144,7 +144,7 @@ impl Sink for ClockSink {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g5_a_failing_event_is_tried_max_retries_times_with_backoff_on_the_database_clock() {
     let (db, store) = pg().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let poison = enqueue(
         &db,
         &outbox,
@@ -210,7 +210,7 @@ async fn g5_a_failing_event_is_tried_max_retries_times_with_backoff_on_the_datab
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g3_four_relays_draining_10_000_events_publish_each_exactly_once() {
     let (db, _store) = pg().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let mut ids = Vec::new();
     for _ in 0..10 {
         ids.extend(enqueue(&db, &outbox, events("Bulk", 1000)).await);
@@ -252,50 +252,9 @@ async fn g3_four_relays_draining_10_000_events_publish_each_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn g3_two_relays_on_one_sqlite_file_publish_each_event_exactly_once() {
-    let file = TestSqlite::new();
-    let store = file.store().await;
-    postbox::migrate(&store).await.unwrap();
-    let mut tx = store.pool().begin().await.unwrap();
-    Outbox::new()
-        .enqueue_many(&mut tx, events("Bulk", 2000))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-    let mut sinks = Vec::new();
-    let mut drains = Vec::new();
-    for _ in 0..2 {
-        let sink = RecordingSink::new();
-        sinks.push(sink.clone());
-        let relay = Relay::new(file.store().await, sink, config()).unwrap();
-        drains.push(tokio::spawn(async move {
-            relay.drain(std::future::pending()).await
-        }));
-    }
-    for drain in drains {
-        let stats = drain.await.unwrap().unwrap();
-        assert_eq!((stats.recovered, stats.fenced), (0, 0));
-    }
-    let published = tally(sinks.iter().flat_map(|s| s.published_ids()));
-    assert_eq!(published.len(), 2000);
-    assert!(
-        published.values().all(|n| *n == 1),
-        "an event was published twice"
-    );
-    let counts = store
-        .status_counts(&Target::default_schema(store.default_schema()))
-        .await
-        .unwrap();
-    assert_eq!(
-        (counts.processed, counts.pending, counts.processing),
-        (2000, 0, 0)
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g1_a_relay_dropped_mid_batch_loses_nothing() {
     let (db, _store) = pg().await;
-    let ids = enqueue(&db, &Outbox::new(), events("Order", 30)).await;
+    let ids = enqueue(&db, &db.outbox(), events("Order", 30)).await;
     let cfg = config()
         .lease(Duration::from_secs(1))
         .publish_timeout(Duration::from_millis(900));
@@ -340,7 +299,7 @@ async fn g1_a_relay_dropped_mid_batch_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing() {
     let (db, store) = pg().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let ids = [
         enqueue(&db, &outbox, events("Good", 3)).await,
         enqueue(&db, &outbox, events("Bad", 2)).await,
@@ -411,7 +370,7 @@ async fn g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_renewal_keeps_a_batch_slower_than_its_lease() {
     let (db, _store) = pg().await;
-    let ids = enqueue(&db, &Outbox::new(), events("Slow", 5)).await;
+    let ids = enqueue(&db, &db.outbox(), events("Slow", 5)).await;
     let cfg = config()
         .lease(Duration::from_millis(600))
         .publish_timeout(Duration::from_millis(500))
@@ -454,7 +413,7 @@ async fn lease_renewal_keeps_a_batch_slower_than_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_rides_out_database_errors_and_loses_nothing() {
     let (db, store) = pg().await;
-    let ids = enqueue(&db, &Outbox::new(), events("E", 50)).await;
+    let ids = enqueue(&db, &db.outbox(), events("E", 50)).await;
     let faulty = FaultyStore::new(store);
     faulty.fail_next(StoreOp::Claim, 3);
     faulty.fail_next(StoreOp::MarkProcessed, 2);
@@ -481,7 +440,7 @@ async fn the_relay_rides_out_database_errors_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_longer_than_the_relays_patience_republishes_only_the_batch_in_flight() {
     let (db, store) = pg().await;
-    let ids = enqueue(&db, &Outbox::new(), events("E", 20)).await;
+    let ids = enqueue(&db, &db.outbox(), events("E", 20)).await;
     let faulty = FaultyStore::new(store);
     // Three failures exhaust one batch's patience (half a lease); six exhaust two batches.
     faulty.fail_next(StoreOp::MarkProcessed, 6);
@@ -508,7 +467,7 @@ async fn the_relay_survives_its_connections_being_killed() {
     let sink = RecordingSink::new();
     let cfg = config().poll_interval(Duration::from_millis(200));
     let running = Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), cfg).unwrap());
-    let mut ids = enqueue(&db, &Outbox::new(), events("Before", 50)).await;
+    let mut ids = enqueue(&db, &db.outbox(), events("Before", 50)).await;
     wait_until(
         "the first events are published",
         Duration::from_secs(5),
@@ -528,7 +487,7 @@ async fn the_relay_survives_its_connections_being_killed() {
         killed >= 2,
         "the relay's connections and its listener were cut ({killed})"
     );
-    ids.extend(enqueue(&db, &Outbox::new(), events("After", 50)).await);
+    ids.extend(enqueue(&db, &db.outbox(), events("After", 50)).await);
     wait_until(
         "the later events are published",
         Duration::from_secs(5),
@@ -546,7 +505,7 @@ async fn a_relay_on_a_one_connection_pool_still_publishes() {
     let store = own_store(&db, 1).await;
     let sink = RecordingSink::new();
     let running = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
-    let id = enqueue(&db, &Outbox::new(), events("E", 1)).await[0];
+    let id = enqueue(&db, &db.outbox(), events("E", 1)).await[0];
     wait_until("the event is published", Duration::from_secs(5), || async {
         sink.published_ids() == [id]
     })
@@ -559,7 +518,7 @@ async fn a_relay_on_a_one_connection_pool_still_publishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_finishes_the_batch_in_flight() {
     let (db, store) = pg().await;
-    let ids = enqueue(&db, &Outbox::new(), events("Slow", 10)).await;
+    let ids = enqueue(&db, &db.outbox(), events("Slow", 10)).await;
     let sink = RecordingSink::new();
     sink.script("Slow", Behaviour::Slow(Duration::from_millis(300)));
     let cfg = config().poll_interval(Duration::from_secs(30));
@@ -585,7 +544,7 @@ async fn a_notification_wakes_an_idle_relay_at_once() {
     let sink = RecordingSink::new();
     let cfg = config().poll_interval(Duration::from_secs(30));
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
-    let first = enqueue(&db, &Outbox::new(), events("First", 1)).await[0];
+    let first = enqueue(&db, &db.outbox(), events("First", 1)).await[0];
     wait_until(
         "the first event is published",
         Duration::from_secs(2),
@@ -594,7 +553,7 @@ async fn a_notification_wakes_an_idle_relay_at_once() {
     .await;
     // The relay is now idle for 30 s unless the commit's notification wakes it.
     for n in 0..3 {
-        let id = enqueue(&db, &Outbox::new(), events("Next", 1)).await[0];
+        let id = enqueue(&db, &db.outbox(), events("Next", 1)).await[0];
         wait_until(
             &format!("event {n} is published within a second of its commit"),
             Duration::from_secs(1),
@@ -613,7 +572,7 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
         .poll_interval(Duration::from_millis(1500))
         .busy_period(Duration::ZERO);
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
-    let first = enqueue(&db, &Outbox::new(), events("First", 1)).await[0];
+    let first = enqueue(&db, &db.outbox(), events("First", 1)).await[0];
     wait_until(
         "the first event is published",
         Duration::from_secs(2),
@@ -622,7 +581,7 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
     .await;
     // Give the relay a moment to finish that round and go idle until its next poll.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let silent = Outbox::builder().notify(false).build();
+    let silent = db.outbox_builder().notify(false).build();
     let id = enqueue(&db, &silent, events("Quiet", 1)).await[0];
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
@@ -660,7 +619,8 @@ async fn an_outbox_notifies_at_most_once_per_notify_interval() {
         .await
         .unwrap();
     listener.listen("postbox_events").await.unwrap();
-    let debounced = Outbox::builder()
+    let debounced = db
+        .outbox_builder()
         .notify_interval(Duration::from_secs(60))
         .build();
     for _ in 0..5 {
@@ -673,7 +633,7 @@ async fn an_outbox_notifies_at_most_once_per_notify_interval() {
         1,
         "six commits within the interval, one notification"
     );
-    let each = Outbox::builder().notify_interval(Duration::ZERO).build();
+    let each = db.outbox_builder().notify_interval(Duration::ZERO).build();
     for _ in 0..3 {
         enqueue(&db, &each, events("E", 1)).await;
     }
@@ -693,7 +653,7 @@ async fn an_outbox_whose_turn_it_is_notifies_even_for_a_duplicate() {
             .idempotency_key("the-key")
     };
     let mut tx = db.pool().begin().await.unwrap();
-    let silent = Outbox::builder().notify(false).build();
+    let silent = db.outbox_builder().notify(false).build();
     silent.enqueue(&mut tx, event()).await.unwrap();
     tx.commit().await.unwrap();
 
@@ -701,7 +661,8 @@ async fn an_outbox_whose_turn_it_is_notifies_even_for_a_duplicate() {
         .await
         .unwrap();
     listener.listen("postbox_events").await.unwrap();
-    let outbox = Outbox::builder()
+    let outbox = db
+        .outbox_builder()
         .notify_interval(Duration::from_secs(60))
         .build();
     let mut tx = db.pool().begin().await.unwrap();
@@ -734,7 +695,8 @@ async fn a_busy_relay_finds_events_that_sent_no_notification() {
                 Duration::ZERO
             });
         let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
-        let outbox = Outbox::builder()
+        let outbox = db
+            .outbox_builder()
             .notify_interval(Duration::from_secs(60))
             .build();
         let first = enqueue(&db, &outbox, events("First", 1)).await[0];
@@ -778,7 +740,7 @@ async fn a_relay_vacuums_its_outbox_table_past_the_dead_row_threshold() {
         .unwrap()
     };
     let before = vacuums().await;
-    enqueue(&db, &Outbox::new(), events("E", 600)).await;
+    enqueue(&db, &db.outbox(), events("E", 600)).await;
     let sink = RecordingSink::new();
     let cfg = config().vacuum_threshold(Some(500));
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
@@ -891,7 +853,7 @@ async fn a_running_relay_wakes_for_its_own_retry_before_the_next_poll() {
             cap: Duration::from_secs(1),
         });
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
-    let id = enqueue(&db, &Outbox::new(), events("Flaky", 1)).await[0];
+    let id = enqueue(&db, &db.outbox(), events("Flaky", 1)).await[0];
     // First try fails; the retry is due 200 ms later. A relay that slept until its next poll
     // would publish it only after 30 s.
     wait_until(

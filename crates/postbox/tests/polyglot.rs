@@ -22,6 +22,7 @@
 //!
 //! The latency figures: `cargo test -p postbox --all-features --test polyglot -- --nocapture`.
 
+#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
@@ -300,8 +301,8 @@ async fn java_and_python_producers_get_the_rust_producers_guarantees_and_latency
     let relay = Running::start(Relay::new(own_store(&db, 4).await, sink.clone(), cfg).unwrap());
     // The Rust producer with its defaults (a notification at most every 50 ms), and one that
     // notifies on every commit, for markers.
-    let outbox = Outbox::new();
-    let every = Outbox::builder().notify_interval(Duration::ZERO).build();
+    let outbox = db.outbox();
+    let every = db.outbox_builder().notify_interval(Duration::ZERO).build();
 
     let mut committed: Vec<i64> = Vec::new();
     let mut rolled_back: Vec<i64> = Vec::new();

@@ -2,6 +2,7 @@
 //! agrees with the Rust `Outbox`: the same rows, the same daily key, the same duplicates, the
 //! same refusals, the same wake-ups. Each test has a database of its own.
 
+#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use chrono::{NaiveDate, Utc};
 use common::{Running, config, enqueue, events, own_store, pg, publish_marker};
-use postbox::{Enqueued, Error, Event, Outbox, PgStore, Relay, Store, TenantId};
+use postbox::{Enqueued, Error, Event, PgStore, Relay, Store, TenantId};
 use postbox_testkit::{RecordingSink, TestDb};
 use sqlx::postgres::{PgConnection, PgDatabaseError, PgListener};
 use sqlx::{AssertSqlSafe, Connection};
@@ -171,7 +172,8 @@ async fn the_default_key_is_the_rust_daily_key_in_utc_whatever_the_session_time_
             rust(before)
         );
         // The Rust Outbox, same event, same day: a duplicate of the SQL one.
-        let again = Outbox::new()
+        let again = db
+            .outbox()
             .enqueue(&mut *conn, invoice_created(&aggregate))
             .await
             .unwrap();
@@ -203,7 +205,8 @@ async fn a_sql_event_is_the_row_the_rust_outbox_writes() {
         )
         .idempotency_key(key)
     };
-    let rust_id = Outbox::new()
+    let rust_id = db
+        .outbox()
         .enqueue(&mut *conn, rust_event("from-rust"))
         .await
         .unwrap()
@@ -234,7 +237,8 @@ async fn a_sql_event_is_the_row_the_rust_outbox_writes() {
     assert_eq!(sql_row["status"], "PENDING");
 
     // Defaults: the Rust Outbox's max_retries (5), schema version 1, no headers, no class.
-    let rust_plain = Outbox::new()
+    let rust_plain = db
+        .outbox()
         .enqueue(&mut *conn, invoice_created("1"))
         .await
         .unwrap()
@@ -259,7 +263,7 @@ async fn a_sql_event_is_the_row_the_rust_outbox_writes() {
 #[tokio::test]
 async fn duplicates_are_recognised_across_sql_and_rust() {
     let (db, _store) = pg().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let mut conn = db.pool().acquire().await.unwrap();
 
     // Rust first, then SQL: the daily key.
@@ -530,7 +534,7 @@ async fn invalid_arguments_are_refused_naming_the_argument_and_nothing_is_writte
         // The Rust Outbox refuses the same event, naming the same field.
         if let Some(event) = case.rust {
             let mut conn = db.pool().acquire().await.unwrap();
-            let err = Outbox::new().enqueue(&mut *conn, event).await.unwrap_err();
+            let err = db.outbox().enqueue(&mut *conn, event).await.unwrap_err();
             assert!(
                 matches!(&err, Error::InvalidEvent { field, .. } if *field == case.argument),
                 "Rust: {err}"
@@ -563,7 +567,7 @@ async fn invalid_arguments_are_refused_naming_the_argument_and_nothing_is_writte
         assert!(call(&mut conn, &sql).await.unwrap().is_some(), "{sql}");
     }
     let at_limit = Event::new("E", &"x".repeat(1024 * 1024 - 2)).unwrap();
-    Outbox::new().enqueue(&mut *conn, at_limit).await.unwrap();
+    db.outbox().enqueue(&mut *conn, at_limit).await.unwrap();
 }
 
 #[tokio::test]
@@ -955,7 +959,7 @@ async fn a_session_whose_turn_it_is_notifies_even_for_a_duplicate() {
 #[tokio::test]
 async fn an_id_collision_is_an_error_not_a_duplicate() {
     let (db, _store) = pg().await;
-    enqueue(&db, &Outbox::new(), events("Existing", 3)).await;
+    enqueue(&db, &db.outbox(), events("Existing", 3)).await;
     sqlx::query("ALTER TABLE outbox_events ALTER COLUMN id RESTART WITH 1")
         .execute(db.pool())
         .await
@@ -983,7 +987,7 @@ async fn an_id_collision_is_an_error_not_a_duplicate() {
 async fn enqueue_many_returns_ids_in_input_order_with_null_for_duplicates() {
     let (db, _store) = pg().await;
     let mut conn = db.pool().acquire().await.unwrap();
-    Outbox::new()
+    db.outbox()
         .enqueue(&mut *conn, invoice_created("1"))
         .await
         .unwrap();
@@ -1034,7 +1038,8 @@ async fn enqueue_many_returns_ids_in_input_order_with_null_for_duplicates() {
     );
 
     // The Rust Outbox's enqueue_many agrees on the same two duplicates.
-    let rust = Outbox::new()
+    let rust = db
+        .outbox()
         .enqueue_many(
             &mut *conn,
             [
@@ -1120,7 +1125,7 @@ async fn a_rolled_back_sql_event_is_never_published_while_a_relay_runs() {
     let store: PgStore = own_store(&db, 3).await;
     let sink = RecordingSink::new();
     let relay = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let mut ghost_tx = db.pool().begin().await.unwrap();
     let ghost = call(&mut ghost_tx, "postbox_enqueue('Ghost', NULL, NULL, '{}')")
         .await

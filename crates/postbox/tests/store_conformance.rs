@@ -15,7 +15,11 @@ use postbox::store::{
     ClaimParams, Claimed, FailedTry, MarkFailedParams, MarkProcessedParams, RenewParams,
 };
 use postbox::{Backoff, Enqueued, Error, Event, Outbox, Store, Target};
-use postbox_testkit::{TestDb, TestSqlite, wait_until};
+#[cfg(feature = "postgres")]
+use postbox_testkit::TestDb;
+#[cfg(feature = "sqlite")]
+use postbox_testkit::TestSqlite;
+use postbox_testkit::wait_until;
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -66,11 +70,13 @@ trait Backend: Sized {
     async fn rewind_ids(&self) -> bool;
 }
 
+#[cfg(feature = "postgres")]
 struct Pg {
     db: TestDb,
     store: postbox::PgStore,
 }
 
+#[cfg(feature = "postgres")]
 impl Backend for Pg {
     async fn new() -> Self {
         let db = TestDb::new().await;
@@ -173,11 +179,13 @@ impl Backend for Pg {
     }
 }
 
+#[cfg(feature = "sqlite")]
 struct Lite {
     _file: TestSqlite,
     store: postbox::SqliteStore,
 }
 
+#[cfg(feature = "sqlite")]
 impl Backend for Lite {
     async fn new() -> Self {
         let file = TestSqlite::new();
@@ -381,7 +389,7 @@ fn events(n: usize) -> Vec<Event> {
 }
 
 async fn enqueue_n<B: Backend>(b: &B, n: usize) -> Vec<i64> {
-    b.enqueue(&Outbox::new(), events(n))
+    b.enqueue(&b.store().outbox(), events(n))
         .await
         .expect("enqueue")
         .into_iter()
@@ -394,7 +402,7 @@ async fn enqueue_with_max_retries<B: Backend>(b: &B, max_retries: i32) -> i64 {
         .expect("event")
         .without_idempotency_key()
         .max_retries(max_retries);
-    b.enqueue_one(&Outbox::new(), event)
+    b.enqueue_one(&b.store().outbox(), event)
         .await
         .expect("enqueue")
         .id()
@@ -498,7 +506,7 @@ async fn enqueued_event_keeps_its_fields<B: Backend>() {
     .header("traceparent", "00-abc-01")
     .max_retries(7);
     let id = b
-        .enqueue_one(&Outbox::new(), event)
+        .enqueue_one(&b.store().outbox(), event)
         .await
         .unwrap()
         .id()
@@ -934,7 +942,7 @@ async fn status_counts_and_backlog_are_right<B: Backend>() {
 
 async fn duplicates_are_reported_and_stored_once<B: Backend>() {
     let b = ready::<B>().await;
-    let outbox = Outbox::new();
+    let outbox = b.store().outbox();
     let keyed = |key: &str| Event::new("Paid", &1).unwrap().idempotency_key(key);
     let first = b.enqueue_one(&outbox, keyed("k1")).await.unwrap();
     assert!(matches!(first, Enqueued::Inserted(_)));
@@ -975,7 +983,7 @@ async fn duplicates_are_reported_and_stored_once<B: Backend>() {
 
 async fn an_id_that_is_taken_is_an_error_never_a_duplicate<B: Backend>() {
     let b = ready::<B>().await;
-    let outbox = Outbox::new();
+    let outbox = b.store().outbox();
     let ids = enqueue_n(&b, 3).await;
     if b.rewind_ids().await {
         let keyed = Event::new("Paid", &1).unwrap().idempotency_key("fresh-key");
@@ -1007,7 +1015,7 @@ async fn an_id_that_is_taken_is_an_error_never_a_duplicate<B: Backend>() {
 
 async fn enqueue_many_returns_results_in_input_order<B: Backend>() {
     let b = ready::<B>().await;
-    let outbox = Outbox::new();
+    let outbox = b.store().outbox();
     b.enqueue_one(
         &outbox,
         Event::new("Seed", &0).unwrap().idempotency_key("dup-7"),
@@ -1054,7 +1062,7 @@ async fn enqueue_many_returns_results_in_input_order<B: Backend>() {
 
 async fn oversized_events_are_refused_and_nothing_is_written<B: Backend>() {
     let b = ready::<B>().await;
-    let outbox = Outbox::builder().payload_limit(1024).build();
+    let outbox = b.store().outbox_builder().payload_limit(1024).build();
     let long = "x".repeat(101);
     let cases: Vec<(&str, Event)> = vec![
         ("payload", Event::new("Big", &"y".repeat(1100)).unwrap()),
@@ -1108,7 +1116,7 @@ async fn oversized_events_are_refused_and_nothing_is_written<B: Backend>() {
 
 async fn a_refused_event_leaves_the_callers_transaction_usable<B: Backend>() {
     let b = ready::<B>().await;
-    let outbox = Outbox::builder().payload_limit(1024).build();
+    let outbox = b.store().outbox_builder().payload_limit(1024).build();
     let good = |n: i32| Event::new("Good", &n).unwrap().without_idempotency_key();
     let bad: Vec<(&str, Event)> = vec![
         ("payload", Event::new("T", &"y".repeat(2000)).unwrap()),
@@ -1214,6 +1222,7 @@ async fn an_operator_retry_puts_failed_events_back_in_the_queue<B: Backend>() {
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
+        #[cfg(feature = "postgres")]
         mod postgres {
             $(
                 #[tokio::test]
@@ -1222,6 +1231,7 @@ macro_rules! conformance {
                 }
             )*
         }
+        #[cfg(feature = "sqlite")]
         mod sqlite {
             $(
                 #[tokio::test]

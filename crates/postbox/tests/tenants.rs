@@ -2,6 +2,7 @@
 //!
 //! Each test has a database of its own and waits on conditions, never on guessed sleeps.
 
+#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use common::{Running, config, default_target, enqueue, own_store, pg, row};
 use postbox::{
-    Error, Event, Outbox, OutboxEvent, PgStore, Relay, SchemaName, Store, TenantId, TenantStatus,
+    Error, Event, OutboxEvent, PgStore, Relay, SchemaName, Store, TenantId, TenantStatus,
 };
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 
@@ -38,8 +39,8 @@ async fn enqueue_for(
     n: usize,
 ) -> Vec<i64> {
     let outbox = match tenant {
-        Some(t) => Outbox::builder().schema(t.schema.clone()).build(),
-        None => Outbox::new(),
+        Some(t) => db.outbox_builder().tenant(t).build(),
+        None => db.outbox(),
     };
     let name = tenant.map(|t| t.id.to_string());
     let batch = (0..n)

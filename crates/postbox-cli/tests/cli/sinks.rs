@@ -399,6 +399,7 @@ async fn webhook_posts_signed_envelopes_and_keeps_the_secret_out_of_logs() {
 
 /// No Kafka broker runs here: the relay still starts, says it cannot connect, and the events
 /// fail with that reason (the Kafka configuration is parsed and used end to end).
+#[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_without_a_broker_starts_and_fails_events_with_the_reason() {
     let pg = migrated().await;

@@ -57,10 +57,10 @@ impl RelayStats {
 /// A relay over one store and one sink.
 ///
 /// ```no_run
-/// use postbox::{Handlers, PgStore, Relay, RelayConfig};
+/// use postbox::{Handlers, Relay, RelayConfig};
 ///
 /// # async fn example() -> anyhow::Result<()> {
-/// let store = PgStore::new(sqlx::PgPool::connect("postgres://localhost/app").await?);
+/// let store = postbox::connect("postgres://localhost/app").await?;
 /// let handlers = Handlers::new().on_any(|e| async move {
 ///     println!("{} {}", e.id, e.event_type);
 ///     Ok::<_, std::io::Error>(())

@@ -12,10 +12,12 @@ use uuid::Uuid;
 
 use crate::error::Result;
 use crate::event::OutboxEvent;
+use crate::outbox::{Outbox, OutboxBuilder};
 use crate::schema::{SchemaName, Target, TenantId};
 
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -242,6 +244,7 @@ pub enum TenantStatus {
     Suspended,
 }
 
+#[cfg(feature = "postgres")]
 impl TenantStatus {
     pub(crate) fn as_sql(self) -> &'static str {
         match self {
@@ -277,6 +280,13 @@ pub struct TenantAddParams<'a> {
     pub schema: Option<&'a SchemaName>,
 }
 
+impl<'a> TenantAddParams<'a> {
+    /// Tenant `id` in its default schema `s_<tenant>`.
+    pub fn new(id: &'a TenantId) -> Self {
+        TenantAddParams { id, schema: None }
+    }
+}
+
 /// A wake-up source: yields when events may have been committed (PostgreSQL `NOTIFY`).
 ///
 /// Notifications are hints only: one can be lost (for example during a reconnect), so the relay
@@ -297,6 +307,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// The schema used when none is named (`public` on PostgreSQL, `main` on SQLite).
     fn default_schema(&self) -> SchemaName;
+
+    /// A producer that writes to this store's default outbox: the table its relays read.
+    fn outbox(&self) -> Outbox {
+        self.outbox_builder().build()
+    }
+
+    /// The settings of such a producer (payload limit, notifications, a tenant's outbox).
+    fn outbox_builder(&self) -> OutboxBuilder {
+        OutboxBuilder::new(self.default_schema())
+    }
 
     /// Claims due events in one short transaction (DESIGN §3, "Claim").
     async fn events_claim(&self, params: &ClaimParams<'_>) -> Result<Claimed>;
