@@ -22,7 +22,7 @@ struct State {
 }
 
 /// What the [`RecordingSink`] does with an event type.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum Behaviour {
     /// Return a retryable error.
     Fail,
@@ -34,6 +34,8 @@ pub enum Behaviour {
     Slow(std::time::Duration),
     /// Fail the first N tries of each event, then succeed.
     FailTimes(u32),
+    /// Return this error.
+    FailWith(PublishError),
 }
 
 impl RecordingSink {
@@ -87,7 +89,7 @@ impl Sink for RecordingSink {
             let n = st.attempts.entry(event.id).or_insert(0);
             *n += 1;
             let attempt = *n;
-            (st.fail_types.get(&event.event_type).copied(), attempt)
+            (st.fail_types.get(&event.event_type).cloned(), attempt)
         };
         match behaviour {
             Some(Behaviour::Fail) => return Err(PublishError::retryable("scripted failure")),
@@ -96,6 +98,7 @@ impl Sink for RecordingSink {
             }
             Some(Behaviour::Panic) => panic!("scripted panic for event {}", event.id),
             Some(Behaviour::Slow(d)) => tokio::time::sleep(d).await,
+            Some(Behaviour::FailWith(e)) => return Err(e),
             Some(Behaviour::FailTimes(n)) if attempt <= n => {
                 return Err(PublishError::retryable(format!(
                     "scripted failure {attempt}"

@@ -65,15 +65,6 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(&'static str),
 
-    /// A stored row could not be decoded (for example a payload that is not JSON).
-    #[error("stored event {id} cannot be read: {reason}")]
-    CorruptRow {
-        /// The event id.
-        id: i64,
-        /// What could not be decoded.
-        reason: String,
-    },
-
     /// The database's schema is older or newer than this version of Postbox expects.
     #[error(
         "the outbox tables in schema {schema:?} are not migrated; run the migrations first (postbox::migrate)"

@@ -395,21 +395,6 @@ impl OutboxEvent {
     }
 }
 
-/// Headers stored as a JSON object; non-string values (possible from plain-SQL producers) are
-/// kept as their JSON text.
-pub(crate) fn headers_from_json(value: serde_json::Value) -> BTreeMap<String, String> {
-    match value {
-        serde_json::Value::Object(map) => map
-            .into_iter()
-            .map(|(k, v)| match v {
-                serde_json::Value::String(s) => (k, s),
-                other => (k, other.to_string()),
-            })
-            .collect(),
-        _ => BTreeMap::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]

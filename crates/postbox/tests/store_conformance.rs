@@ -68,6 +68,9 @@ trait Backend: Sized {
     /// can leave it, so that the next ids handed out are taken; `false` where ids cannot be
     /// handed out twice (SQLite's AUTOINCREMENT always goes past the highest id).
     async fn rewind_ids(&self) -> bool;
+    /// Writes into event `id`'s row what a careless plain-SQL producer can write and the store
+    /// cannot read back; returns the column.
+    async fn spoil_row(&self, id: i64) -> &'static str;
 }
 
 #[cfg(feature = "postgres")]
@@ -177,6 +180,16 @@ impl Backend for Pg {
             .await;
         true
     }
+
+    async fn spoil_row(&self, id: i64) -> &'static str {
+        // Valid jsonb, nested deeper than serde_json reads.
+        self.exec(&format!(
+            "UPDATE outbox_events SET headers = ('{{\"a\": ' || repeat('[', 200) || '1' \
+             || repeat(']', 200) || '}}')::jsonb WHERE id = {id}"
+        ))
+        .await;
+        "headers"
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -272,6 +285,15 @@ impl Backend for Lite {
     async fn rewind_ids(&self) -> bool {
         false
     }
+
+    async fn spoil_row(&self, id: i64) -> &'static str {
+        // Text that is not UTF-8.
+        self.exec(&format!(
+            "UPDATE outbox_events SET aggregate_id = CAST(x'c3ff' AS TEXT) WHERE id = {id}"
+        ))
+        .await;
+        "aggregate_id"
+    }
 }
 
 fn row_view<R: Row>(r: &R) -> RowView
@@ -290,7 +312,8 @@ where
         retry_count: r.get(2),
         max_retries: r.get(3),
         schema_version: r.get(4),
-        headers: serde_json::from_str(&headers).expect("headers are JSON"),
+        // Null for headers serde cannot read (a spoiled row).
+        headers: serde_json::from_str(&headers).unwrap_or_default(),
         last_error: r.get(6),
         locked_by: r.get(7),
         claim_token: r.get(8),
@@ -981,6 +1004,31 @@ async fn duplicates_are_reported_and_stored_once<B: Backend>() {
     assert_eq!(b.row_count().await, 4);
 }
 
+async fn an_unreadable_row_is_reported_alone_and_the_rest_is_claimed<B: Backend>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 5).await;
+    let column = b.spoil_row(ids[2]).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let claimed: Vec<i64> = c.events.iter().map(|e| e.id).collect();
+    assert_eq!(claimed, [ids[0], ids[1], ids[3], ids[4]]);
+    assert_eq!(c.undecodable.len(), 1, "{:?}", c.undecodable);
+    assert_eq!(c.undecodable[0].id, ids[2]);
+    assert!(
+        c.undecodable[0].reason.contains(column),
+        "the reason names the column: {}",
+        c.undecodable[0].reason
+    );
+    // It is claimed like the others, so only this claim's token can fail it.
+    let marks = mark_failed(
+        &b,
+        c.claim_token,
+        &[failed(ids[2], &c.undecodable[0].reason, true)],
+    )
+    .await;
+    assert!(marks[0].gave_up);
+    assert_eq!(b.row(ids[2]).await.status, "FAILED");
+}
+
 async fn an_id_that_is_taken_is_an_error_never_a_duplicate<B: Backend>() {
     let b = ready::<B>().await;
     let outbox = b.store().outbox();
@@ -1259,6 +1307,7 @@ conformance!(
     status_counts_and_backlog_are_right,
     duplicates_are_reported_and_stored_once,
     an_id_that_is_taken_is_an_error_never_a_duplicate,
+    an_unreadable_row_is_reported_alone_and_the_rest_is_claimed,
     the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap,
     an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped,
     enqueue_many_returns_results_in_input_order,

@@ -478,7 +478,8 @@ impl Relay {
             failed_tries: claimed.recovered + claimed.exhausted.len() as u64,
             ..RelayStats::default()
         };
-        let full = claimed.events.len() + claimed.exhausted.len() >= cfg.batch_size as usize;
+        let full = claimed.events.len() + claimed.exhausted.len() + claimed.undecodable.len()
+            >= cfg.batch_size as usize;
         if claimed.recovered > 0 {
             info!(tenant, relay = %inner.id, count = claimed.recovered,
                 "recovered {} stale events (a relay did not finish within its lease)", claimed.recovered);
@@ -488,10 +489,40 @@ impl Relay {
         for e in &claimed.exhausted {
             alert_failed(tenant, e.id, &e.event_type, e.retry_count, &e.last_error);
         }
+        let token = claimed.claim_token;
+        if !claimed.undecodable.is_empty() {
+            // A row no sink could be given fails at once, alone: the rest of the batch goes on.
+            let tries: Vec<FailedTry> = claimed
+                .undecodable
+                .iter()
+                .map(|u| FailedTry {
+                    id: u.id,
+                    error: u.reason.clone(),
+                    permanent: true,
+                })
+                .collect();
+            let failed = MarkFailedParams {
+                target,
+                claim_token: token,
+                tries: &tries,
+                retry: cfg.retry,
+            };
+            let marks = self
+                .with_patience(|| inner.store.events_mark_failed(&failed))
+                .await?;
+            stats.failed_tries += marks.len() as u64;
+            stats.gave_up += marks.len() as u64;
+            for mark in &marks {
+                let reason = tries
+                    .iter()
+                    .find(|t| t.id == mark.id)
+                    .map_or("", |t| t.error.as_str());
+                alert_failed(tenant, mark.id, "(unreadable)", mark.retry_count, reason);
+            }
+        }
         if claimed.events.is_empty() {
             return Ok((stats, full));
         }
-        let token = claimed.claim_token;
         let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
         let started = Instant::now();
 

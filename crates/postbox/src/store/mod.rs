@@ -15,8 +15,10 @@ use crate::event::OutboxEvent;
 use crate::outbox::{Outbox, OutboxBuilder};
 use crate::schema::{SchemaName, Target, TenantId};
 
+mod migrations;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod row;
 #[cfg(feature = "postgres")]
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
@@ -24,6 +26,7 @@ mod sqlite;
 
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
+pub use row::Undecodable;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
@@ -62,6 +65,9 @@ pub struct Claimed {
     pub recovered: u64,
     /// Stale events whose lost lease was their last allowed try: they are now `FAILED`.
     pub exhausted: Vec<ExhaustedEvent>,
+    /// Claimed events whose rows cannot be read (a column a producer filled with what cannot be
+    /// decoded); the relay fails them at once, fenced by this claim's token.
+    pub undecodable: Vec<Undecodable>,
 }
 
 /// A stale event that went `FAILED` when its lease ran out on its last try.
