@@ -284,9 +284,9 @@ impl Routes {
 #[derive(Debug)]
 pub enum SinkSetup {
     /// One sink takes every event, to its own destination.
-    Single(SinkConfig),
+    Single(Box<SinkConfig>),
     /// Routes send each event to the sinks that match it.
-    Routed(Routes),
+    Routed(Box<Routes>),
 }
 
 /// The sinks of a [`SinkSetup`], opened.
@@ -307,7 +307,7 @@ impl SinkSetup {
             SinkSetup::Single(config) => {
                 Arc::new(OwnDestination(config.open_shared(&shared).await?))
             }
-            SinkSetup::Routed(routes) => Arc::new(routes.open_shared(&shared).await?),
+            SinkSetup::Routed(routes) => Arc::new((*routes).open_shared(&shared).await?),
         };
         Ok(Opened {
             sink,

@@ -7,9 +7,13 @@ mod faulty;
 #[cfg(feature = "postgres")]
 mod pg;
 pub mod proxy;
+#[cfg(feature = "sinks")]
+pub mod sink_suite;
 mod sinks;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod store_suite;
 mod wait;
 
 pub use event::{TestEvent, event};

@@ -25,7 +25,7 @@ pub use migrate::migrate;
 pub use outbox::{
     DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
 };
-pub use relay::{Relay, RelayConfig, RelayStats};
+pub use relay::{Relay, RelayConfig, RelayHandle, RelayStats};
 pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink};
 #[cfg(feature = "postgres")]

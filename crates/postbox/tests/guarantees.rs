@@ -542,7 +542,10 @@ async fn graceful_shutdown_finishes_the_batch_in_flight() {
 async fn a_notification_wakes_an_idle_relay_at_once() {
     let (db, store) = pg().await;
     let sink = RecordingSink::new();
-    let cfg = config().poll_interval(Duration::from_secs(30));
+    // No busy polling: only the notification can wake the relay before its 30 s poll.
+    let cfg = config()
+        .poll_interval(Duration::from_secs(30))
+        .busy_period(Duration::ZERO);
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     let first = enqueue(&db, &db.outbox(), events("First", 1)).await[0];
     wait_until(
@@ -846,8 +849,11 @@ async fn a_running_relay_wakes_for_its_own_retry_before_the_next_poll() {
     let (db, store) = pg().await;
     let sink = RecordingSink::new();
     sink.script("Flaky", Behaviour::FailTimes(1));
+    // No busy polling and no notification for the retry: only the relay's own retry schedule
+    // can wake it before its 30 s poll.
     let cfg = config()
         .poll_interval(Duration::from_secs(30))
+        .busy_period(Duration::ZERO)
         .retry(Backoff {
             base: Duration::from_millis(100),
             cap: Duration::from_secs(1),

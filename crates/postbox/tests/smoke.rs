@@ -172,3 +172,34 @@ async fn g3_two_relays_on_one_sqlite_file_publish_each_event_exactly_once() {
         (2000, 0, 0)
     );
 }
+
+/// A relay started in the background of a service: its stats are readable while it runs, and
+/// stopping it returns its totals.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_started_relay_reports_live_stats_and_stops_on_request() {
+    let file = TestSqlite::new();
+    let store = file.store().await;
+    postbox::migrate(&store).await.unwrap();
+    let sink = RecordingSink::new();
+    let relay = Relay::new(file.store().await, sink.clone(), fast()).unwrap();
+    let handle = relay.start();
+    let mut tx = store.pool().begin().await.unwrap();
+    let events = (0..20).map(|i| {
+        Event::new("Started", &serde_json::json!({ "i": i }))
+            .unwrap()
+            .without_idempotency_key()
+    });
+    store.outbox().enqueue_many(&mut tx, events).await.unwrap();
+    tx.commit().await.unwrap();
+    postbox_testkit::wait_until(
+        "the relay published all 20",
+        Duration::from_secs(10),
+        || async { handle.stats().published == 20 },
+    )
+    .await;
+    assert!(!handle.is_finished());
+    let totals = handle.stop().await.unwrap();
+    assert_eq!(totals.published, 20);
+    assert_eq!(sink.published_ids().len(), 20);
+}

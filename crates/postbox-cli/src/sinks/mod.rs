@@ -47,7 +47,7 @@ pub(crate) fn plan(config: &Config) -> Result<SinkPlan, PlanError> {
         routing: config.routing.as_ref().map(|t| t.0.clone()),
     };
     if config.sink.is_some() || routing.is_empty() {
-        return single(config).map(SinkSetup::Single);
+        return single(config).map(|c| SinkSetup::Single(Box::new(c)));
     }
     let single_keys = [
         ("sink_url", config.sink_url.is_some(), "`url`"),
@@ -72,7 +72,7 @@ pub(crate) fn plan(config: &Config) -> Result<SinkPlan, PlanError> {
     }
     routing
         .check(config.publish_timeout)
-        .map(SinkSetup::Routed)
+        .map(|routes| SinkSetup::Routed(Box::new(routes)))
         .map_err(|e| PlanError::new(e.at, e.message))
 }
 
