@@ -129,10 +129,17 @@ pub(super) async fn insert_many(
 }
 
 impl Outbox {
-    /// Runs a business `statement` and writes `event` as **one** SQL statement (PostgreSQL): one
-    /// round trip to the server for both, where [`enqueue`](Self::enqueue) after the statement
-    /// takes two. In a short transaction that round trip is a good part of what an enqueue
-    /// costs (`docs/performance.md` has figures).
+    /// **Experimental.** Runs a business `statement` and writes `event` as **one** SQL statement
+    /// (PostgreSQL): one round trip to the server for both, where [`enqueue`](Self::enqueue)
+    /// after the statement takes two. In a short transaction that round trip is a good part of
+    /// what an enqueue costs: 1.07–1.20× the business transactions per second of a separate
+    /// `enqueue` in `postbox bench` (`docs/performance.md`).
+    ///
+    /// Its limits, up front: the statement must modify data (a read-only one is not run at
+    /// all); the event is written whatever rows it touched; its own result (rows affected,
+    /// `RETURNING`) is not returned; and it is spliced in front of the outbox insert as a `WITH`
+    /// query, so Postbox counts its `$N` placeholders with a small scanner to number the event's
+    /// after them. It may change or go in a later version; [`enqueue`](Self::enqueue) will not.
     ///
     /// `statement` is a data-modifying statement (`INSERT`, `UPDATE` or `DELETE`) built with
     /// [`sqlx::query()`] and its binds; Postbox runs it as a `WITH` query in front of its own
