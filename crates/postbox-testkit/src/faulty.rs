@@ -196,6 +196,10 @@ impl postbox::Store for FaultyStore {
         self.inner.tenant_list().await
     }
 
+    async fn tenant_rejected(&self) -> postbox::Result<Vec<postbox::store::RejectedTenant>> {
+        self.inner.tenant_rejected().await
+    }
+
     async fn tenant_set_status(
         &self,
         id: &postbox::TenantId,

@@ -9,8 +9,9 @@ use crate::store::PgStore;
 #[cfg(feature = "sqlite")]
 use crate::store::SqliteStore;
 use crate::store::{
-    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams, RenewParams,
-    RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus, Wakeups,
+    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams,
+    RejectedTenant, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams,
+    TenantStatus, Wakeups,
 };
 
 /// Connects to the outbox database `url` names: `postgres://…` or `postgresql://…` for
@@ -247,6 +248,9 @@ impl Store for AnyStore {
     }
     async fn tenant_list(&self) -> Result<Vec<Tenant>> {
         self.inner().tenant_list().await
+    }
+    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
+        self.inner().tenant_rejected().await
     }
     async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant> {
         self.inner().tenant_set_status(id, status).await

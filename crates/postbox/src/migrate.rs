@@ -33,5 +33,9 @@ pub async fn migrate(store: &dyn Store) -> Result<Vec<String>> {
         Err(Error::Unsupported(_)) => {}
         Err(e) => return Err(e),
     }
+    for rejected in store.tenant_rejected().await.unwrap_or_default() {
+        tracing::warn!(tenant = %rejected.id, reason = %rejected.reason,
+            "tenant registry row not migrated: it cannot be served (fix or remove the row)");
+    }
     Ok(applied)
 }

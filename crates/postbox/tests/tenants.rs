@@ -218,6 +218,74 @@ async fn a_broken_tenant_does_not_stop_the_others() {
     assert_eq!(a.schema.as_str(), "s_a");
 }
 
+/// A registry row added by hand with an id Postbox refuses (`Acme`) is refused by the table's
+/// CHECK now; one that predates it is skipped and reported, and every other tenant is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_inserted_tenant_row_is_refused_or_skipped_never_fatal() {
+    let (db, store) = pg().await;
+    let b = add_tenant(&store, "b").await;
+    let insert = "INSERT INTO postbox_tenants (id, schema_name) VALUES ('Acme', 's_acme')";
+    let err = sqlx::raw_sql(insert).execute(db.pool()).await.unwrap_err();
+    assert!(
+        err.to_string().contains("postbox_tenants_id_format"),
+        "{err}"
+    );
+    // A row from before the constraint.
+    sqlx::raw_sql("ALTER TABLE postbox_tenants DROP CONSTRAINT postbox_tenants_id_format")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    sqlx::raw_sql(insert).execute(db.pool()).await.unwrap();
+    assert_eq!(store.tenant_list().await.unwrap(), [b.clone()]);
+    let rejected = store.tenant_rejected().await.unwrap();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].id, "Acme");
+    assert!(
+        rejected[0].reason.contains("invalid tenant name"),
+        "{rejected:?}"
+    );
+    postbox::migrate(&store)
+        .await
+        .expect("migrate skips the row");
+
+    let ids = enqueue_for(&db, Some(&b), "E", 5).await;
+    let sink = RecordingSink::new();
+    let running = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
+    wait_until(
+        "b's events are published",
+        Duration::from_secs(5),
+        || async { sink.published_ids().len() == ids.len() },
+    )
+    .await;
+    running.stop().await;
+}
+
+/// A tenant schema dropped by hand and a database error on the default schema in the same
+/// round do not stop the relay: only a default outbox that is not migrated does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_tenant_schema_and_a_database_blip_do_not_stop_the_relay() {
+    let (db, store) = pg().await;
+    add_tenant(&store, "gone").await;
+    sqlx::raw_sql("DROP SCHEMA s_gone CASCADE")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let faulty = postbox_testkit::FaultyStore::new(own_store(&db, 3).await);
+    // The first round: the default schema's claim fails as if the connection dropped, the
+    // tenant's with missing tables. Once, that round's last error decided, and the relay quit.
+    faulty.fail_next(postbox_testkit::StoreOp::Claim, 1);
+    let ids = enqueue(&db, &db.outbox(), common::events("E", 5)).await;
+    let sink = RecordingSink::new();
+    let running = Running::start(Relay::new(faulty, sink.clone(), config()).unwrap());
+    wait_until(
+        "the default schema's events are published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().len() == ids.len() },
+    )
+    .await;
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn hostile_schema_and_tenant_names_are_refused_and_create_nothing() {
     let (db, store) = pg().await;

@@ -260,9 +260,10 @@ impl Relay {
     }
 
     /// One batch from each target of the round. Returns whether any batch came back full (more
-    /// work is waiting). A target whose batch fails (say, a tenant schema dropped by hand) is
-    /// logged and skipped, so it cannot hold up the others; the round fails only when every
-    /// target failed.
+    /// work is waiting). A tenant whose batch fails is logged and skipped, so it cannot hold up
+    /// the others (one whose tables are gone waits for the next registry read). The round fails
+    /// when every target failed: with the default schema's error when that one needs an
+    /// operator (not migrated) — the relay then stops —, else as a transient error.
     async fn round(
         &self,
         targets: &mut Targets,
@@ -287,10 +288,16 @@ impl Relay {
                     stats.add(batch);
                     full |= was_full;
                 }
+                Err(e) if e.needs_operator() && target.tenant.is_some() => {
+                    targets.park(&target, &e.to_string());
+                }
                 Err(e) => {
                     warn!(tenant = target.label(), error = %e,
                         "batch failed; its events stay in the outbox, other tenants are still served");
-                    failed = Some(e);
+                    // The default schema's error decides whether the relay can go on.
+                    if target.tenant.is_none() || failed.is_none() {
+                        failed = Some(e);
+                    }
                 }
             }
         }

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target};
-use crate::store::{Store, TenantStatus};
+use crate::store::{RejectedTenant, Store, TenantStatus};
 
 /// The targets to serve, and when they were last read.
 #[derive(Default)]
@@ -21,6 +21,11 @@ pub(super) struct Targets {
     /// Until when each target (by schema) counts as busy: it had events lately, so it is
     /// polled every `busy_poll_interval`.
     busy_until: HashMap<SchemaName, Instant>,
+    /// Targets left out until the next registry read: their tables are missing (a tenant
+    /// schema dropped by hand) or otherwise need an operator.
+    parked: HashMap<SchemaName, String>,
+    /// Registry rows that cannot be served, as last reported.
+    rejected: Vec<RejectedTenant>,
 }
 
 impl Targets {
@@ -47,6 +52,16 @@ impl Targets {
             Err(Error::Unsupported(_)) => {}
             Err(e) => return Err(e),
         }
+        let rejected = store.tenant_rejected().await.unwrap_or_default();
+        if rejected != self.rejected {
+            for r in &rejected {
+                warn!(tenant = %r.id, schema = %r.schema, reason = %r.reason,
+                    "tenant registry row cannot be served; skipped (fix or remove the row)");
+            }
+            self.rejected = rejected;
+        }
+        // Parked targets get another chance with every registry read.
+        self.parked.clear();
         if list != self.list {
             info!(targets = ?list.iter().map(Target::label).collect::<Vec<_>>(), "serving");
         }
@@ -67,8 +82,24 @@ impl Targets {
         (0..n)
             .map(|i| &self.list[(start + i) % n])
             .filter(|t| !busy_only || self.is_busy(t, now))
+            .filter(|t| !self.parked.contains_key(&t.schema))
             .cloned()
             .collect()
+    }
+
+    /// Leaves `target` out until the next registry read; logs it once.
+    pub(super) fn park(&mut self, target: &Target, reason: &str) {
+        if self
+            .parked
+            .insert(target.schema.clone(), reason.to_owned())
+            .is_none()
+        {
+            warn!(
+                tenant = target.label(),
+                reason,
+                "target cannot be served; skipped until the tenant registry is read again, other tenants are still served"
+            );
+        }
     }
 
     /// Marks `target` busy for `period` from now.

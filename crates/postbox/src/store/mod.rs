@@ -240,6 +240,18 @@ impl Tenant {
     }
 }
 
+/// A tenant registry row that cannot be served, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct RejectedTenant {
+    /// The id as stored.
+    pub id: String,
+    /// The schema name as stored.
+    pub schema: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
 /// A tenant's status in the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -352,8 +364,15 @@ pub trait Store: Send + Sync + 'static {
     /// Registers a tenant and migrates its schema.
     async fn tenant_add(&self, params: &TenantAddParams<'_>) -> Result<Tenant>;
 
-    /// Every registered tenant, by id.
+    /// Every registered tenant that can be served, by id (see [`Store::tenant_rejected`] for
+    /// the rest).
     async fn tenant_list(&self) -> Result<Vec<Tenant>>;
+
+    /// Registry rows that cannot be served: added by hand with an id or schema name Postbox
+    /// refuses. Relays skip them and say so; `postbox status` lists them.
+    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
+        Ok(Vec::new())
+    }
 
     /// Suspends or resumes a tenant.
     async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant>;

@@ -15,8 +15,8 @@ use super::row::add_claimed_row;
 use super::sql::{PerSchema, render, safe};
 use super::{
     Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark, MarkFailedParams,
-    MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
-    TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    MarkProcessedParams, RejectedTenant, RenewParams, RetryFailedParams, StatusCounts, Store,
+    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -50,10 +50,16 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
 ];
 
 /// Migrations of the default schema only.
-const REGISTRY_MIGRATIONS: &[Migration] = &[Migration {
-    name: "registry_0001_tenants",
-    sql: include_str!("../../sql/postgres/0001_tenants.sql"),
-}];
+const REGISTRY_MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "registry_0001_tenants",
+        sql: include_str!("../../sql/postgres/0001_tenants.sql"),
+    },
+    Migration {
+        name: "registry_0002_tenant_names",
+        sql: include_str!("../../sql/postgres/0002_tenant_names.sql"),
+    },
+];
 
 struct PgSql {
     claim: std::sync::Arc<str>,
@@ -155,6 +161,29 @@ impl PgStore {
         )
         .await?;
         Ok(applied)
+    }
+
+    /// Every registry row: a tenant, or why it cannot be served (a row added by hand with a
+    /// name Postbox refuses).
+    async fn tenant_rows(&self) -> Result<Vec<std::result::Result<Tenant, RejectedTenant>>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT id, schema_name, status, created_at FROM {} ORDER BY id",
+            self.registry()
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get(0)?;
+                let schema: String = row.try_get(1)?;
+                Ok(Self::tenant_from_row(row).map_err(|e| RejectedTenant {
+                    id,
+                    schema,
+                    reason: e.to_string(),
+                }))
+            })
+            .collect()
     }
 
     fn tenant_from_row(row: &PgRow) -> Result<Tenant> {
@@ -337,14 +366,21 @@ impl Store for PgStore {
     }
 
     async fn tenant_list(&self) -> Result<Vec<Tenant>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id, schema_name, status, created_at FROM {} ORDER BY id",
-            self.registry()
-        )))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| map_missing_table(e, &self.default_schema))?;
-        rows.iter().map(Self::tenant_from_row).collect()
+        Ok(self
+            .tenant_rows()
+            .await?
+            .into_iter()
+            .filter_map(std::result::Result::ok)
+            .collect())
+    }
+
+    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
+        Ok(self
+            .tenant_rows()
+            .await?
+            .into_iter()
+            .filter_map(std::result::Result::err)
+            .collect())
     }
 
     async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant> {
