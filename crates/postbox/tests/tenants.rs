@@ -236,7 +236,7 @@ async fn a_hand_inserted_tenant_row_is_refused_or_skipped_never_fatal() {
         .await
         .unwrap();
     sqlx::raw_sql(insert).execute(db.pool()).await.unwrap();
-    assert_eq!(store.tenant_list().await.unwrap(), [b.clone()]);
+    assert_eq!(store.tenant_list().await.unwrap(), std::slice::from_ref(&b));
     let rejected = store.tenant_rejected().await.unwrap();
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].id, "Acme");
