@@ -96,7 +96,8 @@ pub(super) async fn run(inner: &Inner, target: &Target) -> Result<(RelayStats, b
             Err(e) => tries.push(FailedTry {
                 id,
                 permanent: e.is_permanent(),
-                error: e.to_string(),
+                // Logged and stored: a sink's error may quote a URL with its secrets.
+                error: crate::redact::redact(&e.to_string()),
             }),
         }
     }

@@ -185,11 +185,13 @@ mod opt_secs {
 /// boundary) and end in `…`.
 pub const MAX_ERROR_BYTES: usize = 4096;
 
-/// An error text as it can be stored: without NUL characters (PostgreSQL's text cannot hold
-/// them, and one would make the whole mark fail) and at most [`MAX_ERROR_BYTES`] long.
+/// An error text as it can be stored: secrets hidden ([`crate::redact::redact`]), without NUL
+/// characters (PostgreSQL's text cannot hold them, and one would make the whole mark fail) and
+/// at most [`MAX_ERROR_BYTES`] long.
 pub(crate) fn storable_error(error: &str) -> std::borrow::Cow<'_, str> {
+    let error = crate::redact::redact(error);
     if error.len() <= MAX_ERROR_BYTES && !error.contains('\0') {
-        return std::borrow::Cow::Borrowed(error);
+        return std::borrow::Cow::Owned(error);
     }
     let mut text: String = error.chars().filter(|c| *c != '\0').collect();
     if text.len() > MAX_ERROR_BYTES {
