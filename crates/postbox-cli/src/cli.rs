@@ -106,7 +106,8 @@ pub(crate) enum Command {
                            Delivery is at least once: drop repeats by id or idempotency_key.\n\n\
                            Exit status: 0 after a graceful stop or a complete drain; 1 on \
                            errors, a drain interrupted by a signal, or a stdout that cannot be \
-                           written."
+                           written; 3 when a drain gave up on destinations that stayed down \
+                           for drain_patience (their events stay PENDING, no try spent)."
     )]
     Relay(RelayArgs),
 

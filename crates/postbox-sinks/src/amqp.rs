@@ -198,7 +198,7 @@ impl AmqpSink {
             };
             let delay = backoff.next_delay();
             if Instant::now() + delay >= deadline {
-                return Err(PublishError::retryable(format!(
+                return Err(PublishError::unavailable(format!(
                     "RabbitMQ: not connected, and reconnecting failed within {:?}: {error}",
                     self.config.publish_timeout
                 )));
@@ -206,7 +206,7 @@ impl AmqpSink {
             tracing::debug!(%error, ?delay, "RabbitMQ sink cannot connect yet");
             tokio::time::sleep(delay).await;
         }
-        Err(PublishError::retryable(format!(
+        Err(PublishError::unavailable(format!(
             "RabbitMQ: not connected, and reconnecting took longer than {:?}",
             self.config.publish_timeout
         )))
@@ -277,11 +277,17 @@ impl AmqpSink {
             // exchange): sending it again now would fail the same way.
             let refused = matches!(error.kind(), lapin::ErrorKind::ProtocolError(_));
             if refused || Instant::now() + delay >= deadline {
-                return Err(PublishError::retryable(format!(
+                let message = format!(
                     "RabbitMQ: no confirm for the message with routing key \"{routing_key}\" on \
                      exchange {:?}: {error}",
                     self.config.exchange
-                )));
+                );
+                // A refusal is about this message; anything else, the broker being away.
+                return Err(if refused {
+                    PublishError::retryable(message)
+                } else {
+                    PublishError::unavailable(message)
+                });
             }
             tracing::debug!(%error, "RabbitMQ publish unconfirmed; reopening and sending again");
             tokio::time::sleep(delay).await;
@@ -343,7 +349,7 @@ impl RoutableSink for AmqpSink {
             .await
         {
             Ok(result) => result,
-            Err(_) => Err(PublishError::retryable(format!(
+            Err(_) => Err(PublishError::unavailable(format!(
                 "RabbitMQ: no publisher confirm within {:?} (broker away, blocked or slow)",
                 self.config.publish_timeout
             ))),

@@ -439,16 +439,26 @@ impl SinkConfig {
     /// keeps connecting in the background (waiting up to its `reconnect_max_delay` between
     /// attempts) and its events fail as retryable until it is up. A configuration mistake
     /// fails.
-    pub async fn open(&self) -> Result<Arc<dyn RoutableSink>> {
-        self.open_shared(&Shared::default()).await
+    ///
+    /// Every kind with a destination is opened behind a [`crate::Breaker`] named `name`: once
+    /// the destination is down its events wait without spending tries, and it is probed until
+    /// it is back.
+    pub async fn open(&self, name: &str) -> Result<Arc<dyn RoutableSink>> {
+        self.open_shared(name, &Shared::default()).await
     }
 
-    pub(crate) async fn open_shared(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+    pub(crate) async fn open_shared(
+        &self,
+        name: &str,
+        shared: &Shared,
+    ) -> Result<Arc<dyn RoutableSink>> {
         let label = match self.address() {
             a if a.is_empty() => format!("{} sink", self.kind()),
             a => format!("{} sink at {a}", self.kind()),
         };
-        crate::open::connect_or_keep_trying(self.kind(), label, self.clone(), shared).await
+        let sink =
+            crate::open::connect_or_keep_trying(self.kind(), label, self.clone(), shared).await?;
+        Ok(crate::open::with_breaker(self.kind(), name, sink))
     }
 
     pub(crate) fn reconnect_max_delay(&self) -> Option<Duration> {

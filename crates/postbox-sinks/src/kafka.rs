@@ -244,7 +244,7 @@ impl RoutableSink for KafkaSink {
                 self.replace_if_fatal(&producer);
                 Err(classify(&topic, &err))
             }
-            Err(_) => Err(PublishError::retryable(format!(
+            Err(_) => Err(PublishError::unavailable(format!(
                 "Kafka: no delivery report for topic {topic:?} within {:?}",
                 self.publish_timeout
             ))),
@@ -263,10 +263,19 @@ fn classify(topic: &str, err: &KafkaError) -> PublishError {
             | C::InvalidTopic
             | C::BadMessage,
         ) => PublishError::permanent(format!("Kafka: topic {topic:?}: {err}")),
-        Some(C::MessageTimedOut) => PublishError::retryable(format!(
+        Some(C::MessageTimedOut) => PublishError::unavailable(format!(
             "Kafka: topic {topic:?}: not delivered within message.timeout.ms (brokers away or \
              no leader): {err}"
         )),
+        Some(
+            C::BrokerTransportFailure
+            | C::AllBrokersDown
+            | C::BrokerNotAvailable
+            | C::LeaderNotAvailable
+            | C::NotLeaderForPartition
+            | C::RequestTimedOut
+            | C::NetworkException,
+        ) => PublishError::unavailable(format!("Kafka: topic {topic:?}: {err}")),
         _ => PublishError::retryable(format!("Kafka: topic {topic:?}: {err}")),
     }
 }

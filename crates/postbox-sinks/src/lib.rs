@@ -42,6 +42,7 @@
 //! # let _ = sink; Ok(()) }
 //! ```
 
+mod breaker;
 pub mod config;
 mod error;
 mod glob;
@@ -65,6 +66,7 @@ pub mod redis_streams;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 
+pub use breaker::{Breaker, PROBE_BACKOFF};
 pub use config::{ConfigError, Secret, SingleSink, SinkConfig, SinkKind, SinkSettings};
 pub use error::{BoxError, Error, Result};
 pub use glob::{Glob, GlobError};

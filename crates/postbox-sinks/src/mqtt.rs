@@ -317,7 +317,7 @@ impl MqttSink {
         &self,
         request: impl Fn(oneshot::Sender<Reply>) -> Request,
     ) -> Result<(), PublishError> {
-        let stopped = || PublishError::retryable("MQTT: the sink is shutting down");
+        let stopped = || PublishError::unavailable("MQTT: the sink is shutting down");
         let mut connected = self.shared.connected.subscribe();
         loop {
             connected.wait_for(|up| *up).await.map_err(|_| stopped())?;
@@ -377,7 +377,7 @@ impl RoutableSink for MqttSink {
         let deadline = Instant::now() + self.publish_timeout;
         match tokio::time::timeout_at(deadline, publish).await {
             Ok(result) => result,
-            Err(_) => Err(PublishError::retryable(format!(
+            Err(_) => Err(PublishError::unavailable(format!(
                 "MQTT: no PUBACK for topic {topic:?} within {:?} (broker away or slow)",
                 self.publish_timeout
             ))),

@@ -256,7 +256,7 @@ impl RoutableSink for NatsSink {
         match tokio::time::timeout(self.publish_timeout, publish).await {
             Ok(Ok(_ack)) => Ok(()),
             Ok(Err(e)) => Err(classify(&subject, &e)),
-            Err(_) => Err(PublishError::retryable(format!(
+            Err(_) => Err(PublishError::unavailable(format!(
                 "NATS: no JetStream ack for subject {subject:?} within {:?} (server away or slow)",
                 self.publish_timeout
             ))),
@@ -282,6 +282,9 @@ fn classify(subject: &str, err: &jetstream::context::PublishError) -> PublishErr
         )),
         PublishErrorKind::MaxPayloadExceeded => {
             PublishError::permanent(format!("NATS: {err} (subject {subject:?})"))
+        }
+        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe => {
+            PublishError::unavailable(format!("NATS: {err} (subject {subject:?})"))
         }
         _ => PublishError::retryable(format!("NATS: {err} (subject {subject:?})")),
     }

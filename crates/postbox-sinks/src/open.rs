@@ -53,6 +53,10 @@ impl Sink for OwnDestination {
     async fn publish(&self, event: &OutboxEvent) -> std::result::Result<(), PublishError> {
         self.0.publish_to(event, None).await
     }
+
+    fn health(&self) -> Vec<postbox::SinkHealth> {
+        self.0.health()
+    }
 }
 
 /// A boxed connection attempt.
@@ -90,6 +94,20 @@ pub(crate) async fn connect_or_keep_trying(
             })
         },
     ))
+}
+
+/// `sink` behind a [`crate::Breaker`] named `name`, for the kinds that have a destination that
+/// can be down (every kind but stdout and null).
+pub(crate) fn with_breaker(
+    kind: SinkKind,
+    name: &str,
+    sink: Arc<dyn RoutableSink>,
+) -> Arc<dyn RoutableSink> {
+    if kind.destination_key().is_some() {
+        Arc::new(crate::Breaker::new(name, sink))
+    } else {
+        sink
+    }
 }
 
 /// A broker sink whose first connection failed: it keeps connecting in the background, and
@@ -195,7 +213,7 @@ impl RoutableSink for Reconnecting {
             .lock()
             .map(|e| e.clone())
             .unwrap_or_default();
-        Err(PublishError::retryable(format!(
+        Err(PublishError::unavailable(format!(
             "{}: not connected yet, still trying; last attempt: {last}",
             self.kind
         )))

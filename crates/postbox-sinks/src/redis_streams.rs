@@ -175,8 +175,13 @@ impl RedisSink {
                 Err(e) => e,
             };
             let delay = backoff.next_delay();
-            if !reconnectable(&error) || Instant::now() + delay >= deadline {
+            if !reconnectable(&error) {
                 return Err(classify(key, &error));
+            }
+            if Instant::now() + delay >= deadline {
+                return Err(PublishError::unavailable(format!(
+                    "Redis: XADD to {key:?}: {error}"
+                )));
             }
             tracing::debug!(%error, ?delay, "Redis sink retries after a connection error");
             tokio::time::sleep(delay).await;
@@ -208,7 +213,7 @@ impl RoutableSink for RedisSink {
         let deadline = Instant::now() + self.config.publish_timeout;
         match tokio::time::timeout_at(deadline, self.add(&cmd, &key, deadline)).await {
             Ok(result) => result,
-            Err(_) => Err(PublishError::retryable(format!(
+            Err(_) => Err(PublishError::unavailable(format!(
                 "Redis: no XADD reply for {key:?} within {:?} (server away or slow)",
                 self.config.publish_timeout
             ))),

@@ -30,6 +30,11 @@ pub trait RoutableSink: Send + Sync + 'static {
         event: &OutboxEvent,
         destination: Option<&Template>,
     ) -> Result<(), PublishError>;
+
+    /// The health of the destination, where the sink tracks it (a [`crate::Breaker`] does).
+    fn health(&self) -> Vec<postbox::SinkHealth> {
+        Vec::new()
+    }
 }
 
 #[async_trait]
@@ -40,6 +45,10 @@ impl<S: RoutableSink + ?Sized> RoutableSink for Arc<S> {
         destination: Option<&Template>,
     ) -> Result<(), PublishError> {
         (**self).publish_to(event, destination).await
+    }
+
+    fn health(&self) -> Vec<postbox::SinkHealth> {
+        (**self).health()
     }
 }
 
@@ -236,6 +245,21 @@ impl Router {
 
 #[async_trait]
 impl Sink for Router {
+    /// The health of every sink of the routes, once per sink name.
+    fn health(&self) -> Vec<postbox::SinkHealth> {
+        let mut seen = std::collections::BTreeMap::new();
+        let defaults = match &self.unmatched {
+            Unmatched::Default(route) => vec![route.as_ref()],
+            _ => Vec::new(),
+        };
+        for route in self.routes.iter().chain(defaults) {
+            for health in route.sink.health() {
+                seen.entry(health.name.clone()).or_insert(health);
+            }
+        }
+        seen.into_values().collect()
+    }
+
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
         let routes = self.routes_for(event);
         match routes.as_slice() {
@@ -262,19 +286,26 @@ impl Sink for Router {
     }
 }
 
-/// The error of `route`, prefixed with which route it was.
+/// The error of `route`, prefixed with which route it was, its class and pause kept.
 fn with_route(error: &PublishError, route: &Route) -> PublishError {
     let message = format!("{}: {}", route.describe(), error.message());
-    if error.is_permanent() {
+    let named = if error.is_permanent() {
         PublishError::permanent(message)
+    } else if error.is_unavailable() {
+        PublishError::unavailable(message)
     } else {
         PublishError::retryable(message)
+    };
+    match error.retry_after() {
+        Some(after) => named.with_retry_after(after),
+        None => named,
     }
 }
 
 /// The outcome of a fan-out: `Ok` when every route acknowledged; otherwise one error naming
 /// every failed route, permanent when any failure was (retrying cannot make that route succeed,
-/// so the event could never be published to all its routes).
+/// so the event could never be published to all its routes), unavailable when every failure
+/// was a destination down (with the shortest pause they asked for), else retryable.
 fn combine(routes: &[&Route], outcomes: Vec<Result<(), PublishError>>) -> Result<(), PublishError> {
     let failed: Vec<(&Route, PublishError)> = routes
         .iter()
@@ -295,8 +326,16 @@ fn combine(routes: &[&Route], outcomes: Vec<Result<(), PublishError>>) -> Result
         routes.len(),
         details.join("; ")
     );
+    let unavailable = failed.iter().all(|(_, e)| e.is_unavailable());
     Err(if permanent {
         PublishError::permanent(message)
+    } else if unavailable {
+        let pause = failed.iter().filter_map(|(_, e)| e.retry_after()).min();
+        let error = PublishError::unavailable(message);
+        match pause {
+            Some(pause) => error.with_retry_after(pause),
+            None => error,
+        }
     } else {
         PublishError::retryable(message)
     })

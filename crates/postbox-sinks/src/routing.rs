@@ -248,10 +248,13 @@ impl Routes {
 
     async fn open_shared(self, shared: &Shared) -> Result<Router> {
         let opening = self.sinks.iter().map(|(name, config)| async move {
-            let sink = config.open_shared(shared).await.map_err(|e| Error::Open {
-                sink: name.clone(),
-                source: Box::new(e),
-            })?;
+            let sink = config
+                .open_shared(name, shared)
+                .await
+                .map_err(|e| Error::Open {
+                    sink: name.clone(),
+                    source: Box::new(e),
+                })?;
             Ok::<_, Error>((name.clone(), sink))
         });
         let mut opened = BTreeMap::new();
@@ -305,7 +308,8 @@ impl SinkSetup {
         let shared = Shared::default();
         let sink: Arc<dyn postbox::Sink> = match self {
             SinkSetup::Single(config) => {
-                Arc::new(OwnDestination(config.open_shared(&shared).await?))
+                let name = config.kind().name();
+                Arc::new(OwnDestination(config.open_shared(name, &shared).await?))
             }
             SinkSetup::Routed(routes) => Arc::new((*routes).open_shared(&shared).await?),
         };

@@ -66,6 +66,11 @@ pub struct WebhookConfig {
     /// Bound on opening a connection. Default 5 s (still within `publish_timeout`).
     #[serde(default = "defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// Statuses that say the endpoint is down, not the event bad: the event waits without
+    /// spending a try. Default [`DEFAULT_UNAVAILABLE_STATUSES`] (401, 403, 408, 429, 502, 503,
+    /// 504).
+    #[serde(default = "default_unavailable_statuses")]
+    pub unavailable_statuses: Vec<u16>,
 }
 
 impl std::fmt::Debug for WebhookConfig {
@@ -77,6 +82,7 @@ impl std::fmt::Debug for WebhookConfig {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("publish_timeout", &self.publish_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("unavailable_statuses", &self.unavailable_statuses)
             .finish()
     }
 }
@@ -95,6 +101,7 @@ impl WebhookConfig {
             headers: BTreeMap::new(),
             publish_timeout: defaults::publish_timeout(),
             connect_timeout: defaults::connect_timeout(),
+            unavailable_statuses: default_unavailable_statuses(),
         }
     }
 }
@@ -198,11 +205,13 @@ pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 /// `Idempotency-Key` = the dedup id, the signature header (with a `secret`), the [`headers`]
 /// metadata, the event's own headers (`traceparent`, …) and the configured ones.
 ///
-/// Answers: 2xx acknowledges; 408 and 429 are retryable, other 4xx permanent (the message has
-/// the status and the start of the body); 3xx is permanent (redirects are not followed: a POST
-/// must not turn into a GET); 5xx, timeouts and connection errors are retryable. A request that
-/// got no answer because the connection failed is sent up to twice more within
-/// `publish_timeout`.
+/// Answers: 2xx acknowledges. The statuses of `unavailable_statuses` (by default 401, 403, 408,
+/// 429, 502, 503 and 504) and timeouts and connection errors say the destination is down: the
+/// event waits for it without spending a try (a `Retry-After` in seconds sets the pause).
+/// Other 5xx are the event's failed try. Other 4xx are permanent (the message has the status
+/// and the start of the body); 3xx is permanent (redirects are not followed: a POST must not
+/// turn into a GET). A request that got no answer because the connection failed is sent up to
+/// twice more within `publish_timeout`.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -221,6 +230,7 @@ pub struct WebhookSink {
     secret: Option<Vec<u8>>,
     signature_header: HeaderName,
     publish_timeout: Duration,
+    unavailable_statuses: Vec<u16>,
 }
 
 impl std::fmt::Debug for WebhookSink {
@@ -263,6 +273,7 @@ impl WebhookSink {
             url: config.url,
             fixed_url,
             secret: config.secret.map(|s| s.expose().as_bytes().to_vec()),
+            unavailable_statuses: config.unavailable_statuses,
             signature_header,
             publish_timeout: config.publish_timeout,
         })
@@ -427,40 +438,61 @@ impl RoutableSink for WebhookSink {
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let shown_retry_after = retry_after
+            .as_deref()
             .map(|v| format!(" (Retry-After: {v})"))
             .unwrap_or_default();
         let body = error_body(response).await;
         let message = format!(
-            "webhook {} answered {status}{retry_after}: {body}",
+            "webhook {} answered {status}{shown_retry_after}: {body}",
             redact_url(&url)
         );
-        Err(classify(status, message))
+        let error = classify(status, &self.unavailable_statuses, message);
+        // Only the delta-seconds form; an HTTP date is rare and read as no hint.
+        Err(
+            match retry_after.and_then(|v| v.trim().parse::<u64>().ok()) {
+                Some(secs) => error.with_retry_after(Duration::from_secs(secs.min(3600))),
+                None => error,
+            },
+        )
     }
 }
 
 impl WebhookSink {
     fn transport_error(&self, url: &Url, e: &reqwest::Error) -> PublishError {
         let url = redact_url(url);
+        // No answer at all: the endpoint is down, slow or unreachable, not the event's fault.
         if e.is_timeout() {
-            PublishError::retryable(format!(
+            PublishError::unavailable(format!(
                 "webhook {url}: no answer within {:?}",
                 self.publish_timeout
             ))
         } else if e.is_connect() {
-            PublishError::retryable(format!("webhook {url}: cannot connect: {}", error_chain(e)))
+            PublishError::unavailable(format!("webhook {url}: cannot connect: {}", error_chain(e)))
         } else {
-            PublishError::retryable(format!("webhook {url}: {}", error_chain(e)))
+            PublishError::unavailable(format!("webhook {url}: {}", error_chain(e)))
         }
     }
 }
 
-/// Classes a non-2xx status: 408, 429 and 5xx are worth retrying; other 4xx and 3xx are not.
-fn classify(status: StatusCode, message: String) -> PublishError {
+/// Classes a non-2xx status: one of `unavailable` says the destination is down; other 5xx are
+/// the event's failed try; other 4xx and 3xx are permanent.
+fn classify(status: StatusCode, unavailable: &[u16], message: String) -> PublishError {
     match status.as_u16() {
-        408 | 429 => PublishError::retryable(message),
+        code if unavailable.contains(&code) => PublishError::unavailable(message),
         300..=499 => PublishError::permanent(message),
         _ => PublishError::retryable(message),
     }
+}
+
+/// The statuses that say a webhook endpoint is down rather than the event bad: an expired or
+/// rotated credential (401, 403, usually fixed for every event at once), a timeout or throttling
+/// (408, 429), a gateway or the service unavailable (502, 503, 504).
+pub const DEFAULT_UNAVAILABLE_STATUSES: &[u16] = &[401, 403, 408, 429, 502, 503, 504];
+
+fn default_unavailable_statuses() -> Vec<u16> {
+    DEFAULT_UNAVAILABLE_STATUSES.to_vec()
 }
 
 /// The start of a response body, for an error message.
@@ -583,20 +615,30 @@ mod tests {
 
     #[test]
     fn statuses_are_classed() {
-        for (code, permanent) in [
-            (400, true),
-            (401, true),
-            (404, true),
-            (422, true),
-            (301, true),
-            (408, false),
-            (429, false),
-            (500, false),
-            (503, false),
+        // (status, permanent, unavailable)
+        for (code, permanent, unavailable) in [
+            (400, true, false),
+            (401, false, true),
+            (403, false, true),
+            (404, true, false),
+            (422, true, false),
+            (301, true, false),
+            (408, false, true),
+            (429, false, true),
+            (500, false, false),
+            (502, false, true),
+            (503, false, true),
         ] {
-            let e = classify(StatusCode::from_u16(code).unwrap(), "m".into());
+            let e = classify(
+                StatusCode::from_u16(code).unwrap(),
+                DEFAULT_UNAVAILABLE_STATUSES,
+                "m".into(),
+            );
             assert_eq!(e.is_permanent(), permanent, "{code}");
+            assert_eq!(e.is_unavailable(), unavailable, "{code}");
         }
+        let custom = classify(StatusCode::from_u16(500).unwrap(), &[500], "m".into());
+        assert!(custom.is_unavailable(), "configurable");
     }
 
     #[test]

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use postbox::store::{
-    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams, RenewParams,
-    StatusCounts, TenantAddParams, Wakeups,
+    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams,
+    ReleaseParams, RenewParams, StatusCounts, TenantAddParams, Wakeups,
 };
 
 /// A [`Store`](postbox::Store) call that [`FaultyStore`] can make fail or hold.
@@ -171,6 +171,10 @@ impl postbox::Store for FaultyStore {
         self.gate_marks().await;
         self.enter(StoreOp::MarkFailed)?;
         self.inner.events_mark_failed(p).await
+    }
+
+    async fn events_release(&self, params: &ReleaseParams<'_>) -> postbox::Result<u64> {
+        self.inner.events_release(params).await
     }
 
     async fn events_retry_failed(

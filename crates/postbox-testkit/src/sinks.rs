@@ -53,6 +53,15 @@ impl RecordingSink {
             .insert(event_type.to_owned(), behaviour);
     }
 
+    /// Takes back the script of `event_type`: its events are acknowledged again.
+    pub fn unscript(&self, event_type: &str) {
+        self.state
+            .lock()
+            .expect("lock")
+            .fail_types
+            .remove(event_type);
+    }
+
     /// Events acknowledged so far, in acknowledgement order.
     pub fn published(&self) -> Vec<OutboxEvent> {
         self.state.lock().expect("lock").published.clone()

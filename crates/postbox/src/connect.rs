@@ -10,8 +10,8 @@ use crate::store::PgStore;
 use crate::store::SqliteStore;
 use crate::store::{
     Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams,
-    RejectedTenant, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams,
-    TenantStatus, Wakeups,
+    RejectedTenant, ReleaseParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
+    TenantAddParams, TenantStatus, Wakeups,
 };
 
 /// Connects to the outbox database `url` names: `postgres://…` or `postgresql://…` for
@@ -234,6 +234,9 @@ impl Store for AnyStore {
     async fn events_mark_failed(&self, params: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>> {
         self.inner().events_mark_failed(params).await
     }
+    async fn events_release(&self, params: &ReleaseParams<'_>) -> Result<u64> {
+        self.inner().events_release(params).await
+    }
     async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64> {
         self.inner().events_retry_failed(params).await
     }
@@ -263,6 +266,12 @@ impl Store for AnyStore {
     }
     async fn outbox_vacuum(&self, target: &Target) -> Result<()> {
         self.inner().outbox_vacuum(target).await
+    }
+    async fn sinks_report(&self, relay_id: &str, sinks: &[crate::SinkHealth]) -> Result<()> {
+        self.inner().sinks_report(relay_id, sinks).await
+    }
+    async fn sinks_reported(&self) -> Result<Vec<crate::store::ReportedSink>> {
+        self.inner().sinks_reported().await
     }
     async fn oldest_transaction_age(&self) -> Result<Option<std::time::Duration>> {
         self.inner().oldest_transaction_age().await

@@ -83,6 +83,21 @@ pub enum Error {
         schema: String,
     },
 
+    /// A drain gave up: its events' destinations stayed unavailable for the drain's patience
+    /// ([`RelayConfig::drain_patience`](crate::RelayConfig::drain_patience)). Those events are
+    /// `PENDING`, with no try spent; nothing was lost.
+    #[error(
+        "the destination has been unavailable for {waited:?} ({reason}); {deferred} event(s) were put back and stay PENDING with no try spent. Bring the destination back and drain again"
+    )]
+    Unavailable {
+        /// Times events were put back during the wait.
+        deferred: u64,
+        /// How long the drain waited without progress.
+        waited: std::time::Duration,
+        /// The last reason the destination gave (redacted).
+        reason: String,
+    },
+
     /// The database reported an error (connection lost, constraint, syntax…).
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -27,7 +27,7 @@ pub use outbox::{
 };
 pub use relay::{Relay, RelayConfig, RelayHandle, RelayStats};
 pub use schema::{SchemaName, Target, TenantId};
-pub use sink::{PublishError, Sink};
+pub use sink::{PublishError, Sink, SinkHealth};
 #[cfg(feature = "postgres")]
 pub use store::PgStore;
 #[cfg(feature = "sqlite")]

@@ -154,6 +154,7 @@ async fn costs(db: &TestDb) -> Costs {
         .expect("claimed ids");
     assert_eq!(ids.len(), BATCH as usize, "a full batch was claimed");
     let (half, rest) = ids.split_at(ids.len() / 2);
+    let (rest, released) = rest.split_at(rest.len() / 2);
     let array = |ids: &[i64]| {
         format!(
             "ARRAY[{}]::bigint[]",
@@ -190,6 +191,20 @@ async fn costs(db: &TestDb) -> Costs {
             &format!(
                 "{}, array_fill('down'::text, ARRAY[{n}]), array_fill(true, ARRAY[{n}]), {token}, 1000, 300000",
                 array(rest)
+            ),
+        )
+        .await,
+    ));
+    let r = released.len();
+    out.push((
+        "release",
+        buffers(
+            &mut conn,
+            "release",
+            include_str!("../sql/postgres/release.sql"),
+            &format!(
+                "{}, array_fill('unavailable'::text, ARRAY[{r}]), array_fill(1000::float8, ARRAY[{r}]), {token}",
+                array(released)
             ),
         )
         .await,

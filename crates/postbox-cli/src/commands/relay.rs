@@ -13,6 +13,9 @@ use crate::database::{Create, Database};
 use crate::shutdown::Shutdown;
 use crate::sinks::{self, SinkPlan};
 
+/// The exit status of a drain that gave up on destinations that stayed down.
+const EXIT_UNAVAILABLE: u8 = 3;
+
 /// Runs the relay until a signal (or, with `--drain`, until the outbox is drained).
 pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<ExitCode> {
     // Before anything else, so a signal during start-up is a graceful stop, not a kill.
@@ -62,7 +65,13 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         }
     };
     let stats = if args.drain {
-        relay.drain(stop).await?
+        match relay.drain(stop).await {
+            Err(e @ postbox::Error::Unavailable { .. }) => {
+                eprintln!("error: drain gave up: {e}");
+                return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+            }
+            result => result?,
+        }
     } else {
         relay.run(stop).await?
     };

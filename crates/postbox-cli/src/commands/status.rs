@@ -69,6 +69,27 @@ struct Report {
     oldest_transaction_age_secs: Option<f64>,
     /// The default schema first, then tenants by id.
     targets: Vec<TargetStatus>,
+    /// What running relays report of their sinks: down ones, and since when.
+    sinks: Vec<SinkLine>,
+}
+
+/// One relay's report of one sink.
+#[derive(Debug, Serialize)]
+struct SinkLine {
+    /// The sink (a `[sinks.NAME]` table, or the kind of the one sink).
+    sink: String,
+    /// The relay that reported it.
+    relay: String,
+    /// Whether it accepts events.
+    up: bool,
+    /// Since when it is up or down (UTC, RFC 3339).
+    since: String,
+    /// Why it is down.
+    last_error: Option<String>,
+    /// Seconds since the relay reported; relays report at least every 15 s while they run.
+    reported_secs_ago: f64,
+    /// The relay has not reported for over a minute: it may have stopped.
+    stale: bool,
 }
 
 /// Prints the report; exits 1 if a target could not be read.
@@ -82,6 +103,25 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
         Err(e) => return Err(e).context("cannot read the tenant registry"),
     }
     let rejected = db.store.tenant_rejected().await.unwrap_or_default();
+    let sinks = db
+        .store
+        .sinks_reported()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| SinkLine {
+            sink: r.health.name.clone(),
+            relay: r.relay_id.clone(),
+            up: r.health.up,
+            since: r
+                .health
+                .since
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            last_error: r.health.last_error.clone(),
+            reported_secs_ago: r.reported_ago.as_secs_f64(),
+            stale: r.reported_ago > Duration::from_secs(60),
+        })
+        .collect();
     let oldest_transaction = db
         .store
         .oldest_transaction_age()
@@ -91,6 +131,7 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
         database: db.location.clone(),
         oldest_transaction_age_secs: oldest_transaction.map(|d| d.as_secs_f64()),
         targets: Vec::with_capacity(targets.len()),
+        sinks,
     };
     for (target, tenant_status) in targets {
         let (counts, error) = match db.store.status_counts(&target).await {
@@ -199,6 +240,27 @@ fn table(report: &Report) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    if !report.sinks.is_empty() {
+        out.push('\n');
+        for sink in &report.sinks {
+            let state = if sink.up { "up" } else { "DOWN" };
+            out.push_str(&format!(
+                "sink {} ({}): {state} since {}{}{}\n",
+                sink.sink,
+                sink.relay,
+                sink.since,
+                sink.last_error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default(),
+                if sink.stale {
+                    format!(" [last report {} ago]", age(sink.reported_secs_ago))
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
     if let Some(secs) = report.oldest_transaction_age_secs {
         out.push_str(&format!(
             "\noldest open transaction: {}{}\n",
@@ -228,6 +290,15 @@ mod tests {
         let report = Report {
             database: "SQLite file postbox.db".to_owned(),
             oldest_transaction_age_secs: Some(125.0),
+            sinks: vec![SinkLine {
+                sink: "billing".to_owned(),
+                relay: "host-1".to_owned(),
+                up: false,
+                since: "2026-11-30T12:00:00Z".to_owned(),
+                last_error: Some("connection refused".to_owned()),
+                reported_secs_ago: 3.0,
+                stale: false,
+            }],
             targets: vec![
                 TargetStatus {
                     tenant: None,
@@ -265,6 +336,12 @@ mod tests {
         assert!(text.contains("1m 5s"), "{text}");
         assert!(text.contains("SUSPENDED"), "{text}");
         assert!(text.contains("~2500000"), "an estimate is marked: {text}");
+        assert!(
+            text.contains(
+                "sink billing (host-1): DOWN since 2026-11-30T12:00:00Z: connection refused"
+            ),
+            "{text}"
+        );
         assert!(text.contains("(default)"), "{text}");
         assert!(
             text.contains("DEAD ROWS") && text.contains("4200"),

@@ -105,6 +105,13 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "Events of a batch published at once.",
     },
     KeyDoc {
+        key: "drain_patience",
+        default: "\"60s\"",
+        flag: None,
+        about: "How long `relay --drain` waits for destinations that are down before it gives \
+                up (exit status 3); their events stay PENDING with no try spent.",
+    },
+    KeyDoc {
         key: "log_format",
         default: "\"text\"",
         flag: Some("--log-format"),

@@ -78,6 +78,9 @@ pub(crate) struct Config {
     pub(crate) publish_timeout: Duration,
     /// Events published at once.
     pub(crate) concurrency: usize,
+    /// How long a drain waits for destinations that are down.
+    #[serde(with = "humantime_serde")]
+    pub(crate) drain_patience: Duration,
     /// Log format.
     pub(crate) log_format: LogFormat,
     /// Log filter.
@@ -142,6 +145,7 @@ impl Default for Config {
             backoff_cap: relay.retry.cap,
             publish_timeout: relay.publish_timeout,
             concurrency: relay.concurrency,
+            drain_patience: relay.drain_patience,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             payload_limit: ByteSize(postbox::DEFAULT_PAYLOAD_LIMIT),
@@ -173,6 +177,7 @@ impl Config {
             })
             .publish_timeout(self.publish_timeout)
             .concurrency(self.concurrency)
+            .drain_patience(self.drain_patience)
     }
 
     /// The validated default schema.

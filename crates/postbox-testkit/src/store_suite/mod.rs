@@ -637,6 +637,59 @@ pub async fn an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped<B: 
 }
 
 /// A conformance case; see the module docs.
+pub async fn a_release_puts_events_back_after_a_delay_without_spending_a_try<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let release = |id: i64| postbox::store::Release {
+        id,
+        error: "unavailable: broker down since 12:00".to_owned(),
+        delay: Duration::from_millis(300),
+    };
+    let releases = [release(ids[0]), release(ids[1])];
+    let fenced = b
+        .store()
+        .events_release(&postbox::store::ReleaseParams {
+            target: &target(&b),
+            claim_token: Uuid::new_v4(),
+            releases: &releases,
+        })
+        .await
+        .unwrap();
+    assert_eq!(fenced, 0, "another claim's token changes nothing");
+    let released = b
+        .store()
+        .events_release(&postbox::store::ReleaseParams {
+            target: &target(&b),
+            claim_token: c.claim_token,
+            releases: &releases,
+        })
+        .await
+        .unwrap();
+    assert_eq!(released, 2);
+    for id in &ids[..2] {
+        let row = b.row(*id).await;
+        assert_eq!((row.status.as_str(), row.retry_count), ("PENDING", 0));
+        assert_eq!(
+            row.last_error.as_deref(),
+            Some("unavailable: broker down since 12:00")
+        );
+        assert_ms(row.granted_ms, 300.0, "the release's delay");
+    }
+    assert!(
+        claim(&b, "r2", 10, Duration::from_secs(30))
+            .await
+            .events
+            .is_empty(),
+        "not due during the delay (the third is still claimed)"
+    );
+    lease_expired(&b, ids[0]).await;
+    let again = claim(&b, "r2", 10, Duration::from_secs(30)).await;
+    let again: Vec<i64> = again.events.iter().map(|e| e.id).collect();
+    assert_eq!(again, ids[..2]);
+}
+
+/// A conformance case; see the module docs.
 pub async fn mark_failed_at_max_retries_goes_failed<B: StoreHarness>() {
     let b = ready::<B>().await;
     let id = enqueue_with_max_retries(&b, 2).await;
@@ -1113,15 +1166,16 @@ pub const CASES: &[&str] = &[
     "a_stale_event_on_its_last_try_goes_failed",
     "late_writes_of_a_fenced_claim_change_nothing",
     "mark_failed_backs_off_exponentially_on_the_database_clock",
+    "the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap",
+    "an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped",
+    "a_release_puts_events_back_after_a_delay_without_spending_a_try",
     "mark_failed_at_max_retries_goes_failed",
     "a_permanent_error_fails_at_once",
     "renew_extends_the_lease_of_the_token_holder_only",
     "status_counts_and_backlog_are_right",
     "duplicates_are_reported_and_stored_once",
-    "an_id_that_is_taken_is_an_error_never_a_duplicate",
     "an_unreadable_row_is_reported_alone_and_the_rest_is_claimed",
-    "the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap",
-    "an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped",
+    "an_id_that_is_taken_is_an_error_never_a_duplicate",
     "enqueue_many_returns_results_in_input_order",
     "oversized_events_are_refused_and_nothing_is_written",
     "a_refused_event_leaves_the_callers_transaction_usable",
@@ -1171,6 +1225,18 @@ macro_rules! store_conformance {
                 $crate::store_suite::mark_failed_backs_off_exponentially_on_the_database_clock::<$harness>().await;
             }
             #[tokio::test]
+            async fn the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap() {
+                $crate::store_suite::the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped() {
+                $crate::store_suite::an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn a_release_puts_events_back_after_a_delay_without_spending_a_try() {
+                $crate::store_suite::a_release_puts_events_back_after_a_delay_without_spending_a_try::<$harness>().await;
+            }
+            #[tokio::test]
             async fn mark_failed_at_max_retries_goes_failed() {
                 $crate::store_suite::mark_failed_at_max_retries_goes_failed::<$harness>().await;
             }
@@ -1191,20 +1257,12 @@ macro_rules! store_conformance {
                 $crate::store_suite::duplicates_are_reported_and_stored_once::<$harness>().await;
             }
             #[tokio::test]
-            async fn an_id_that_is_taken_is_an_error_never_a_duplicate() {
-                $crate::store_suite::an_id_that_is_taken_is_an_error_never_a_duplicate::<$harness>().await;
-            }
-            #[tokio::test]
             async fn an_unreadable_row_is_reported_alone_and_the_rest_is_claimed() {
                 $crate::store_suite::an_unreadable_row_is_reported_alone_and_the_rest_is_claimed::<$harness>().await;
             }
             #[tokio::test]
-            async fn the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap() {
-                $crate::store_suite::the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped() {
-                $crate::store_suite::an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped::<$harness>().await;
+            async fn an_id_that_is_taken_is_an_error_never_a_duplicate() {
+                $crate::store_suite::an_id_that_is_taken_is_an_error_never_a_duplicate::<$harness>().await;
             }
             #[tokio::test]
             async fn enqueue_many_returns_results_in_input_order() {

@@ -58,6 +58,11 @@ pub struct RelayConfig {
     /// outbox: a 1M-event drain kept 0.86 of its first speed with autovacuum alone, 1.0 with
     /// this (see `docs/performance.md`). The relay's role must own the table.
     pub vacuum_threshold: Option<u64>,
+    /// How long a drain ([`Relay::drain`](crate::Relay::drain)) waits for destinations that
+    /// are down: when its events have only been put back for this long (nothing published,
+    /// nothing failed), it gives up with [`Error::Unavailable`], leaving them `PENDING` with no
+    /// try spent. Long enough to wait out a broker's restart.
+    pub drain_patience: Duration,
 }
 
 impl Default for RelayConfig {
@@ -75,12 +80,20 @@ impl Default for RelayConfig {
             busy_poll_interval: Duration::from_millis(10),
             busy_period: Duration::from_secs(1),
             vacuum_threshold: Some(50_000),
+            drain_patience: Duration::from_secs(60),
         }
     }
 }
 
 impl RelayConfig {
     // Setters, one per field, so that settings added later do not break callers.
+
+    /// Sets how long a drain waits for destinations that are down (field
+    /// [`drain_patience`](Self::drain_patience)).
+    pub fn drain_patience(mut self, drain_patience: Duration) -> Self {
+        self.drain_patience = drain_patience;
+        self
+    }
 
     /// Sets events claimed per batch (field [`batch_size`](Self::batch_size)).
     pub fn batch_size(mut self, batch_size: u32) -> Self {

@@ -23,12 +23,18 @@ pub struct RelayHandle {
     pub(super) stop: watch::Sender<bool>,
     pub(super) task: JoinHandle<Result<RelayStats>>,
     pub(super) live: Arc<LiveStats>,
+    pub(super) sink: Arc<dyn crate::sink::Sink>,
 }
 
 impl RelayHandle {
     /// What the relay did so far.
     pub fn stats(&self) -> RelayStats {
         self.live.snapshot()
+    }
+
+    /// What the sink says of its destinations: which are down, since when.
+    pub fn sinks(&self) -> Vec<crate::sink::SinkHealth> {
+        self.sink.health()
     }
 
     /// Whether the relay has stopped (asked to, or on an error an operator must fix).

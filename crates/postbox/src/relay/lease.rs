@@ -65,7 +65,6 @@ impl LeaseKeeper {
     }
 
     /// Stops renewing the lease of `id` (its outcome is known).
-    #[allow(dead_code, reason = "for marking events as they finish")]
     pub(super) fn release(&self, id: i64) {
         self.ids
             .lock()

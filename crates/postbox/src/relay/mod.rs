@@ -5,16 +5,17 @@
 //! [`Relay::run`] (or [`Relay::start`]):
 //!
 //! - [`targets`]: the default schema and every active tenant, served in turn;
-//! - [`batch`]: the claim → publish → mark pipeline of one target, with
-//!   [`publish`] (timeouts, panics caught) and [`lease`] (renewals while publishing);
+//! - [`pipeline`]: claim → publish → mark, events recorded as they finish, claims as soon as
+//!   there is room, with [`publish`] (timeouts, panics caught) and [`lease`] (renewals while
+//!   publishing);
 //! - [`waker`]: when the next round runs — notifications, polling, scheduled retries;
 //! - [`maintenance`]: vacuuming the tables it serves, beside the work.
 
-mod batch;
 mod config;
 mod handle;
 mod lease;
 mod maintenance;
+mod pipeline;
 mod publish;
 mod stats;
 mod targets;
@@ -33,11 +34,12 @@ pub use handle::RelayHandle;
 pub use stats::RelayStats;
 
 use crate::backoff::Backoff;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::schema::Target;
 use crate::sink::Sink;
 use crate::store::Store;
-use stats::LiveStats;
+use pipeline::Pipeline;
+use stats::{LiveStats, Stall};
 use targets::Targets;
 use waker::{RetrySchedule, Timing, Waker, Woken, next_round, wait_or_stop};
 
@@ -122,6 +124,10 @@ impl Relay {
 
     /// Relays until every event of every served target is `PROCESSED` or `FAILED` (waiting out
     /// backoffs and the leases of dead relays), or until `shutdown` completes.
+    ///
+    /// Destinations that are down are waited for up to
+    /// [`drain_patience`](RelayConfig::drain_patience); past it the drain returns
+    /// [`Error::Unavailable`], and their events stay `PENDING` with no try spent.
     pub async fn drain(&self, shutdown: impl Future<Output = ()> + Send) -> Result<RelayStats> {
         self.run_mode(Mode::Drain, shutdown).await
     }
@@ -136,6 +142,7 @@ impl Relay {
             stop,
             task,
             live: Arc::clone(&self.inner.live),
+            sink: Arc::clone(&self.inner.sink),
         }
     }
 
@@ -159,13 +166,15 @@ impl Relay {
         }
     }
 
-    /// The relay's loop: rounds of batches, and between them the waker's wait.
+    /// The relay's loop: rounds of claims, the pipeline publishing and recording meanwhile, and
+    /// when nothing is waiting the waker's wait.
     async fn work(&self, mode: Mode, mut stop: watch::Receiver<bool>) -> Result<RelayStats> {
         let inner = &*self.inner;
         let cfg = &inner.config;
         let store = &*inner.store;
         let mut stats = RelayStats::default();
         let mut targets = Targets::default();
+        let mut pipeline = Pipeline::new(Arc::clone(&self.inner));
         // Draining waits for due times it computes itself; hints would only add wake-ups.
         // Without notifications the relay polls only.
         let mut waker = Waker::start(store, mode == Mode::Forever && cfg.notifications).await;
@@ -180,6 +189,9 @@ impl Relay {
         let mut busy_only = false;
         let mut last_full = Instant::now();
         let mut vacuum = maintenance::Vacuum::new(cfg.vacuum_threshold);
+        let mut health = maintenance::HealthReports::new();
+        let mut stall = Stall::new();
+        let mut gave_up = None;
         info!(relay = %inner.id, ?mode, "relay started");
         loop {
             if *stop.borrow() {
@@ -188,7 +200,8 @@ impl Relay {
             let round_started = Instant::now();
             let round = async {
                 targets.refresh(store, cfg.tenant_refresh).await?;
-                self.round(&mut targets, busy_only, &stop).await
+                self.round(&mut pipeline, &mut targets, busy_only, &stop)
+                    .await
             }
             .await;
             if !busy_only {
@@ -196,26 +209,47 @@ impl Relay {
             }
             busy_only = false;
             vacuum.tick(&inner.store, targets.list());
+            health.tick(&inner.store, &inner.sink, &inner.id);
             let full = match round {
-                Ok((round_stats, full)) => {
+                Ok(full) => {
                     db_errors.reset();
-                    stats.add(round_stats);
                     full
                 }
                 Err(e) if e.needs_operator() => {
                     error!(relay = %inner.id, error = %e, "relay cannot serve any target");
+                    pipeline.stop().await.ok();
                     return Err(e);
                 }
                 Err(e) => {
                     let wait = db_errors.next_delay();
                     warn!(relay = %inner.id, error = %e, retry_in = ?wait,
                         "relay round failed; events stay in the outbox and are retried (check the database)");
-                    if wait_or_stop(wait, &mut stop).await {
+                    if !pipeline.is_idle() {
+                        // Keep recording what is in flight while the database recovers.
+                        self.drive(&mut pipeline, &mut stats, false, &stop).await;
+                    } else if wait_or_stop(wait, &mut stop).await {
                         break;
                     }
                     continue;
                 }
             };
+            // Publish and record; claim again as soon as there is room when more is waiting.
+            self.drive(&mut pipeline, &mut stats, full, &stop).await;
+            if mode == Mode::Drain
+                && let Some(waited) = stall.check(&stats, cfg.drain_patience)
+            {
+                let e = Error::Unavailable {
+                    deferred: stats.deferred,
+                    waited,
+                    reason: pipeline
+                        .last_unavailable()
+                        .unwrap_or("no reason given")
+                        .to_owned(),
+                };
+                error!(relay = %inner.id, error = %e, "drain gave up");
+                gave_up = Some(e);
+                break;
+            }
             if full || *stop.borrow() {
                 continue;
             }
@@ -254,46 +288,78 @@ impl Relay {
                 Woken::Timeout => {}
             }
         }
+        if let Err(e) = pipeline.stop().await {
+            warn!(relay = %inner.id, error = %e,
+                "could not record the last outcomes; those events are taken over when their leases expire");
+        }
+        stats.add(pipeline.take_stats());
         vacuum.stop();
+        health.stop(&inner.store, &inner.id).await;
         info!(relay = %inner.id, ?stats, "relay stopped");
-        Ok(stats)
+        gave_up.map_or(Ok(stats), Err)
     }
 
-    /// One batch from each target of the round. Returns whether any batch came back full (more
-    /// work is waiting). A tenant whose batch fails is logged and skipped, so it cannot hold up
-    /// the others (one whose tables are gone waits for the next registry read). The round fails
-    /// when every target failed: with the default schema's error when that one needs an
-    /// operator (not migrated) — the relay then stops —, else as a transient error.
+    /// Steps the pipeline until it is idle, or (`claim_more`) until another batch fits, or
+    /// shutdown. A step is short (one outcome, or a window of them), and is never cut off, so
+    /// no outcome is lost mid-record.
+    async fn drive(
+        &self,
+        pipeline: &mut Pipeline,
+        stats: &mut RelayStats,
+        claim_more: bool,
+        stop: &watch::Receiver<bool>,
+    ) {
+        loop {
+            let room = claim_more && pipeline.has_room();
+            if pipeline.is_idle() || room || *stop.borrow() {
+                break;
+            }
+            if let Err(e) = pipeline.step().await {
+                warn!(relay = %self.inner.id, error = %e,
+                    "recording results failed; those events are taken over when their leases expire");
+            }
+        }
+        stats.add(pipeline.take_stats());
+    }
+
+    /// One claim from each target of the round, while the pipeline has room. Returns whether any
+    /// claim came back full (more work is waiting). A tenant whose claim fails is logged and
+    /// skipped, so it cannot hold up the others (one whose tables are gone waits for the next
+    /// registry read); a target whose destinations were all down waits for its pause. The
+    /// round fails when every target failed: with the default schema's error when that one
+    /// needs an operator (not migrated) — the relay then stops —, else as a transient error.
     async fn round(
         &self,
+        pipeline: &mut Pipeline,
         targets: &mut Targets,
         busy_only: bool,
         stop: &watch::Receiver<bool>,
-    ) -> Result<(RelayStats, bool)> {
-        let mut stats = RelayStats::default();
+    ) -> Result<bool> {
         let mut full = false;
         let mut failed = None;
         let mut served = 0;
         let busy_period = self.inner.config.busy_period;
         for target in targets.round(busy_only) {
-            if *stop.borrow() {
+            if *stop.borrow() || !pipeline.has_room() {
                 break;
             }
-            match self.batch(&target).await {
-                Ok((batch, was_full)) => {
+            if pipeline.is_paused(&target) {
+                continue;
+            }
+            match pipeline.claim(&target).await {
+                Ok(claimed) => {
                     served += 1;
-                    if batch != RelayStats::default() && !busy_period.is_zero() {
+                    if claimed.any && !busy_period.is_zero() {
                         targets.mark_busy(&target, busy_period);
                     }
-                    stats.add(batch);
-                    full |= was_full;
+                    full |= claimed.full;
                 }
                 Err(e) if e.needs_operator() && target.tenant.is_some() => {
                     targets.park(&target, &e.to_string());
                 }
                 Err(e) => {
                     warn!(tenant = target.label(), error = %e,
-                        "batch failed; its events stay in the outbox, other tenants are still served");
+                        "claim failed; its events stay in the outbox, other tenants are still served");
                     // The default schema's error decides whether the relay can go on.
                     if target.tenant.is_none() || failed.is_none() {
                         failed = Some(e);
@@ -303,7 +369,7 @@ impl Relay {
         }
         match failed {
             Some(e) if served == 0 => Err(e),
-            _ => Ok((stats, full)),
+            _ => Ok(full),
         }
     }
 
@@ -321,11 +387,10 @@ impl Relay {
     /// Claims, publishes and marks one batch of `target`. Public for tests and tools that want
     /// to step a relay by hand; returns the batch's stats and whether it was full.
     pub async fn batch(&self, target: &Target) -> Result<(RelayStats, bool)> {
-        let result = batch::run(&self.inner, target).await;
-        if let Ok((stats, _)) = &result {
-            self.inner.live.add(*stats);
-        }
-        result
+        let mut pipeline = Pipeline::new(Arc::clone(&self.inner));
+        let claimed = pipeline.claim(target).await?;
+        pipeline.finish().await?;
+        Ok((pipeline.take_stats(), claimed.full))
     }
 }
 

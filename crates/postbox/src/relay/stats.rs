@@ -2,6 +2,7 @@
 //! runs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// What a relay did, summed over its run (or so far, from [`RelayHandle::stats`]).
 ///
@@ -19,6 +20,8 @@ pub struct RelayStats {
     pub recovered: u64,
     /// Results this relay could not record because another relay had taken the event over.
     pub fenced: u64,
+    /// Events put back, without spending a try, because their destination was down.
+    pub deferred: u64,
 }
 
 impl RelayStats {
@@ -28,6 +31,7 @@ impl RelayStats {
         self.gave_up += other.gave_up;
         self.recovered += other.recovered;
         self.fenced += other.fenced;
+        self.deferred += other.deferred;
     }
 }
 
@@ -39,6 +43,7 @@ pub(super) struct LiveStats {
     gave_up: AtomicU64,
     recovered: AtomicU64,
     fenced: AtomicU64,
+    deferred: AtomicU64,
 }
 
 impl LiveStats {
@@ -49,6 +54,7 @@ impl LiveStats {
         self.gave_up.fetch_add(s.gave_up, Ordering::Relaxed);
         self.recovered.fetch_add(s.recovered, Ordering::Relaxed);
         self.fenced.fetch_add(s.fenced, Ordering::Relaxed);
+        self.deferred.fetch_add(s.deferred, Ordering::Relaxed);
     }
 
     pub(super) fn snapshot(&self) -> RelayStats {
@@ -58,6 +64,66 @@ impl LiveStats {
             gave_up: self.gave_up.load(Ordering::Relaxed),
             recovered: self.recovered.load(Ordering::Relaxed),
             fenced: self.fenced.load(Ordering::Relaxed),
+            deferred: self.deferred.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// Whether a drain is stuck on destinations that are down: events were only put back, nothing
+/// published or failed, for longer than the drain's patience.
+pub(super) struct Stall {
+    progress: u64,
+    deferred: u64,
+    since: Instant,
+}
+
+impl Stall {
+    pub(super) fn new() -> Self {
+        Stall {
+            progress: 0,
+            deferred: 0,
+            since: Instant::now(),
+        }
+    }
+
+    /// How long the drain has made no progress while putting events back, once that is more
+    /// than `patience`.
+    pub(super) fn check(&mut self, stats: &RelayStats, patience: Duration) -> Option<Duration> {
+        let progress = stats.published + stats.failed_tries + stats.gave_up;
+        if progress != self.progress {
+            self.progress = progress;
+            self.deferred = stats.deferred;
+            self.since = Instant::now();
+            return None;
+        }
+        let waited = self.since.elapsed();
+        (stats.deferred > self.deferred && waited >= patience).then_some(waited)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(published: u64, deferred: u64) -> RelayStats {
+        RelayStats {
+            published,
+            deferred,
+            ..RelayStats::default()
+        }
+    }
+
+    #[test]
+    fn a_stall_is_only_events_put_back_without_progress() {
+        let mut stall = Stall::new();
+        // Nothing put back: not stuck, however long.
+        assert_eq!(stall.check(&stats(0, 0), Duration::ZERO), None);
+        // Put back with no progress: stuck once the patience is over.
+        assert!(stall.check(&stats(0, 3), Duration::ZERO).is_some());
+        assert_eq!(stall.check(&stats(0, 3), Duration::from_secs(60)), None);
+        // Progress resets the wait, and only new put-backs count after it.
+        assert_eq!(stall.check(&stats(1, 3), Duration::ZERO), None);
+        assert_eq!(stall.check(&stats(1, 3), Duration::ZERO), None);
+        assert!(stall.check(&stats(1, 4), Duration::ZERO).is_some());
     }
 }

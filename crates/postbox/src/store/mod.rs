@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::event::OutboxEvent;
 use crate::outbox::{Outbox, OutboxBuilder};
 use crate::schema::{SchemaName, Target, TenantId};
+use crate::sink::SinkHealth;
 
 mod migrations;
 #[cfg(feature = "postgres")]
@@ -132,6 +133,28 @@ pub struct MarkFailedParams<'a> {
     pub retry: crate::Backoff,
 }
 
+/// An event whose destination was down, for [`Store::events_release`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Release {
+    /// The event id.
+    pub id: i64,
+    /// Why, stored in `last_error` (cleaned as [`FailedTry::error`] is).
+    pub error: String,
+    /// When to try it again, from the database's `now()`.
+    pub delay: Duration,
+}
+
+/// Parameters of [`Store::events_release`].
+#[derive(Clone, Debug)]
+pub struct ReleaseParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// The claim's fencing token.
+    pub claim_token: Uuid,
+    /// The events to put back.
+    pub releases: &'a [Release],
+}
+
 /// What became of one failed try.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FailedMark {
@@ -216,6 +239,28 @@ pub struct Backlog {
     /// one can be now, else until the earliest lease or backoff runs out; `None` when nothing is
     /// outstanding.
     pub next_due_in: Option<Duration>,
+}
+
+/// One relay's last report of one sink.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ReportedSink {
+    /// The relay that reported.
+    pub relay_id: String,
+    /// What it saw.
+    #[serde(flatten)]
+    pub health: SinkHealth,
+    /// How long ago it reported (a relay that stopped reports no more).
+    #[serde(with = "secs_f64")]
+    pub reported_ago: Duration,
+}
+
+mod secs_f64 {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
 }
 
 /// A tenant's registry entry.
@@ -351,6 +396,11 @@ pub trait Store: Send + Sync + 'static {
     /// Records failed tries: back to `PENDING` after a backoff, or `FAILED` at the limit.
     async fn events_mark_failed(&self, params: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>>;
 
+    /// Puts claimed events whose destination was down back to `PENDING` after their delay,
+    /// without counting a try (their `retry_count` is unchanged); fenced by the claim token.
+    /// Returns how many rows changed.
+    async fn events_release(&self, params: &ReleaseParams<'_>) -> Result<u64>;
+
     /// Puts `FAILED` events back to `PENDING` with `retry_count` 0 (an operator's retry, once the
     /// cause is fixed); returns how many. Events in any other state are left alone.
     async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64>;
@@ -395,6 +445,18 @@ pub trait Store: Send + Sync + 'static {
     /// table.
     async fn outbox_vacuum(&self, _target: &Target) -> Result<()> {
         Ok(())
+    }
+
+    /// Records what relay `relay_id` sees of its sinks now (replacing its earlier report), for
+    /// [`Store::sinks_reported`]. Stores that cannot keep it ignore it.
+    async fn sinks_report(&self, _relay_id: &str, _sinks: &[SinkHealth]) -> Result<()> {
+        Ok(())
+    }
+
+    /// What every relay last reported of its sinks, oldest reports included (see
+    /// [`ReportedSink::reported_ago`]).
+    async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
+        Ok(Vec::new())
     }
 
     /// Age of the oldest open transaction in the database, where the database can tell. A long

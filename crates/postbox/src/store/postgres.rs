@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 // Statements built with format! below interpolate only `SchemaName::quoted()` and constant
@@ -15,11 +16,13 @@ use super::row::add_claimed_row;
 use super::sql::{PerSchema, render, safe};
 use super::{
     Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark, MarkFailedParams,
-    MarkProcessedParams, RejectedTenant, RenewParams, RetryFailedParams, StatusCounts, Store,
-    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    MarkProcessedParams, RejectedTenant, ReleaseParams, RenewParams, ReportedSink,
+    RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus, Wakeups, ms,
+    secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
+use crate::sink::SinkHealth;
 
 /// The channel enqueue notifies and relays listen on; the payload is the schema name.
 pub(crate) const NOTIFY_CHANNEL: &str = "postbox_events";
@@ -59,6 +62,10 @@ const REGISTRY_MIGRATIONS: &[Migration] = &[
         name: "registry_0002_tenant_names",
         sql: include_str!("../../sql/postgres/0002_tenant_names.sql"),
     },
+    Migration {
+        name: "registry_0003_sink_health",
+        sql: include_str!("../../sql/postgres/0003_sink_health.sql"),
+    },
 ];
 
 struct PgSql {
@@ -66,6 +73,7 @@ struct PgSql {
     renew: std::sync::Arc<str>,
     mark_processed: std::sync::Arc<str>,
     mark_failed: std::sync::Arc<str>,
+    release: std::sync::Arc<str>,
     status_counts: std::sync::Arc<str>,
     backlog: std::sync::Arc<str>,
     retry_failed: std::sync::Arc<str>,
@@ -82,6 +90,7 @@ impl PgSql {
                 schema,
             ),
             mark_failed: render(include_str!("../../sql/postgres/mark_failed.sql"), schema),
+            release: render(include_str!("../../sql/postgres/release.sql"), schema),
             status_counts: render(include_str!("../../sql/postgres/status_counts.sql"), schema),
             backlog: render(include_str!("../../sql/postgres/backlog.sql"), schema),
             retry_failed: render(include_str!("../../sql/postgres/retry_failed.sql"), schema),
@@ -301,6 +310,28 @@ impl Store for PgStore {
             .collect()
     }
 
+    async fn events_release(&self, p: &ReleaseParams<'_>) -> Result<u64> {
+        if p.releases.is_empty() {
+            return Ok(0);
+        }
+        let sql = self.sql.get(&p.target.schema);
+        let ids: Vec<i64> = p.releases.iter().map(|r| r.id).collect();
+        let errors: Vec<_> = p
+            .releases
+            .iter()
+            .map(|r| storable_error(&r.error))
+            .collect();
+        let delays: Vec<f64> = p.releases.iter().map(|r| ms(r.delay)).collect();
+        let done = sqlx::query(safe(&sql.release))
+            .bind(&ids)
+            .bind(&errors)
+            .bind(&delays)
+            .bind(p.claim_token)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
     async fn events_retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
         let sql = self.sql.get(&p.target.schema);
         let done = sqlx::query(safe(&sql.retry_failed))
@@ -395,6 +426,57 @@ impl Store for PgStore {
         .map_err(|e| map_missing_table(e, &self.default_schema))?
         .ok_or_else(|| Error::UnknownTenant(id.to_string()))?;
         Self::tenant_from_row(&row)
+    }
+
+    async fn sinks_report(&self, relay_id: &str, sinks: &[SinkHealth]) -> Result<()> {
+        let table = format!("{}.postbox_sink_health", self.default_schema.quoted());
+        let mut tx = self.pool.begin().await?;
+        // Safe: a quoted, validated schema name and a constant.
+        sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE relay_id = $1 OR reported_at < now() - interval '1 day'"
+        )))
+        .bind(relay_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        for sink in sinks {
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {table} (relay_id, sink, up, since, last_error)
+                 VALUES ($1, $2, $3, $4, $5)"
+            )))
+            .bind(relay_id)
+            .bind(&sink.name)
+            .bind(sink.up)
+            .bind(sink.since)
+            .bind(sink.last_error.as_deref().map(storable_error))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
+        let rows: Vec<(String, String, bool, DateTime<Utc>, Option<String>, f64)> =
+            sqlx::query_as(AssertSqlSafe(format!(
+                "SELECT relay_id, sink, up, since, last_error,
+                        EXTRACT(EPOCH FROM now() - reported_at)::float8
+                 FROM {}.postbox_sink_health ORDER BY sink, relay_id",
+                self.default_schema.quoted()
+            )))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(relay_id, name, up, since, last_error, age)| ReportedSink {
+                    relay_id,
+                    health: SinkHealth::new(name, up, since, last_error),
+                    reported_ago: secs(Some(age)).unwrap_or_default(),
+                },
+            )
+            .collect())
     }
 
     async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {

@@ -4,6 +4,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use uuid::Uuid;
@@ -11,17 +12,24 @@ use uuid::Uuid;
 use super::migrations::{self, Migration};
 use super::row::add_claimed_row;
 use super::{
-    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams, RenewParams,
-    RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus, Wakeups, ms,
-    secs, storable_error,
+    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams,
+    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, StatusCounts, Store, Tenant,
+    TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
+use crate::sink::SinkHealth;
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    name: "outbox_0001_events",
-    sql: include_str!("../../sql/sqlite/0001_outbox_events.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "outbox_0001_events",
+        sql: include_str!("../../sql/sqlite/0001_outbox_events.sql"),
+    },
+    Migration {
+        name: "outbox_0002_sink_health",
+        sql: include_str!("../../sql/sqlite/0002_sink_health.sql"),
+    },
+];
 
 const NO_TENANTS: &str =
     "tenants need PostgreSQL: an SQLite database holds one outbox (use one file per tenant)";
@@ -225,6 +233,28 @@ impl Store for SqliteStore {
         Ok(marks)
     }
 
+    async fn events_release(&self, p: &ReleaseParams<'_>) -> Result<u64> {
+        Self::check_target(p.target)?;
+        if p.releases.is_empty() {
+            return Ok(0);
+        }
+        let token = p.claim_token.to_string();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut released = 0;
+        for r in p.releases {
+            released += sqlx::query(include_str!("../../sql/sqlite/release.sql"))
+                .bind(r.id)
+                .bind(storable_error(&r.error))
+                .bind(ms(r.delay))
+                .bind(&token)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(released)
+    }
+
     async fn events_retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
         Self::check_target(p.target)?;
         let done = sqlx::query(include_str!("../../sql/sqlite/retry_failed.sql"))
@@ -261,6 +291,54 @@ impl Store for SqliteStore {
         Ok(Backlog {
             next_due_in: secs(row.try_get(0)?),
         })
+    }
+
+    async fn sinks_report(&self, relay_id: &str, sinks: &[SinkHealth]) -> Result<()> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query(
+            "DELETE FROM postbox_sink_health WHERE relay_id = ?1
+                OR reported_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')",
+        )
+        .bind(relay_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_missing_table)?;
+        for sink in sinks {
+            sqlx::query(
+                "INSERT INTO postbox_sink_health (relay_id, sink, up, since, last_error)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .bind(relay_id)
+            .bind(&sink.name)
+            .bind(sink.up)
+            .bind(sink.since.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+            .bind(sink.last_error.as_deref().map(storable_error))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
+        let rows: Vec<(String, String, bool, DateTime<Utc>, Option<String>, f64)> = sqlx::query_as(
+            "SELECT relay_id, sink, up, since, last_error,
+                    (julianday('now') - julianday(reported_at)) * 86400.0
+             FROM postbox_sink_health ORDER BY sink, relay_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_missing_table)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(relay_id, name, up, since, last_error, age)| ReportedSink {
+                    relay_id,
+                    health: SinkHealth::new(name, up, since, last_error),
+                    reported_ago: secs(Some(age)).unwrap_or_default(),
+                },
+            )
+            .collect())
     }
 
     async fn tenant_add(&self, _p: &TenantAddParams<'_>) -> Result<Tenant> {

@@ -1,0 +1,542 @@
+//! The claim → publish → mark pipeline: claimed events queue for a publish slot (at most
+//! `concurrency` publish at once), each outcome is recorded as soon as its claim is done or
+//! within a short window, and the relay claims again as soon as the queue runs low — so one slow
+//! event, or a destination that hangs, holds up only itself, never the events behind it.
+//!
+//! Outcomes, each write fenced by its claim's token:
+//! - acknowledged: `PROCESSED`;
+//! - a failed try (the event's fault): backed off, or `FAILED` at its limit;
+//! - destination unavailable: put back without spending a try, after the pause the sink asked
+//!   for; a claim whose every event found its destination down pauses that target's claims for
+//!   as long, so an outage does not churn through the backlog.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+use uuid::Uuid;
+
+use super::lease::LeaseKeeper;
+use super::{Inner, RelayStats, publish};
+use crate::backoff::Backoff;
+use crate::error::Result;
+use crate::event::OutboxEvent;
+use crate::schema::{SchemaName, Target};
+use crate::sink::PublishError;
+use crate::store::{
+    ClaimParams, FailedMark, FailedTry, MarkFailedParams, MarkProcessedParams, Release,
+    ReleaseParams,
+};
+
+/// How long outcomes of an unfinished claim wait to be recorded together.
+const FLUSH_WINDOW: Duration = Duration::from_millis(50);
+
+/// The pause before an event whose destination was down is tried again, when the sink does not
+/// say.
+const UNAVAILABLE_PAUSE: Duration = Duration::from_secs(1);
+
+/// One publish's outcome.
+struct Done {
+    claim: u64,
+    id: i64,
+    result: std::result::Result<(), PublishError>,
+}
+
+type Publishing = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// A claim whose events are not all recorded yet.
+struct OpenClaim {
+    target: Target,
+    token: Uuid,
+    keeper: LeaseKeeper,
+    /// Events of the claim whose outcome is not in yet.
+    outstanding: usize,
+    /// The claim's event types by id (for alerts).
+    event_types: HashMap<i64, String>,
+    /// Outcomes not recorded yet.
+    done: Vec<i64>,
+    tries: Vec<FailedTry>,
+    releases: Vec<Release>,
+    /// Whether every outcome so far was an unavailable destination.
+    all_unavailable: bool,
+    /// The shortest pause a destination asked for.
+    pause: Option<Duration>,
+    started: Instant,
+}
+
+impl OpenClaim {
+    fn buffered(&self) -> usize {
+        self.done.len() + self.tries.len() + self.releases.len()
+    }
+}
+
+/// What one claim brought in.
+pub(super) struct Claimed {
+    /// Whether it was a full batch (more work is likely waiting).
+    pub(super) full: bool,
+    /// Whether it claimed anything.
+    pub(super) any: bool,
+}
+
+/// The pipeline of one relay run.
+pub(super) struct Pipeline {
+    inner: Arc<Inner>,
+    running: FuturesUnordered<Publishing>,
+    queued: VecDeque<(u64, Arc<OutboxEvent>)>,
+    claims: HashMap<u64, OpenClaim>,
+    next_claim: u64,
+    flush_at: Option<Instant>,
+    /// Targets whose last claim found every destination down, until when.
+    paused: HashMap<SchemaName, Instant>,
+    /// The last reason a destination gave for being down (redacted).
+    last_unavailable: Option<String>,
+    stats: RelayStats,
+}
+
+impl Pipeline {
+    pub(super) fn new(inner: Arc<Inner>) -> Self {
+        Pipeline {
+            inner,
+            running: FuturesUnordered::new(),
+            queued: VecDeque::new(),
+            claims: HashMap::new(),
+            next_claim: 0,
+            flush_at: None,
+            paused: HashMap::new(),
+            last_unavailable: None,
+            stats: RelayStats::default(),
+        }
+    }
+
+    /// Whether nothing is claimed, publishing or waiting to be recorded.
+    pub(super) fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.queued.is_empty() && self.claims.is_empty()
+    }
+
+    /// Whether another batch fits: the queue is running low and no more than `concurrency` plus
+    /// one batch of events are claimed and unrecorded.
+    pub(super) fn has_room(&self) -> bool {
+        let cfg = &self.inner.config;
+        let batch = cfg.batch_size as usize;
+        let unrecorded: usize = self
+            .claims
+            .values()
+            .map(|c| c.outstanding + c.buffered())
+            .sum();
+        self.queued.len() <= batch / 2 && unrecorded + batch <= cfg.concurrency.max(batch) + batch
+    }
+
+    /// Whether `target`'s claims are paused (its destinations were all down).
+    pub(super) fn is_paused(&mut self, target: &Target) -> bool {
+        match self.paused.get(&target.schema) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                self.paused.remove(&target.schema);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The last reason a destination gave for being down (redacted).
+    pub(super) fn last_unavailable(&self) -> Option<&str> {
+        self.last_unavailable.as_deref()
+    }
+
+    /// The stats since the last call.
+    pub(super) fn take_stats(&mut self) -> RelayStats {
+        std::mem::take(&mut self.stats)
+    }
+
+    /// Claims a batch of `target` and queues its events for publishing; rows that cannot be
+    /// read fail at once, alone.
+    pub(super) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
+        let inner = Arc::clone(&self.inner);
+        let cfg = &inner.config;
+        let tenant = target.label();
+        let claimed = inner
+            .store
+            .events_claim(&ClaimParams {
+                target,
+                batch_size: cfg.batch_size,
+                lease: cfg.lease,
+                relay_id: &inner.id,
+            })
+            .await?;
+        let mut stats = RelayStats {
+            recovered: claimed.recovered,
+            gave_up: claimed.exhausted.len() as u64,
+            failed_tries: claimed.recovered + claimed.exhausted.len() as u64,
+            ..RelayStats::default()
+        };
+        let count = claimed.events.len() + claimed.exhausted.len() + claimed.undecodable.len();
+        if claimed.recovered > 0 {
+            info!(tenant, relay = %inner.id, count = claimed.recovered,
+                "recovered {} stale events (a relay did not finish within its lease)", claimed.recovered);
+            metrics::counter!("postbox_stale_recovered_total", "tenant" => tenant.to_owned())
+                .increment(claimed.recovered);
+        }
+        for e in &claimed.exhausted {
+            alert_failed(tenant, e.id, &e.event_type, e.retry_count, &e.last_error);
+        }
+        let token = claimed.claim_token;
+        if !claimed.undecodable.is_empty() {
+            // A row no sink could be given fails at once, alone: the rest of the batch goes on.
+            let tries: Vec<FailedTry> = claimed
+                .undecodable
+                .iter()
+                .map(|u| FailedTry {
+                    id: u.id,
+                    error: u.reason.clone(),
+                    permanent: true,
+                })
+                .collect();
+            let marks = mark_failed(&inner, target, token, &tries).await?;
+            stats.failed_tries += marks.len() as u64;
+            stats.gave_up += marks.len() as u64;
+            for mark in &marks {
+                let reason = tries
+                    .iter()
+                    .find(|t| t.id == mark.id)
+                    .map_or("", |t| t.error.as_str());
+                alert_failed(tenant, mark.id, "(unreadable)", mark.retry_count, reason);
+            }
+        }
+        self.add(stats);
+        if !claimed.events.is_empty() {
+            let claim = self.next_claim;
+            self.next_claim += 1;
+            let keeper = LeaseKeeper::start(
+                Arc::clone(&inner.store),
+                target.clone(),
+                token,
+                claimed.events.iter().map(|e| e.id).collect(),
+                cfg.lease,
+            );
+            let event_types = claimed
+                .events
+                .iter()
+                .map(|e| (e.id, e.event_type.clone()))
+                .collect();
+            self.claims.insert(
+                claim,
+                OpenClaim {
+                    target: target.clone(),
+                    token,
+                    keeper,
+                    outstanding: claimed.events.len(),
+                    event_types,
+                    done: Vec::new(),
+                    tries: Vec::new(),
+                    releases: Vec::new(),
+                    all_unavailable: true,
+                    pause: None,
+                    started: Instant::now(),
+                },
+            );
+            self.queued.extend(
+                claimed
+                    .events
+                    .into_iter()
+                    .map(|event| (claim, Arc::new(event))),
+            );
+        }
+        Ok(Claimed {
+            full: count >= cfg.batch_size as usize,
+            any: count > 0,
+        })
+    }
+
+    /// Starts publishes while slots are free, then waits for one outcome or for the window of
+    /// buffered outcomes to close, and records what is due. Returns at once when idle.
+    pub(super) async fn step(&mut self) -> Result<()> {
+        let cfg = &self.inner.config;
+        while self.running.len() < cfg.concurrency {
+            let Some((claim, event)) = self.queued.pop_front() else {
+                break;
+            };
+            let sink = Arc::clone(&self.inner.sink);
+            let timeout = cfg.publish_timeout;
+            self.running.push(Box::pin(async move {
+                let result = publish::publish_one(&sink, &event, timeout).await;
+                Done {
+                    claim,
+                    id: event.id,
+                    result,
+                }
+            }));
+        }
+        if self.running.is_empty() {
+            return self.flush(true).await;
+        }
+        let window = async {
+            match self.flush_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            done = self.running.next() => {
+                if let Some(done) = done {
+                    self.record(done);
+                }
+            }
+            () = window => {}
+        }
+        let due = self.flush_at.is_some_and(|at| at <= Instant::now());
+        self.flush(due).await
+    }
+
+    /// Publishes and records everything claimed so far.
+    pub(super) async fn finish(&mut self) -> Result<()> {
+        while !self.is_idle() {
+            self.step().await?;
+        }
+        Ok(())
+    }
+
+    /// Stops: events still waiting for a publish slot go back to their queue at once (no try
+    /// spent), the publishes in flight finish and are recorded.
+    pub(super) async fn stop(&mut self) -> Result<()> {
+        for (claim, event) in std::mem::take(&mut self.queued) {
+            if let Some(open) = self.claims.get_mut(&claim) {
+                open.outstanding -= 1;
+                open.keeper.release(event.id);
+                open.releases.push(Release {
+                    id: event.id,
+                    error: "the relay stopped before publishing it".to_owned(),
+                    delay: Duration::ZERO,
+                });
+                // Not an outage: the claim's pause, if any, comes from its outcomes.
+            }
+        }
+        self.finish().await
+    }
+
+    /// Buffers one outcome with its claim.
+    fn record(&mut self, done: Done) {
+        let Some(open) = self.claims.get_mut(&done.claim) else {
+            return;
+        };
+        open.keeper.release(done.id);
+        open.outstanding -= 1;
+        match done.result {
+            Ok(()) => {
+                open.all_unavailable = false;
+                open.done.push(done.id);
+                // A destination answered: the target's claims go on.
+                self.paused.remove(&open.target.schema);
+            }
+            Err(e) if e.is_unavailable() => {
+                let delay = e.retry_after().unwrap_or(UNAVAILABLE_PAUSE);
+                open.pause = Some(open.pause.map_or(delay, |p| p.min(delay)));
+                if open.all_unavailable {
+                    // No destination of this claim answered so far: no new claims of the
+                    // target until the pause is over (a success lifts it).
+                    self.paused
+                        .insert(open.target.schema.clone(), Instant::now() + delay);
+                }
+                // Logged and stored: a sink's error may quote a URL with its secrets.
+                let error = crate::redact::redact(&e.to_string());
+                self.last_unavailable = Some(error.clone());
+                open.releases.push(Release {
+                    id: done.id,
+                    error,
+                    delay,
+                });
+            }
+            Err(e) => {
+                open.all_unavailable = false;
+                open.tries.push(FailedTry {
+                    id: done.id,
+                    permanent: e.is_permanent(),
+                    error: crate::redact::redact(&e.to_string()),
+                });
+            }
+        }
+        if self.flush_at.is_none() {
+            self.flush_at = Some(Instant::now() + FLUSH_WINDOW);
+        }
+    }
+
+    /// Records the buffered outcomes of every finished claim, and with `all`, of every claim.
+    async fn flush(&mut self, all: bool) -> Result<()> {
+        let ready: Vec<u64> = self
+            .claims
+            .iter()
+            .filter(|(_, c)| c.outstanding == 0 || (all && c.buffered() > 0))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ready {
+            self.flush_claim(id).await?;
+        }
+        self.flush_at = self
+            .claims
+            .values()
+            .any(|c| c.buffered() > 0)
+            .then(|| Instant::now() + FLUSH_WINDOW);
+        Ok(())
+    }
+
+    async fn flush_claim(&mut self, claim: u64) -> Result<()> {
+        let inner = Arc::clone(&self.inner);
+        let cfg = &inner.config;
+        let Some(open) = self.claims.get_mut(&claim) else {
+            return Ok(());
+        };
+        let finished = open.outstanding == 0;
+        let target = open.target.clone();
+        let tenant = target.label();
+        let token = open.token;
+        let done = std::mem::take(&mut open.done);
+        let tries = std::mem::take(&mut open.tries);
+        let releases = std::mem::take(&mut open.releases);
+        let mut stats = RelayStats::default();
+        if !done.is_empty() {
+            let processed = MarkProcessedParams {
+                target: &target,
+                claim_token: token,
+                ids: &done,
+            };
+            let marked =
+                with_patience(cfg.lease, || inner.store.events_mark_processed(&processed)).await?;
+            stats.published += marked;
+            stats.fenced += done.len() as u64 - marked;
+            metrics::counter!("postbox_events_published_total", "tenant" => tenant.to_owned())
+                .increment(marked);
+        }
+        if !releases.is_empty() {
+            let params = ReleaseParams {
+                target: &target,
+                claim_token: token,
+                releases: &releases,
+            };
+            let released = with_patience(cfg.lease, || inner.store.events_release(&params)).await?;
+            stats.deferred += released;
+            stats.fenced += releases.len() as u64 - released;
+            for r in &releases {
+                inner.retries.note(r.delay);
+            }
+            debug!(
+                tenant,
+                count = released,
+                "destination unavailable; events put back without spending a try"
+            );
+        }
+        if !tries.is_empty() {
+            let marks = mark_failed(&inner, &target, token, &tries).await?;
+            stats.failed_tries += marks.len() as u64;
+            stats.fenced += (tries.len() - marks.len()) as u64;
+            metrics::counter!("postbox_publish_failures_total", "tenant" => tenant.to_owned())
+                .increment(marks.len() as u64);
+            let event_types = &self.claims[&claim].event_types;
+            for mark in marks {
+                let error = tries
+                    .iter()
+                    .find(|t| t.id == mark.id)
+                    .map_or("", |t| t.error.as_str());
+                if mark.gave_up {
+                    stats.gave_up += 1;
+                    let event_type = event_types.get(&mark.id).map_or("", String::as_str);
+                    alert_failed(tenant, mark.id, event_type, mark.retry_count, error);
+                } else {
+                    let retry_in = cfg
+                        .retry
+                        .delay(u32::try_from(mark.retry_count).unwrap_or(0));
+                    inner.retries.note(retry_in);
+                    warn!(
+                        tenant,
+                        event_id = mark.id,
+                        retry_count = mark.retry_count,
+                        ?retry_in,
+                        error,
+                        "publish failed; retry scheduled"
+                    );
+                }
+            }
+        }
+        if stats.fenced > 0 {
+            warn!(tenant, relay = %inner.id, count = stats.fenced,
+                "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
+        }
+        if finished && let Some(open) = self.claims.remove(&claim) {
+            if open.all_unavailable
+                && let Some(pause) = open.pause
+            {
+                // Every destination of the claim was down: no further claims of this target
+                // until the sink's next probe, instead of churning through its backlog.
+                self.paused
+                    .insert(open.target.schema.clone(), Instant::now() + pause);
+            }
+            metrics::histogram!("postbox_batch_seconds", "tenant" => tenant.to_owned())
+                .record(open.started.elapsed().as_secs_f64());
+        }
+        self.add(stats);
+        Ok(())
+    }
+
+    fn add(&mut self, stats: RelayStats) {
+        self.stats.add(stats);
+        self.inner.live.add(stats);
+    }
+}
+
+/// Records failed tries, with the relay's patience.
+async fn mark_failed(
+    inner: &Inner,
+    target: &Target,
+    token: Uuid,
+    tries: &[FailedTry],
+) -> Result<Vec<FailedMark>> {
+    let failed = MarkFailedParams {
+        target,
+        claim_token: token,
+        tries,
+        retry: inner.config.retry,
+    };
+    with_patience(inner.config.lease, || {
+        inner.store.events_mark_failed(&failed)
+    })
+    .await
+}
+
+/// Retries a mark for up to half a lease, so a short database outage after publishing does not
+/// turn published events into stale claims (which would publish them again).
+async fn with_patience<T, F, Fut>(lease: Duration, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = Instant::now() + lease / 2;
+    let mut waits = Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).attempts();
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() + waits.clone().next_delay() < deadline => {
+                let wait = waits.next_delay();
+                warn!(error = %e, retry_in = ?wait, "recording results failed; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The operator alert for an event that went `FAILED`.
+pub(super) fn alert_failed(tenant: &str, id: i64, event_type: &str, retry_count: i32, error: &str) {
+    error!(
+        tenant,
+        event_id = id,
+        event_type,
+        retry_count,
+        error,
+        "event FAILED and will not be retried; fix the cause, then retry it (an operator's retry puts it back in the queue)"
+    );
+    metrics::counter!("postbox_events_failed_total", "tenant" => tenant.to_owned()).increment(1);
+}
