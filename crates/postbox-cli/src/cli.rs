@@ -133,6 +133,30 @@ pub(crate) enum Command {
     )]
     Retry(RetryArgs),
 
+    /// Move processed events past their retention to the archive
+    #[command(
+        long_about = "Move PROCESSED events created more than --older-than ago (default: the \
+                      `retention` key, 30 days) from outbox_events to outbox_events_archive, in \
+                      short batches (no long transaction, no lock that stops relays), for the \
+                      default schema and every tenant, or --tenant. PENDING, PROCESSING and \
+                      FAILED events stay. Relays do the same every minute; this command is for \
+                      a first clean-up or a shorter age. --dry-run counts and moves nothing. \
+                      An archived event's idempotency key no longer blocks a duplicate: the \
+                      dedup window is the time an event spends in outbox_events."
+    )]
+    Archive(ArchiveArgs),
+
+    /// Delete archived events, or FAILED events, older than an age
+    #[command(
+        long_about = "Delete, in short batches, the archived events archived more than \
+                      --older-than ago (--archive; on PostgreSQL whole weeks of the archive are \
+                      dropped at once), or the FAILED events whose last try is more than \
+                      --older-than ago (--failed; relays never delete FAILED events). The age \
+                      is required. For the default schema and every tenant, or --tenant. \
+                      --dry-run counts and deletes nothing."
+    )]
+    Purge(PurgeArgs),
+
     /// Add, list, suspend and resume tenants (PostgreSQL only)
     #[command(
         subcommand,
@@ -336,6 +360,67 @@ pub(crate) struct RetryArgs {
     pub(crate) schema: SchemaArg,
 }
 
+/// `postbox archive`.
+#[derive(Debug, Args)]
+pub(crate) struct ArchiveArgs {
+    /// Archive processed events created longer ago than this [default: the `retention` key,
+    /// 30days]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) older_than: Option<Duration>,
+
+    /// Only this tenant [default: the default schema and every tenant]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// Count what would move; move nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// Rows per batch (each batch is one short transaction)
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) batch_size: u32,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// `postbox purge`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("what").required(true).args(["archive", "failed"]))]
+pub(crate) struct PurgeArgs {
+    /// Delete archived events archived longer ago than --older-than
+    #[arg(long)]
+    pub(crate) archive: bool,
+
+    /// Delete FAILED events whose last try is older than --older-than
+    #[arg(long)]
+    pub(crate) failed: bool,
+
+    /// The age past which events are deleted (required), e.g. 7d, 90days
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
+          required = true)]
+    pub(crate) older_than: Option<Duration>,
+
+    /// Only this tenant [default: the default schema and every tenant]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// Count what would be deleted; delete nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// Rows per batch (each batch is one short transaction)
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) batch_size: u32,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
 /// `postbox tenants …`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum TenantsCommand {
@@ -432,6 +517,8 @@ impl Cli {
             Command::Relay(a) => (Some(&a.schema), Some(&a.tuning), Some(&a.sink)),
             Command::Status(a) => (Some(&a.schema), None, None),
             Command::Retry(a) => (Some(&a.schema), None, None),
+            Command::Archive(a) => (Some(&a.schema), None, None),
+            Command::Purge(a) => (Some(&a.schema), None, None),
             Command::Tenants(TenantsCommand::Add(_)) => (None, None, None),
             Command::Tenants(TenantsCommand::List(a)) => (Some(&a.schema), None, None),
             Command::Tenants(TenantsCommand::Suspend(a) | TenantsCommand::Resume(a)) => {

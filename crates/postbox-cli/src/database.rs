@@ -200,6 +200,27 @@ impl Database {
         Target::default_schema(self.store.default_schema())
     }
 
+    /// The targets a command works on: `tenant`'s, or the default schema's and every
+    /// registered tenant's (the default schema's alone where there are no tenants).
+    pub(crate) async fn targets(&self, tenant: Option<&str>) -> anyhow::Result<Vec<Target>> {
+        let tenants = match self.store.tenant_list().await {
+            Ok(tenants) => tenants,
+            Err(postbox::Error::Unsupported(_)) if tenant.is_none() => Vec::new(),
+            Err(e) => return Err(e).context("cannot read the tenant registry"),
+        };
+        let Some(tenant) = tenant else {
+            let mut targets = vec![self.default_target()];
+            targets.extend(tenants.iter().map(|t| t.target()));
+            return Ok(targets);
+        };
+        let id = postbox::TenantId::new(tenant)?;
+        let found = tenants
+            .into_iter()
+            .find(|t| t.id == id)
+            .ok_or_else(|| postbox::Error::UnknownTenant(id.to_string()))?;
+        Ok(vec![found.target()])
+    }
+
     /// Fails with "run `postbox migrate`" when the outbox tables are missing.
     pub(crate) async fn ensure_migrated(&self) -> anyhow::Result<()> {
         match self.store.status_counts(&self.default_target()).await {

@@ -45,7 +45,6 @@
 mod breaker;
 pub mod config;
 mod error;
-mod glob;
 pub mod headers;
 mod open;
 mod router;
@@ -69,8 +68,9 @@ pub mod webhook;
 pub use breaker::{Breaker, PROBE_BACKOFF};
 pub use config::{ConfigError, Secret, SingleSink, SinkConfig, SinkKind, SinkSettings};
 pub use error::{BoxError, Error, Result};
-pub use glob::{Glob, GlobError};
 pub use open::{OwnDestination, Reconnecting, Shared};
+/// Routes match with the same globs as the event filters of `postbox` (re-exported).
+pub use postbox::{Glob, GlobError};
 pub use router::{RoutableSink, Route, Router, Unmatched};
 pub use routing::{Opened, RouteConfig, Routes, RoutingConfig, SinkSetup};
 pub use template::{RenderError, Template, TemplateError};

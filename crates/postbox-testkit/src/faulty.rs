@@ -184,6 +184,20 @@ impl postbox::Store for FaultyStore {
         self.inner.events_retry_failed(params).await
     }
 
+    async fn events_archive(
+        &self,
+        params: &postbox::store::ArchiveParams<'_>,
+    ) -> postbox::Result<Option<postbox::store::ArchiveBatch>> {
+        self.inner.events_archive(params).await
+    }
+
+    async fn events_purge(
+        &self,
+        params: &postbox::store::PurgeParams<'_>,
+    ) -> postbox::Result<Option<postbox::store::PurgeBatch>> {
+        self.inner.events_purge(params).await
+    }
+
     async fn status_counts(&self, target: &postbox::Target) -> postbox::Result<StatusCounts> {
         self.inner.status_counts(target).await
     }

@@ -240,6 +240,18 @@ impl Store for AnyStore {
     async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64> {
         self.inner().events_retry_failed(params).await
     }
+    async fn events_archive(
+        &self,
+        params: &crate::store::ArchiveParams<'_>,
+    ) -> Result<Option<crate::store::ArchiveBatch>> {
+        self.inner().events_archive(params).await
+    }
+    async fn events_purge(
+        &self,
+        params: &crate::store::PurgeParams<'_>,
+    ) -> Result<Option<crate::store::PurgeBatch>> {
+        self.inner().events_purge(params).await
+    }
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
         self.inner().status_counts(target).await
     }

@@ -7,6 +7,7 @@ pub mod backoff;
 mod connect;
 mod error;
 mod event;
+mod glob;
 mod handlers;
 mod migrate;
 mod outbox;
@@ -20,6 +21,7 @@ pub use backoff::Backoff;
 pub use connect::{AnyStore, ConnectOptions, DatabaseKind, connect};
 pub use error::{Error, Result};
 pub use event::{DomainEvent, Enqueued, Event, OutboxEvent, daily_idempotency_key};
+pub use glob::{Glob, GlobError};
 pub use handlers::{HandlerError, Handlers};
 pub use migrate::migrate;
 pub use outbox::{

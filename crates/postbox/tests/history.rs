@@ -239,6 +239,28 @@ async fn costs(db: &TestDb) -> Costs {
         )
         .await,
     ));
+    // Retention's walk (a dry run reads what the archiving reads): at most a batch of rows from
+    // the head of the table, however long the history behind them.
+    out.push((
+        "archive_walk",
+        buffers(
+            &mut conn,
+            "archive_walk",
+            include_str!("../sql/postgres/archive_count.sql"),
+            "0, 0, 1000",
+        )
+        .await,
+    ));
+    out.push((
+        "purge_failed_count",
+        buffers(
+            &mut conn,
+            "purge_failed_count",
+            include_str!("../sql/postgres/purge_failed_count.sql"),
+            "0",
+        )
+        .await,
+    ));
     Costs(out)
 }
 

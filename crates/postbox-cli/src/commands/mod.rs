@@ -1,10 +1,13 @@
 //! One module per subcommand; [`run`] loads the configuration, starts logging and dispatches.
 
+mod archive;
 #[cfg(feature = "bench")]
 mod bench;
 mod config;
 mod demo;
 mod migrate;
+mod progress;
+mod purge;
 mod relay;
 mod retry;
 mod status;
@@ -32,6 +35,8 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Relay(args) => relay::run(&loaded.config, args).await,
         Command::Status(args) => status::run(&loaded.config, args).await,
         Command::Retry(args) => retry::run(&loaded.config, args).await,
+        Command::Archive(args) => archive::run(&loaded.config, args).await,
+        Command::Purge(args) => purge::run(&loaded.config, args).await,
         Command::Tenants(command) => tenants::run(&loaded.config, command).await,
         Command::Demo(args) => {
             demo::run(&loaded.config, cli.global.database_url.as_deref(), args).await

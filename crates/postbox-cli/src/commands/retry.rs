@@ -2,8 +2,6 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
-use postbox::TenantId;
 use postbox::store::RetryFailedParams;
 
 use crate::cli::RetryArgs;
@@ -12,20 +10,11 @@ use crate::database::{Create, Database};
 
 /// Retries the named FAILED events (or all of them) of the default schema or one tenant.
 pub(crate) async fn run(config: &Config, args: &RetryArgs) -> anyhow::Result<ExitCode> {
-    let tenant = args.tenant.as_deref().map(TenantId::new).transpose()?;
     let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
     db.ensure_migrated().await?;
-    let target = match &tenant {
+    let target = match args.tenant.as_deref() {
         None => db.default_target(),
-        Some(id) => db
-            .store
-            .tenant_list()
-            .await
-            .context("cannot read the tenant registry")?
-            .into_iter()
-            .find(|t| &t.id == id)
-            .map(|t| t.target())
-            .ok_or_else(|| postbox::Error::UnknownTenant(id.to_string()))?,
+        Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
     };
     let ids = (!args.all).then_some(args.ids.as_slice());
     let n = db

@@ -105,6 +105,22 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "Events of a batch published at once.",
     },
     KeyDoc {
+        key: "retention",
+        default: "\"30days\"",
+        flag: None,
+        about: "Age (from creation) past which relays move PROCESSED events to \
+                outbox_events_archive, in short batches, every minute; also the default of \
+                `postbox archive`. An idempotency key blocks duplicates while its event is in \
+                outbox_events. \"0s\" keeps every event in outbox_events.",
+    },
+    KeyDoc {
+        key: "archive_retention",
+        default: "\"90days\"",
+        flag: None,
+        about: "Age (from archiving) past which relays delete archived events. \"0s\" keeps \
+                the archive forever.",
+    },
+    KeyDoc {
         key: "drain_patience",
         default: "\"60s\"",
         flag: None,

@@ -81,6 +81,12 @@ pub(crate) struct Config {
     /// How long a drain waits for destinations that are down.
     #[serde(with = "humantime_serde")]
     pub(crate) drain_patience: Duration,
+    /// Age past which processed events are archived; zero: never.
+    #[serde(with = "humantime_serde")]
+    pub(crate) retention: Duration,
+    /// Age past which archived events are deleted; zero: never.
+    #[serde(with = "humantime_serde")]
+    pub(crate) archive_retention: Duration,
     /// Log format.
     pub(crate) log_format: LogFormat,
     /// Log filter.
@@ -146,6 +152,8 @@ impl Default for Config {
             publish_timeout: relay.publish_timeout,
             concurrency: relay.concurrency,
             drain_patience: relay.drain_patience,
+            retention: relay.retention.unwrap_or_default(),
+            archive_retention: relay.archive_retention.unwrap_or_default(),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             payload_limit: ByteSize(postbox::DEFAULT_PAYLOAD_LIMIT),
@@ -178,6 +186,15 @@ impl Config {
             .publish_timeout(self.publish_timeout)
             .concurrency(self.concurrency)
             .drain_patience(self.drain_patience)
+            .retention(self.retention())
+            .archive_retention(
+                (!self.archive_retention.is_zero()).then_some(self.archive_retention),
+            )
+    }
+
+    /// The age past which processed events are archived; `None` when retention is off.
+    pub(crate) fn retention(&self) -> Option<Duration> {
+        (!self.retention.is_zero()).then_some(self.retention)
     }
 
     /// The validated default schema.

@@ -114,6 +114,25 @@ impl StoreHarness for PgHarness {
         true
     }
 
+    async fn backdate(&self, table: &str, column: &str, ids: &[i64], days: u32) {
+        let sql = format!(
+            "UPDATE {table} SET {column} = now() - make_interval(days => $1) WHERE id = ANY($2)"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(days as i32)
+            .bind(ids)
+            .execute(self.db.pool())
+            .await
+            .expect("backdate");
+    }
+
+    async fn archived_ids(&self) -> Vec<i64> {
+        sqlx::query_scalar("SELECT id FROM outbox_events_archive ORDER BY id")
+            .fetch_all(self.db.pool())
+            .await
+            .expect("archived ids")
+    }
+
     async fn spoil_row(&self, id: i64) -> &'static str {
         // Valid jsonb, nested deeper than serde_json reads.
         self.exec(&format!(

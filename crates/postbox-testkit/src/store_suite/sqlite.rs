@@ -100,6 +100,26 @@ impl StoreHarness for SqliteHarness {
         false
     }
 
+    async fn backdate(&self, table: &str, column: &str, ids: &[i64], days: u32) {
+        let sql = format!(
+            "UPDATE {table} SET {column} = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ?1 || ' days')
+             WHERE id IN (SELECT value FROM json_each(?2))"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(days)
+            .bind(serde_json::to_string(ids).unwrap())
+            .execute(self.store.pool())
+            .await
+            .expect("backdate");
+    }
+
+    async fn archived_ids(&self) -> Vec<i64> {
+        sqlx::query_scalar("SELECT id FROM outbox_events_archive ORDER BY id")
+            .fetch_all(self.store.pool())
+            .await
+            .expect("archived ids")
+    }
+
     async fn spoil_row(&self, id: i64) -> &'static str {
         // Text that is not UTF-8.
         self.exec(&format!(

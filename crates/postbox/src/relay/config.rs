@@ -63,6 +63,14 @@ pub struct RelayConfig {
     /// nothing failed), it gives up with [`Error::Unavailable`], leaving them `PENDING` with no
     /// try spent. Long enough to wait out a broker's restart.
     pub drain_patience: Duration,
+    /// Age past which `PROCESSED` events move to `outbox_events_archive` (counted from their
+    /// creation, by the database clock); `None` keeps every event in the hot table. The relays
+    /// archive in short batches, one relay at a time per table, every minute. An event's
+    /// idempotency key guards against duplicates while it is in the hot table: this long.
+    pub retention: Option<Duration>,
+    /// Age past which archived events are deleted (counted from their archiving); `None` keeps
+    /// the archive forever.
+    pub archive_retention: Option<Duration>,
 }
 
 impl Default for RelayConfig {
@@ -81,12 +89,28 @@ impl Default for RelayConfig {
             busy_period: Duration::from_secs(1),
             vacuum_threshold: Some(50_000),
             drain_patience: Duration::from_secs(60),
+            retention: Some(Duration::from_secs(30 * 86_400)),
+            archive_retention: Some(Duration::from_secs(90 * 86_400)),
         }
     }
 }
 
 impl RelayConfig {
     // Setters, one per field, so that settings added later do not break callers.
+
+    /// Sets the age past which processed events are archived (field
+    /// [`retention`](Self::retention)).
+    pub fn retention(mut self, retention: Option<Duration>) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets the age past which archived events are deleted (field
+    /// [`archive_retention`](Self::archive_retention)).
+    pub fn archive_retention(mut self, archive_retention: Option<Duration>) -> Self {
+        self.archive_retention = archive_retention;
+        self
+    }
 
     /// Sets how long a drain waits for destinations that are down (field
     /// [`drain_patience`](Self::drain_patience)).
@@ -203,6 +227,18 @@ impl RelayConfig {
                      would outlive its claim; lower publish_timeout or raise lease",
                     self.publish_timeout, self.lease
                 ),
+            );
+        }
+        if self.retention.is_some_and(|r| r.is_zero()) {
+            return bad(
+                "retention",
+                "must be above zero (or unset, to keep every event in the outbox table)".into(),
+            );
+        }
+        if self.archive_retention.is_some_and(|r| r.is_zero()) {
+            return bad(
+                "archive_retention",
+                "must be above zero (or unset, to keep the archive forever)".into(),
             );
         }
         if self.vacuum_threshold == Some(0) {

@@ -1,4 +1,5 @@
-//! Maintenance of the outbox tables a relay serves, beside its work: vacuuming.
+//! Maintenance of the outbox tables a relay serves, beside its work: vacuuming, retention and
+//! sink health reports.
 //!
 //! Every mark leaves a dead row version in the table and dead entries in its indexes; until they
 //! are vacuumed, each claim walks past more of them. Autovacuum may be off, or far behind on a
@@ -17,7 +18,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::schema::{SchemaName, Target};
-use crate::store::Store;
+use crate::store::{ArchiveParams, PurgeKind, PurgeParams, Store, archive_all, purge_all};
 
 /// How often the dead-row counts are read.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -132,6 +133,119 @@ async fn check(
             }
             Err(e) => {
                 debug!(tenant = target.label(), error = %e, "vacuum failed; trying again later")
+            }
+        }
+    }
+}
+
+/// How often a relay runs retention over its targets.
+const RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+/// Rows per retention batch: each batch is one short transaction.
+const RETENTION_BATCH: u32 = 1_000;
+
+/// Retention, run by the relays: every minute, `PROCESSED` events past `retention` move to the
+/// archive and archived events past `archive_retention` are deleted, in short batches (see
+/// [`Store::events_archive`]). One relay at a time works on a table; the others skip it.
+pub(super) struct Retention {
+    retention: Option<Duration>,
+    archive_retention: Option<Duration>,
+    last_run: Option<Instant>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Retention {
+    pub(super) fn new(retention: Option<Duration>, archive_retention: Option<Duration>) -> Self {
+        Retention {
+            retention,
+            archive_retention,
+            last_run: None,
+            task: None,
+        }
+    }
+
+    /// Starts a retention run unless one ran lately or is still running.
+    pub(super) fn tick(&mut self, store: &Arc<dyn Store>, targets: &[Target]) {
+        if (self.retention.is_none() && self.archive_retention.is_none())
+            || self
+                .last_run
+                .is_some_and(|at| at.elapsed() < RETENTION_EVERY)
+            || self.task.as_ref().is_some_and(|t| !t.is_finished())
+            || targets.is_empty()
+        {
+            return;
+        }
+        self.last_run = Some(Instant::now());
+        let store = Arc::clone(store);
+        let targets = targets.to_vec();
+        let (retention, archive_retention) = (self.retention, self.archive_retention);
+        self.task = Some(tokio::spawn(async move {
+            for target in &targets {
+                retain(&*store, target, retention, archive_retention).await;
+            }
+        }));
+    }
+
+    /// Abandons a run in flight: the batch in progress rolls back, the rest waits for the next
+    /// run (of this relay or another).
+    pub(super) fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+async fn retain(
+    store: &dyn Store,
+    target: &Target,
+    retention: Option<Duration>,
+    archive_retention: Option<Duration>,
+) {
+    let tenant = target.label();
+    if let Some(older_than) = retention {
+        let params = ArchiveParams {
+            target,
+            older_than,
+            after_id: 0,
+            batch_size: RETENTION_BATCH,
+            dry_run: false,
+        };
+        let started = Instant::now();
+        match archive_all(store, params, false, |n| {
+            metrics::counter!("postbox_events_archived_total", "tenant" => tenant.to_owned())
+                .increment(n);
+        })
+        .await
+        {
+            Ok(Some(0)) => {}
+            Ok(Some(moved)) => info!(tenant, moved, elapsed = ?started.elapsed(),
+                "archived processed events past their retention"),
+            Ok(None) => debug!(tenant, "another relay is archiving; skipped"),
+            Err(e) => warn!(tenant, error = %e,
+                "archiving failed; processed events stay in the outbox table until the next run"),
+        }
+    }
+    if let Some(older_than) = archive_retention {
+        let params = PurgeParams {
+            target,
+            kind: PurgeKind::Archive,
+            older_than,
+            batch_size: RETENTION_BATCH,
+            dry_run: false,
+        };
+        match purge_all(store, params, false, |n| {
+            metrics::counter!("postbox_events_purged_total", "tenant" => tenant.to_owned())
+                .increment(n);
+        })
+        .await
+        {
+            Ok(Some(0) | None) => {}
+            Ok(Some(purged)) => info!(
+                tenant,
+                purged, "purged archived events past archive_retention"
+            ),
+            Err(e) => {
+                warn!(tenant, error = %e, "purging the archive failed; trying again at the next run")
             }
         }
     }

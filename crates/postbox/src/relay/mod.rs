@@ -190,6 +190,7 @@ impl Relay {
         let mut last_full = Instant::now();
         let mut vacuum = maintenance::Vacuum::new(cfg.vacuum_threshold);
         let mut health = maintenance::HealthReports::new();
+        let mut retention = maintenance::Retention::new(cfg.retention, cfg.archive_retention);
         let mut stall = Stall::new();
         let mut gave_up = None;
         info!(relay = %inner.id, ?mode, "relay started");
@@ -209,6 +210,7 @@ impl Relay {
             }
             busy_only = false;
             vacuum.tick(&inner.store, targets.list());
+            retention.tick(&inner.store, targets.list());
             health.tick(&inner.store, &inner.sink, &inner.id);
             let full = match round {
                 Ok(full) => {
@@ -294,6 +296,7 @@ impl Relay {
         }
         stats.add(pipeline.take_stats());
         vacuum.stop();
+        retention.stop();
         health.stop(&inner.store, &inner.id).await;
         info!(relay = %inner.id, ?stats, "relay stopped");
         gave_up.map_or(Ok(stats), Err)

@@ -19,6 +19,7 @@ use crate::sink::SinkHealth;
 mod migrations;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod retention;
 mod row;
 #[cfg(feature = "postgres")]
 pub(crate) mod sql;
@@ -27,6 +28,9 @@ mod sqlite;
 
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
+pub use retention::{
+    ArchiveBatch, ArchiveParams, PurgeBatch, PurgeKind, PurgeParams, archive_all, purge_all,
+};
 pub use row::Undecodable;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
@@ -412,6 +416,19 @@ pub trait Store: Send + Sync + 'static {
     /// What is still to do in a target. Costs what the outstanding events cost, not the
     /// history: it stops at the first claimable event.
     async fn backlog(&self, target: &Target) -> Result<Backlog>;
+
+    /// One batch of retention: moves `PROCESSED` events created more than
+    /// [`older_than`](ArchiveParams::older_than) ago to `outbox_events_archive`, walking the
+    /// table in id order from [`after_id`](ArchiveParams::after_id) (with `dry_run`, counts
+    /// them). Each batch is a short transaction; loop until [`ArchiveBatch::done`]. `None` when
+    /// another relay or command is archiving this table now (try later).
+    async fn events_archive(&self, params: &ArchiveParams<'_>) -> Result<Option<ArchiveBatch>>;
+
+    /// One batch of purging archived or `FAILED` events older than
+    /// [`older_than`](PurgeParams::older_than) (with `dry_run`, counts every batch's worth at
+    /// once). Loop until [`PurgeBatch::done`]. `None` when another relay or command is purging
+    /// this table now.
+    async fn events_purge(&self, params: &PurgeParams<'_>) -> Result<Option<PurgeBatch>>;
 
     /// Registers a tenant and migrates its schema.
     async fn tenant_add(&self, params: &TenantAddParams<'_>) -> Result<Tenant>;

@@ -15,10 +15,10 @@ use super::migrations::{self, Migration};
 use super::row::add_claimed_row;
 use super::sql::{PerSchema, render, safe};
 use super::{
-    Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark, MarkFailedParams,
-    MarkProcessedParams, RejectedTenant, ReleaseParams, RenewParams, ReportedSink,
-    RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus, Wakeups, ms,
-    secs, storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark,
+    MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RejectedTenant,
+    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, StatusCounts, Store, Tenant,
+    TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -50,6 +50,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         name: "outbox_0005_sql_enqueue",
         sql: include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
     },
+    Migration {
+        name: "outbox_0006_retention",
+        sql: include_str!("../../sql/postgres/0006_retention.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.
@@ -78,6 +82,11 @@ struct PgSql {
     backlog: std::sync::Arc<str>,
     retry_failed: std::sync::Arc<str>,
     vacuum: std::sync::Arc<str>,
+    archive: std::sync::Arc<str>,
+    archive_count: std::sync::Arc<str>,
+    archive_purge: std::sync::Arc<str>,
+    purge_failed: std::sync::Arc<str>,
+    purge_failed_count: std::sync::Arc<str>,
 }
 
 impl PgSql {
@@ -95,6 +104,14 @@ impl PgSql {
             backlog: render(include_str!("../../sql/postgres/backlog.sql"), schema),
             retry_failed: render(include_str!("../../sql/postgres/retry_failed.sql"), schema),
             vacuum: render(include_str!("../../sql/postgres/vacuum.sql"), schema),
+            archive: render(include_str!("../../sql/postgres/archive.sql"), schema),
+            archive_count: render(include_str!("../../sql/postgres/archive_count.sql"), schema),
+            archive_purge: render(include_str!("../../sql/postgres/archive_purge.sql"), schema),
+            purge_failed: render(include_str!("../../sql/postgres/purge_failed.sql"), schema),
+            purge_failed_count: render(
+                include_str!("../../sql/postgres/purge_failed_count.sql"),
+                schema,
+            ),
         }
     }
 }
@@ -206,6 +223,27 @@ impl PgStore {
             created_at: row.try_get(3)?,
         })
     }
+}
+
+/// Takes the retention lock of `schema`'s outbox for the rest of `tx`: archiving and purging run
+/// one at a time per table (relays and commands alike). False when another session holds it.
+async fn retention_lock(tx: &mut sqlx::PgConnection, schema: &SchemaName) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "SELECT pg_try_advisory_xact_lock(hashtext('postbox_retention'), hashtext($1))",
+    )
+    .bind(schema.as_str())
+    .fetch_one(tx)
+    .await?)
+}
+
+/// A batch size as the SQL functions take it.
+fn batch_size(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// A count read from SQL (never negative).
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
 }
 
 fn map_missing_table(err: sqlx::Error, schema: &SchemaName) -> Error {
@@ -340,6 +378,84 @@ impl Store for PgStore {
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
         Ok(done.rows_affected())
+    }
+
+    async fn events_archive(&self, p: &ArchiveParams<'_>) -> Result<Option<ArchiveBatch>> {
+        let schema = &p.target.schema;
+        let sql = self.sql.get(schema);
+        let mut tx = self.pool.begin().await?;
+        if !p.dry_run && !retention_lock(&mut tx, schema).await? {
+            return Ok(None);
+        }
+        let statement = if p.dry_run {
+            &sql.archive_count
+        } else {
+            &sql.archive
+        };
+        let row = sqlx::query(safe(statement))
+            .bind(p.older_than.as_secs_f64())
+            .bind(p.after_id)
+            .bind(batch_size(p.batch_size))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| map_missing_table(e, schema))?;
+        tx.commit().await?;
+        Ok(Some(ArchiveBatch {
+            last_id: row.try_get(0)?,
+            moved: count(row.try_get(1)?),
+            done: row.try_get(2)?,
+        }))
+    }
+
+    async fn events_purge(&self, p: &PurgeParams<'_>) -> Result<Option<PurgeBatch>> {
+        let schema = &p.target.schema;
+        let sql = self.sql.get(schema);
+        let mut tx = self.pool.begin().await?;
+        if !p.dry_run && !retention_lock(&mut tx, schema).await? {
+            return Ok(None);
+        }
+        let age = p.older_than.as_secs_f64();
+        let batch = match (p.kind, p.dry_run) {
+            (PurgeKind::Archive, dry_run) => {
+                let row = sqlx::query(safe(&sql.archive_purge))
+                    .bind(age)
+                    .bind(batch_size(p.batch_size))
+                    .bind(dry_run)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| map_missing_table(e, schema))?;
+                let rest = count(row.try_get(1)?);
+                PurgeBatch {
+                    purged: count(row.try_get(0)?),
+                    done: dry_run || rest < u64::from(p.batch_size),
+                }
+            }
+            (PurgeKind::Failed, true) => PurgeBatch {
+                purged: count(
+                    sqlx::query_scalar(safe(&sql.purge_failed_count))
+                        .bind(age)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(|e| map_missing_table(e, schema))?,
+                ),
+                done: true,
+            },
+            (PurgeKind::Failed, false) => {
+                let gone = sqlx::query(safe(&sql.purge_failed))
+                    .bind(age)
+                    .bind(i64::from(p.batch_size))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| map_missing_table(e, schema))?
+                    .rows_affected();
+                PurgeBatch {
+                    purged: gone,
+                    done: gone < u64::from(p.batch_size),
+                }
+            }
+        };
+        tx.commit().await?;
+        Ok(Some(batch))
     }
 
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {

@@ -12,9 +12,10 @@ use uuid::Uuid;
 use super::migrations::{self, Migration};
 use super::row::add_claimed_row;
 use super::{
-    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams,
-    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, StatusCounts, Store, Tenant,
-    TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams,
+    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, ReleaseParams, RenewParams,
+    ReportedSink, RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus,
+    Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -28,6 +29,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         name: "outbox_0002_sink_health",
         sql: include_str!("../../sql/sqlite/0002_sink_health.sql"),
+    },
+    Migration {
+        name: "outbox_0003_retention",
+        sql: include_str!("../../sql/sqlite/0003_retention.sql"),
     },
 ];
 
@@ -263,6 +268,94 @@ impl Store for SqliteStore {
             .await
             .map_err(map_missing_table)?;
         Ok(done.rows_affected())
+    }
+
+    async fn events_archive(&self, p: &ArchiveParams<'_>) -> Result<Option<ArchiveBatch>> {
+        Self::check_target(p.target)?;
+        // One writer at a time is SQLite's own rule: no lock of Postbox's is needed.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let walked = sqlx::query(include_str!("../../sql/sqlite/archive_walk.sql"))
+            .bind(p.older_than.as_secs_f64())
+            .bind(p.after_id)
+            .bind(i64::from(p.batch_size))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_missing_table)?;
+        let mut last_id = p.after_id;
+        let mut old = Vec::new();
+        let mut reached_young = false;
+        for row in &walked {
+            // NULL: a created_at SQLite cannot read as a date; such a row is left where it is.
+            let young: Option<bool> = row.try_get(1)?;
+            if young == Some(true) {
+                reached_young = true;
+                break;
+            }
+            last_id = row.try_get(0)?;
+            if row.try_get::<bool, _>(2)? && young.is_some() {
+                old.push(last_id);
+            }
+        }
+        let done = reached_young || walked.len() < p.batch_size as usize;
+        let moved = if old.is_empty() {
+            0
+        } else if p.dry_run {
+            old.len() as u64
+        } else {
+            let ids = ids_json(&old);
+            sqlx::query(include_str!("../../sql/sqlite/archive_move.sql"))
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(include_str!("../../sql/sqlite/archive_delete.sql"))
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+        };
+        tx.commit().await?;
+        Ok(Some(ArchiveBatch {
+            last_id,
+            moved,
+            done,
+        }))
+    }
+
+    async fn events_purge(&self, p: &PurgeParams<'_>) -> Result<Option<PurgeBatch>> {
+        Self::check_target(p.target)?;
+        let age = p.older_than.as_secs_f64();
+        let (statement, count) = match p.kind {
+            PurgeKind::Archive => (
+                include_str!("../../sql/sqlite/archive_purge.sql"),
+                include_str!("../../sql/sqlite/archive_purge_count.sql"),
+            ),
+            PurgeKind::Failed => (
+                include_str!("../../sql/sqlite/purge_failed.sql"),
+                include_str!("../../sql/sqlite/purge_failed_count.sql"),
+            ),
+        };
+        if p.dry_run {
+            let n: i64 = sqlx::query_scalar(count)
+                .bind(age)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_missing_table)?;
+            return Ok(Some(PurgeBatch {
+                purged: u64::try_from(n).unwrap_or(0),
+                done: true,
+            }));
+        }
+        let gone = sqlx::query(statement)
+            .bind(age)
+            .bind(i64::from(p.batch_size))
+            .execute(&self.pool)
+            .await
+            .map_err(map_missing_table)?
+            .rows_affected();
+        Ok(Some(PurgeBatch {
+            purged: gone,
+            done: gone < u64::from(p.batch_size),
+        }))
     }
 
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {

@@ -1,4 +1,5 @@
-//! Glob patterns that routes match event and aggregate types with.
+//! Glob patterns over event and aggregate types: routes of `postbox-sinks` match with them, and
+//! event filters (list, replay) select with them, in SQL.
 
 use std::fmt;
 use std::str::FromStr;
@@ -12,7 +13,7 @@ use std::str::FromStr;
 /// else would route events to the wrong place.
 ///
 /// ```
-/// use postbox_sinks::Glob;
+/// use postbox::Glob;
 ///
 /// let glob: Glob = "Invoice*".parse().unwrap();
 /// assert!(glob.matches("InvoiceCreated"));
@@ -68,6 +69,30 @@ impl Glob {
 
     /// The pattern as written.
     pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// The pattern for SQL `LIKE … ESCAPE '\\'` (PostgreSQL): `*` is `%`, `?` is `_`, and a
+    /// literal `%` or `_` is escaped. Case-sensitive, as [`matches`](Self::matches).
+    pub fn to_like(&self) -> String {
+        let mut like = String::with_capacity(self.source.len() + 4);
+        for c in &self.pattern {
+            match c {
+                '*' => like.push('%'),
+                '?' => like.push('_'),
+                '%' | '_' => {
+                    like.push('\\');
+                    like.push(*c);
+                }
+                c => like.push(*c),
+            }
+        }
+        like
+    }
+
+    /// The pattern for SQLite's `GLOB` operator: the same text, since the characters that would
+    /// mean more to `GLOB` (`[`, `]`) are refused. Case-sensitive, as [`matches`](Self::matches).
+    pub fn to_sqlite_glob(&self) -> &str {
         &self.source
     }
 
@@ -188,6 +213,13 @@ mod tests {
             assert!(matches!(err, GlobError::Unsupported { .. }), "{bad}");
             assert!(err.to_string().contains("only `*`"), "{err}");
         }
+    }
+
+    #[test]
+    fn like_patterns_escape_what_like_would_read() {
+        assert_eq!(Glob::parse("Invoice*").unwrap().to_like(), "Invoice%");
+        assert_eq!(Glob::parse("Order?").unwrap().to_like(), "Order_");
+        assert_eq!(Glob::parse("100%_off*").unwrap().to_like(), "100\\%\\_off%");
     }
 
     #[test]

@@ -1,0 +1,55 @@
+//! `postbox archive`: processed events past their retention move to the archive.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use postbox::store::{ArchiveParams, archive_all};
+
+use crate::cli::ArchiveArgs;
+use crate::commands::progress::Progress;
+use crate::config::{Config, show};
+use crate::database::{Create, Database};
+
+/// Archives (or with `--dry-run` counts) the processed events of each target created longer
+/// ago than `--older-than` or the `retention` key.
+pub(crate) async fn run(config: &Config, args: &ArchiveArgs) -> anyhow::Result<ExitCode> {
+    let Some(older_than) = args.older_than.or(config.retention()) else {
+        bail!(
+            "retention is off (retention = \"0s\") and no --older-than was given: say how old \
+             the processed events to archive must be, e.g. --older-than 30days"
+        );
+    };
+    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    db.ensure_migrated().await?;
+    let verb = if args.dry_run {
+        "would be archived"
+    } else {
+        "archived"
+    };
+    let mut total = 0;
+    for target in db.targets(args.tenant.as_deref()).await? {
+        let progress = Progress::start(format!("{}: {verb}", target.label()));
+        let params = ArchiveParams {
+            target: &target,
+            older_than,
+            after_id: 0,
+            batch_size: args.batch_size,
+            dry_run: args.dry_run,
+        };
+        let moved = archive_all(&*db.store, params, true, |n| progress.add(n))
+            .await
+            .with_context(|| format!("archiving {} stopped", target.label()))?
+            .unwrap_or(0);
+        progress.finish();
+        total += moved;
+        println!(
+            "{}: {moved} processed event(s) created more than {} ago {verb}",
+            target.label(),
+            show(older_than)
+        );
+    }
+    if args.dry_run {
+        println!("dry run: {total} event(s) in all; nothing was moved");
+    }
+    Ok(ExitCode::SUCCESS)
+}

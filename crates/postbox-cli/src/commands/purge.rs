@@ -1,0 +1,58 @@
+//! `postbox purge`: archived events, or FAILED events, past an age are deleted.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use postbox::store::{PurgeKind, PurgeParams, purge_all};
+
+use crate::cli::PurgeArgs;
+use crate::commands::progress::Progress;
+use crate::config::{Config, show};
+use crate::database::{Create, Database};
+
+/// Purges (or with `--dry-run` counts) the archived or FAILED events of each target older than
+/// `--older-than`.
+pub(crate) async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<ExitCode> {
+    // clap requires it; an age is what keeps a purge from emptying a table by mistake.
+    let older_than = args
+        .older_than
+        .context("--older-than is required: say how old the events to delete must be")?;
+    let (kind, what) = if args.failed {
+        (PurgeKind::Failed, "FAILED event(s) whose last try is")
+    } else {
+        (PurgeKind::Archive, "archived event(s) archived")
+    };
+    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    db.ensure_migrated().await?;
+    let verb = if args.dry_run {
+        "would be deleted"
+    } else {
+        "deleted"
+    };
+    let mut total = 0;
+    for target in db.targets(args.tenant.as_deref()).await? {
+        let progress = Progress::start(format!("{}: {verb}", target.label()));
+        let params = PurgeParams {
+            target: &target,
+            kind,
+            older_than,
+            batch_size: args.batch_size,
+            dry_run: args.dry_run,
+        };
+        let purged = purge_all(&*db.store, params, true, |n| progress.add(n))
+            .await
+            .with_context(|| format!("purging {} stopped", target.label()))?
+            .unwrap_or(0);
+        progress.finish();
+        total += purged;
+        println!(
+            "{}: {purged} {what} more than {} old {verb}",
+            target.label(),
+            show(older_than)
+        );
+    }
+    if args.dry_run {
+        println!("dry run: {total} event(s) in all; nothing was deleted");
+    }
+    Ok(ExitCode::SUCCESS)
+}
