@@ -15,6 +15,9 @@ use crate::schedule::{Fault, FaultKind, Schedule};
 /// How long a kill or pause waits for its relay to hold claimed events before striking anyway.
 const STRIKE_WAIT: Duration = Duration::from_secs(5);
 
+/// How long the next fault waits for a killed relay's replacement to be serving.
+pub(crate) const READY_WAIT: Duration = Duration::from_secs(60);
+
 /// What the kit can hurt, and the database it watches the relays through.
 pub(crate) struct Targets<'a> {
     pub(crate) fleet: &'a Fleet,
@@ -74,7 +77,20 @@ async fn apply(fault: &Fault, targets: &Targets<'_>) -> anyhow::Result<(bool, Op
     match fault.kind {
         FaultKind::Kill => {
             let in_flight = mid_batch(targets, fault.relay).await;
-            Ok((targets.fleet.kill(fault.relay, fault.hold), in_flight))
+            let killed = targets.fleet.tag(fault.relay);
+            let applied = targets.fleet.kill(fault.relay, fault.hold);
+            if applied
+                && !targets
+                    .fleet
+                    .wait_serving(fault.relay, killed.as_deref(), READY_WAIT)
+                    .await
+            {
+                warn!(
+                    slot = fault.relay,
+                    "the replacement relay is not serving yet"
+                );
+            }
+            Ok((applied, in_flight))
         }
         FaultKind::Pause => {
             let in_flight = mid_batch(targets, fault.relay).await;

@@ -96,6 +96,8 @@ struct SlotState {
     pid: Option<u32>,
     /// The running relay's `HOSTNAME`, the start of its relay id.
     tag: Option<String>,
+    /// The running relay's log.
+    log: Option<PathBuf>,
     /// The running process was killed on purpose; start its replacement after `restart_after`.
     kill_planned: bool,
     restart_after: Duration,
@@ -194,6 +196,39 @@ impl Fleet {
         self.slots.get(slot as usize)?.lock().tag.clone()
     }
 
+    /// Waits until the relay of `slot` is serving (it logged that its loop started), and is not
+    /// the one tagged `not`; false after `timeout`. A relay starting up is not yet resilient
+    /// (it exits when it cannot reach the database), so the next fault waits for this.
+    pub(crate) async fn wait_serving(
+        &self,
+        slot: u32,
+        not: Option<&str>,
+        timeout: Duration,
+    ) -> bool {
+        let Some(slot) = self.slots.get(slot as usize) else {
+            return false;
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let log = {
+                let state = slot.lock();
+                match (&state.tag, &state.log) {
+                    (Some(tag), Some(log)) if Some(tag.as_str()) != not => Some(log.clone()),
+                    _ => None,
+                }
+            };
+            if let Some(log) = log
+                && std::fs::read_to_string(&log).is_ok_and(|text| text.contains("relay started"))
+            {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// How many relays are running now.
     pub(crate) fn running(&self) -> u32 {
         self.slots.iter().filter(|s| s.lock().pid.is_some()).count() as u32
@@ -282,6 +317,7 @@ async fn supervise(
             let mut state = slot.lock();
             state.pid = child.id();
             state.tag = Some(tag);
+            state.log = Some(log.clone());
         }
         info!(slot = index, instance, pid = child.id(), "relay started");
         let status = tokio::select! {
@@ -310,6 +346,7 @@ async fn supervise(
             let mut state = slot.lock();
             state.pid = None;
             state.tag = None;
+            state.log = None;
             let planned = std::mem::take(&mut state.kill_planned);
             (planned, state.restart_after)
         };

@@ -122,6 +122,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
         args.relays,
     );
 
+    for slot in 0..args.relays {
+        if !fleet.wait_serving(slot, None, faults::READY_WAIT).await {
+            bail!(
+                "relay {slot} did not start within a minute; see its log in {}",
+                logs.display()
+            );
+        }
+    }
     let started = Instant::now();
     let producing = tokio::spawn(producers::run(
         pool.clone(),
