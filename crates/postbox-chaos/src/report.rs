@@ -474,3 +474,149 @@ fn indent(text: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::Fault;
+    use crate::stream::Delivered;
+
+    fn settings() -> Settings {
+        Settings {
+            seed: 1,
+            minutes: 1.0,
+            events: 4,
+            relays: 2,
+            producers: 1,
+            batch_size: 10,
+            lease: Duration::from_secs(3),
+            publish_timeout: Duration::from_secs(2),
+            schedule_fingerprint: String::new(),
+            faults_scheduled: 1,
+        }
+    }
+
+    fn ledger(id: i64) -> LedgerRow {
+        LedgerRow {
+            marker: format!("m{id}"),
+            event_id: id,
+            path: if id % 2 == 0 { "library" } else { "sql" }.to_owned(),
+        }
+    }
+
+    fn row(id: i64, status: &str) -> OutboxRow {
+        OutboxRow {
+            id,
+            status: status.to_owned(),
+            retry_count: 0,
+            last_error: (status == "FAILED").then(|| "broker away".to_owned()),
+        }
+    }
+
+    fn delivered(deliveries: &mut Deliveries, id: i64, marker: &str, count: u32) {
+        deliveries.by_event.insert(
+            id,
+            Delivered {
+                count,
+                marker: Some(marker.to_owned()),
+            },
+        );
+        deliveries.entries += u64::from(count);
+    }
+
+    fn evidence(deliveries: Deliveries, rows: Vec<OutboxRow>) -> Evidence {
+        Evidence {
+            ledger: (1..=4).map(ledger).collect(),
+            rows,
+            deliveries,
+            tally: Tally {
+                not_committed: vec!["m99".to_owned()],
+                ..Tally::default()
+            },
+            injected: vec![Injected {
+                fault: Fault {
+                    at: Duration::ZERO,
+                    kind: FaultKind::Kill,
+                    relay: 0,
+                    hold: Duration::ZERO,
+                    immediate: false,
+                },
+                started_ms: 0,
+                ended_ms: 0,
+                applied: true,
+                relays_running: 2,
+                in_flight: Some(3),
+            }],
+            unplanned_exits: Vec::new(),
+            relays_started: 3,
+            relay_logs: RelayLogs::default(),
+            drained_in: Some(Duration::from_secs(1)),
+            elapsed: Duration::from_secs(60),
+        }
+    }
+
+    fn check<'a>(report: &'a Report, name: &str) -> &'a Check {
+        report
+            .checks
+            .iter()
+            .find(|c| c.name.starts_with(name))
+            .unwrap_or_else(|| panic!("no check {name}"))
+    }
+
+    #[test]
+    fn every_event_published_once_or_within_the_bound_passes() {
+        let mut d = Deliveries::default();
+        for id in 1..=4 {
+            delivered(&mut d, id, &format!("m{id}"), if id == 1 { 3 } else { 1 });
+        }
+        let rows = (1..=4).map(|id| row(id, "PROCESSED")).collect();
+        let report = Report::new(settings(), evidence(d, rows));
+        assert!(report.passed, "{}", report.table());
+        assert_eq!(report.duplicates, 2);
+        assert_eq!(report.duplicate_bound, 10, "one kill: one batch");
+        assert_eq!(report.committed_library, 2);
+        assert!(report.table().contains("result: PASS"));
+    }
+
+    #[test]
+    fn lost_ghost_failed_mismatched_and_excess_duplicates_each_fail() {
+        let mut d = Deliveries::default();
+        delivered(&mut d, 1, "m1", 12); // 11 extra deliveries, over the bound of 10
+        delivered(&mut d, 2, "m3", 1); // event 2 carrying another event's payload
+        delivered(&mut d, 7, "m99", 1); // a rolled-back event published
+        let rows = vec![
+            row(1, "PROCESSED"),
+            row(2, "PROCESSED"),
+            row(3, "FAILED"),
+            row(4, "PROCESSED"), // marked, never received: lost
+        ];
+        let report = Report::new(settings(), evidence(d, rows));
+        assert!(!report.passed);
+        assert_eq!(check(&report, "lost").value, 1);
+        assert_eq!(report.lost_sample, vec![4]);
+        assert_eq!(check(&report, "ghosts").value, 1);
+        assert_eq!(report.ghost_sample, vec![7]);
+        assert_eq!(check(&report, "FAILED").value, 1);
+        assert_eq!(check(&report, "payloads").value, 1);
+        assert!(!check(&report, "duplicates").ok);
+        assert!(check(&report, "table and ledger").ok);
+        assert!(report.table().contains("FAILED event 3: broker away"));
+    }
+
+    #[test]
+    fn an_undrained_outbox_fails_the_run() {
+        let mut d = Deliveries::default();
+        for id in 1..=3 {
+            delivered(&mut d, id, &format!("m{id}"), 1);
+        }
+        let mut rows: Vec<OutboxRow> = (1..=3).map(|id| row(id, "PROCESSED")).collect();
+        rows.push(row(4, "PENDING"));
+        let mut e = evidence(d, rows);
+        e.drained_in = None;
+        let report = Report::new(settings(), e);
+        assert!(!report.passed);
+        assert_eq!(check(&report, "left PENDING").value, 1);
+        assert_eq!(check(&report, "lost").value, 1);
+        assert!(report.table().contains("NOT DRAINED"));
+    }
+}

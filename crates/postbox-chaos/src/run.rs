@@ -73,11 +73,39 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
         .tempdir()
         .context("create the run directory")?;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
-    let logs = dir.path().join("logs");
-    std::fs::create_dir_all(&logs)?;
+    std::fs::create_dir_all(dir.path().join("logs"))?;
     info!(dir = %dir.path().display(), "run directory");
 
-    let cluster = Cluster::start(&dir.path().join("pg"), pg_bin, &args.pg_user).await?;
+    let outcome = chaos(&args, seed, &schedule, postbox_bin, pg_bin, dir.path()).await;
+
+    // By now the relays and PostgreSQL are stopped. A run that failed, or could not be carried
+    // out, keeps the relay logs.
+    if args.keep {
+        let kept = dir.keep();
+        eprintln!(
+            "kept: run directory {} (PostgreSQL data in pg/data, relay logs in logs/)",
+            kept.display()
+        );
+    } else if !matches!(outcome, Ok(true)) {
+        let _ = std::fs::remove_dir_all(dir.path().join("pg"));
+        let kept = dir.keep();
+        eprintln!("relay logs kept in {}", kept.join("logs").display());
+    }
+    outcome
+}
+
+/// The run itself, in `dir`: everything it starts is stopped when it returns.
+async fn chaos(
+    args: &Args,
+    seed: u64,
+    schedule: &Schedule,
+    postbox_bin: PathBuf,
+    pg_bin: PathBuf,
+    dir: &Path,
+) -> anyhow::Result<bool> {
+    let duration = args.duration();
+    let logs = dir.join("logs");
+    let cluster = Cluster::start(&dir.join("pg"), pg_bin, &args.pg_user).await?;
     migrate(&postbox_bin, &logs, &cluster.url()).await?;
     let pool = PgPoolOptions::new()
         .max_connections(args.producers + 4)
@@ -143,7 +171,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
         },
     ));
     let injected = faults::inject(
-        &schedule,
+        schedule,
         started,
         &Targets {
             fleet: &fleet,
@@ -195,25 +223,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
         print!("{}", report.table());
     }
 
-    // Clean up: the stream, the cluster, the directory (a failed run keeps the relay logs).
     drop(pool);
     drop(cluster);
     drop(fleet);
     if args.keep {
-        let kept = dir.keep();
-        eprintln!(
-            "kept: run directory {} (PostgreSQL data in pg/data, relay logs in logs/), Redis stream {topic}",
-            kept.display()
-        );
-    } else {
-        if let Err(e) = StreamReader::remove(&args.redis_url, &topic).await {
-            warn!(error = %format!("{e:#}"), stream = %topic, "cannot delete the Redis stream");
-        }
-        if !report.passed {
-            let _ = std::fs::remove_dir_all(dir.path().join("pg"));
-            let kept = dir.keep();
-            eprintln!("relay logs kept in {}", kept.join("logs").display());
-        }
+        eprintln!("kept: Redis stream {topic}");
+    } else if let Err(e) = StreamReader::remove(&args.redis_url, &topic).await {
+        warn!(error = %format!("{e:#}"), stream = %topic, "cannot delete the Redis stream");
     }
     Ok(report.passed)
 }
