@@ -131,7 +131,8 @@ async fn forward(
     let answers_mode = mode.clone();
     // Answers are read as they come and written back once each one's delay has passed, so a
     // latency delays them without slowing the link down.
-    let (delayed_tx, mut delayed_rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let (delayed_tx, mut delayed_rx) =
+        mpsc::unbounded_channel::<(Option<tokio::time::Instant>, Vec<u8>)>();
     let read_answers = async move {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
@@ -143,7 +144,7 @@ async fn forward(
                 continue;
             }
             let delay = Duration::from_micros(latency.load(Ordering::Relaxed));
-            let due = tokio::time::Instant::now() + delay;
+            let due = (!delay.is_zero()).then(|| tokio::time::Instant::now() + delay);
             if delayed_tx.send((due, buf[..n].to_vec())).is_err() {
                 return;
             }
@@ -151,7 +152,9 @@ async fn forward(
     };
     let write_answers = async move {
         while let Some((due, bytes)) = delayed_rx.recv().await {
-            tokio::time::sleep_until(due).await;
+            if let Some(due) = due {
+                tokio::time::sleep_until(due).await;
+            }
             if client_write.write_all(&bytes).await.is_err() {
                 return;
             }
@@ -178,5 +181,57 @@ async fn forward(
         _ = requests => {}
         _ = answers => {}
         _ = ended => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server on a port of its own.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind echo");
+        let addr = listener.local_addr().expect("echo address");
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut read, mut write) = stream.into_split();
+                    let _ = tokio::io::copy(&mut read, &mut write).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(stream: &mut TcpStream) -> std::io::Result<Duration> {
+        let started = tokio::time::Instant::now();
+        stream.write_all(b"ping").await?;
+        let mut answer = [0u8; 4];
+        stream.read_exact(&mut answer).await?;
+        assert_eq!(&answer, b"ping");
+        Ok(started.elapsed())
+    }
+
+    #[tokio::test]
+    async fn latency_delays_answers_and_stall_swallows_them() {
+        let proxy = Proxy::try_start(echo().await).await.expect("proxy");
+        let mut stream = TcpStream::connect(proxy.addr()).await.expect("connect");
+        round_trip(&mut stream).await.expect("forwarded");
+
+        proxy.set_latency(Duration::from_millis(150));
+        let slow = round_trip(&mut stream).await.expect("forwarded late");
+        assert!(slow >= Duration::from_millis(150), "{slow:?}");
+
+        proxy.set_latency(Duration::ZERO);
+        proxy.stall();
+        let stalled =
+            tokio::time::timeout(Duration::from_millis(300), round_trip(&mut stream)).await;
+        assert!(stalled.is_err(), "a stalled proxy answers nothing");
+
+        proxy.up();
+        let mut fresh = TcpStream::connect(proxy.addr())
+            .await
+            .expect("connect again");
+        round_trip(&mut fresh).await.expect("forwarded again");
     }
 }
