@@ -40,9 +40,9 @@ pub(crate) struct Settings {
     pub(crate) relays: u32,
     pub(crate) producers: u32,
     pub(crate) batch_size: u32,
-    #[serde(serialize_with = "millis")]
+    #[serde(rename = "lease_ms", serialize_with = "millis")]
     pub(crate) lease: Duration,
-    #[serde(serialize_with = "millis")]
+    #[serde(rename = "publish_timeout_ms", serialize_with = "millis")]
     pub(crate) publish_timeout: Duration,
     pub(crate) schedule_fingerprint: String,
     pub(crate) faults_scheduled: usize,

@@ -49,14 +49,14 @@ impl FaultKind {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub(crate) struct Fault {
     /// When it starts, from the start of the producers.
-    #[serde(serialize_with = "millis")]
+    #[serde(rename = "at_ms", serialize_with = "millis")]
     pub(crate) at: Duration,
     pub(crate) kind: FaultKind,
     /// The relay slot it hits (kill, pause).
     pub(crate) relay: u32,
     /// How long it lasts: the outage, the pause, PostgreSQL's downtime, or the time before a
     /// killed relay's replacement starts.
-    #[serde(serialize_with = "millis")]
+    #[serde(rename = "hold_ms", serialize_with = "millis")]
     pub(crate) hold: Duration,
     /// PostgreSQL restart: `-m immediate` (a crash, recovery at start) rather than `-m fast`.
     pub(crate) immediate: bool,
