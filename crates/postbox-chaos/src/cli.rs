@@ -89,6 +89,11 @@ pub(crate) struct Args {
     #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
     pub(crate) broker_latency: Duration,
 
+    /// Let faults of different kinds of target overlap: relays (kill, pause), PostgreSQL, the
+    /// broker. By default faults come one at a time
+    #[arg(long)]
+    pub(crate) overlap: bool,
+
     /// Longest broker stall or outage
     #[arg(long, default_value = "8s", value_parser = humantime::parse_duration)]
     pub(crate) max_outage: Duration,

@@ -10,7 +10,7 @@ use tracing::{debug, info, warn};
 
 use crate::cluster::Cluster;
 use crate::fleet::Fleet;
-use crate::schedule::{Fault, FaultKind, Schedule};
+use crate::schedule::{Fault, FaultKind, Lane, Schedule};
 
 /// How long a kill or pause waits for its relay to hold claimed events before striking anyway.
 const STRIKE_WAIT: Duration = Duration::from_secs(5);
@@ -42,15 +42,46 @@ pub(crate) struct Injected {
     pub(crate) in_flight: Option<i64>,
 }
 
-/// Runs every fault of `schedule` at its time from `start`; the broker is up and every relay
-/// running (or being replaced) when it returns.
+/// Runs every fault of `schedule` at its time from `start`, one after the other (or, when the
+/// schedule overlaps, one lane after the other, the lanes side by side); the broker is up and
+/// every relay running (or being replaced) when it returns.
 pub(crate) async fn inject(
     schedule: &Schedule,
     start: Instant,
     targets: &Targets<'_>,
 ) -> anyhow::Result<Vec<Injected>> {
-    let mut done = Vec::with_capacity(schedule.faults.len());
-    for fault in &schedule.faults {
+    let lane = |lane: Option<Lane>| {
+        let faults: Vec<&Fault> = schedule
+            .faults
+            .iter()
+            .filter(|f| lane.is_none_or(|l| f.kind.lane() == l))
+            .collect();
+        run_lane(faults, start, targets)
+    };
+    let mut done = if schedule.overlap {
+        let (relays, database, broker) = tokio::join!(
+            lane(Some(Lane::Relays)),
+            lane(Some(Lane::Database)),
+            lane(Some(Lane::Broker))
+        );
+        let mut done = relays?;
+        done.extend(database?);
+        done.extend(broker?);
+        done
+    } else {
+        lane(None).await?
+    };
+    done.sort_by_key(|i| i.started_ms);
+    Ok(done)
+}
+
+async fn run_lane(
+    faults: Vec<&Fault>,
+    start: Instant,
+    targets: &Targets<'_>,
+) -> anyhow::Result<Vec<Injected>> {
+    let mut done = Vec::with_capacity(faults.len());
+    for fault in faults {
         let due = start + fault.at;
         tokio::time::sleep_until(due.into()).await;
         let started = start.elapsed();

@@ -86,6 +86,9 @@ pub(crate) struct UnplannedExit {
     pub(crate) slot: u32,
     pub(crate) instance: u32,
     pub(crate) status: String,
+    /// It ended before it started serving (it could not reach the database, say), rather than
+    /// dying while it served.
+    pub(crate) during_start: bool,
     pub(crate) log: PathBuf,
     /// The last lines of its log.
     pub(crate) tail: String,
@@ -392,6 +395,7 @@ fn record(
     log: &Path,
 ) {
     let text = std::fs::read_to_string(log).unwrap_or_default();
+    let during_start = !text.contains("relay started");
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(8)..].join("\n");
     unplanned
@@ -401,6 +405,7 @@ fn record(
             slot,
             instance,
             status,
+            during_start,
             log: log.to_owned(),
             tail,
         });

@@ -241,7 +241,7 @@ impl Report {
             ),
             zero(
                 "relays that died on their own",
-                unplanned_exits.len() as u64,
+                unplanned_exits.iter().filter(|e| !e.during_start).count() as u64,
             ),
         ];
         let passed = checks.iter().all(|c| c.ok) && drained_in.is_some();
@@ -366,6 +366,15 @@ impl Report {
             "relay processes started",
             self.relays_started.to_string(),
         );
+        line(
+            &mut out,
+            "relays that could not start (restarted)",
+            self.unplanned_exits
+                .iter()
+                .filter(|e| e.during_start)
+                .count()
+                .to_string(),
+        );
         let strikes = FaultKind::ALL
             .iter()
             .filter(|k| matches!(k, FaultKind::Kill | FaultKind::Pause))
@@ -444,9 +453,14 @@ impl Report {
         for exit in &self.unplanned_exits {
             let _ = writeln!(
                 out,
-                "relay {} (instance {}) ended on its own: {} — log {}\n{}",
+                "relay {} (instance {}) {}: {} — log {}\n{}",
                 exit.slot,
                 exit.instance,
+                if exit.during_start {
+                    "could not start"
+                } else {
+                    "ended on its own"
+                },
                 exit.status,
                 exit.log.display(),
                 indent(&exit.tail)

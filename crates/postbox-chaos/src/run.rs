@@ -34,6 +34,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
         lease: args.lease,
         max_outage: args.max_outage,
         max_pg_downtime: args.max_pg_downtime,
+        overlap: args.overlap,
     });
     // With --json, stdout carries the report alone.
     let say = |text: &str| {

@@ -34,6 +34,16 @@ impl FaultKind {
         FaultKind::BrokerDown,
     ];
 
+    /// What it hurts: faults of one lane never overlap; with `--overlap`, faults of different
+    /// lanes may.
+    pub(crate) fn lane(self) -> Lane {
+        match self {
+            FaultKind::Kill | FaultKind::Pause => Lane::Relays,
+            FaultKind::PgRestart => Lane::Database,
+            FaultKind::BrokerStall | FaultKind::BrokerDown => Lane::Broker,
+        }
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -43,6 +53,18 @@ impl FaultKind {
             FaultKind::BrokerDown => "broker-down",
         }
     }
+}
+
+/// The three things faults hurt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Lane {
+    Relays,
+    Database,
+    Broker,
+}
+
+impl Lane {
+    const ALL: [Lane; 3] = [Lane::Relays, Lane::Database, Lane::Broker];
 }
 
 /// One fault of the schedule.
@@ -101,53 +123,53 @@ pub(crate) struct ScheduleParams {
     pub(crate) lease: Duration,
     pub(crate) max_outage: Duration,
     pub(crate) max_pg_downtime: Duration,
+    /// Let faults of different lanes overlap (a relay killed while PostgreSQL is down, say).
+    pub(crate) overlap: bool,
 }
 
-/// The faults of a run, one after the other (they never overlap, so each one's effect on
-/// duplicates can be bounded on its own).
+/// The faults of a run, in order of their start. Faults of one lane never overlap; without
+/// `overlap`, no two faults do.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Schedule {
     pub(crate) faults: Vec<Fault>,
+    /// Faults of different lanes may overlap.
+    pub(crate) overlap: bool,
 }
 
 impl Schedule {
     /// Draws the schedule. The stream of random numbers is ChaCha8 seeded with `seed` alone, so
-    /// a seed gives the same schedule on every machine and after a `rand` upgrade.
+    /// a seed gives the same schedule on every machine and after a `rand` upgrade. With
+    /// `overlap`, each lane draws its own faults from a stream of its own, as often as its
+    /// share of the kinds, so the run holds as many faults as without.
     pub(crate) fn generate(p: &ScheduleParams) -> Schedule {
-        let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
-        let mut faults = Vec::new();
-        if p.kinds.is_empty() {
-            return Schedule { faults };
-        }
-        // The relays start and the first events flow before the first fault.
-        let mut at = p.duration.min(Duration::from_secs(5)).min(p.duration / 10);
-        loop {
-            let kind = p.kinds[rng.random_range(0..p.kinds.len())];
-            let relay = rng.random_range(0..p.relays);
-            let immediate = rng.random_bool(0.5);
-            let hold = match kind {
-                FaultKind::Kill => between(&mut rng, Duration::ZERO, Duration::from_secs(2)),
-                // Past the lease, so other relays take the paused relay's events over.
-                FaultKind::Pause => between(&mut rng, p.lease * 3 / 2, p.lease * 3),
-                FaultKind::PgRestart => between(&mut rng, Duration::ZERO, p.max_pg_downtime),
-                FaultKind::BrokerStall | FaultKind::BrokerDown => {
-                    between(&mut rng, Duration::from_millis(500), p.max_outage)
-                }
+        if !p.overlap {
+            let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
+            return Schedule {
+                faults: draw(&mut rng, p, &p.kinds, p.gap),
+                overlap: false,
             };
-            let gap = between(&mut rng, p.gap / 2, p.gap * 3 / 2);
-            if at + hold > p.duration {
-                break;
-            }
-            faults.push(Fault {
-                at,
-                kind,
-                relay,
-                hold,
-                immediate,
-            });
-            at += hold + gap.max(Duration::from_millis(100));
         }
-        Schedule { faults }
+        let mut faults = Vec::new();
+        for (i, lane) in Lane::ALL.into_iter().enumerate() {
+            let kinds: Vec<FaultKind> = p
+                .kinds
+                .iter()
+                .copied()
+                .filter(|k| k.lane() == lane)
+                .collect();
+            if kinds.is_empty() {
+                continue;
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(p.seed ^ (0x5eed_0000 + i as u64));
+            // A lane with a third of the kinds has a third of the faults.
+            let gap = p.gap * p.kinds.len() as u32 / kinds.len() as u32;
+            faults.extend(draw(&mut rng, p, &kinds, gap));
+        }
+        faults.sort_by_key(|f| f.at);
+        Schedule {
+            faults,
+            overlap: true,
+        }
     }
 
     /// A short fingerprint of the schedule, to see at a glance that two runs replayed the same
@@ -168,6 +190,48 @@ impl Schedule {
     pub(crate) fn count(&self, kind: FaultKind) -> usize {
         self.faults.iter().filter(|f| f.kind == kind).count()
     }
+}
+
+/// One sequence of faults drawn from `kinds`, each after the previous one ended and a gap.
+fn draw(
+    rng: &mut ChaCha8Rng,
+    p: &ScheduleParams,
+    kinds: &[FaultKind],
+    gap: Duration,
+) -> Vec<Fault> {
+    let mut faults = Vec::new();
+    if kinds.is_empty() {
+        return faults;
+    }
+    // The relays start and the first events flow before the first fault.
+    let mut at = p.duration.min(Duration::from_secs(5)).min(p.duration / 10);
+    loop {
+        let kind = kinds[rng.random_range(0..kinds.len())];
+        let relay = rng.random_range(0..p.relays);
+        let immediate = rng.random_bool(0.5);
+        let hold = match kind {
+            FaultKind::Kill => between(rng, Duration::ZERO, Duration::from_secs(2)),
+            // Past the lease, so other relays take the paused relay's events over.
+            FaultKind::Pause => between(rng, p.lease * 3 / 2, p.lease * 3),
+            FaultKind::PgRestart => between(rng, Duration::ZERO, p.max_pg_downtime),
+            FaultKind::BrokerStall | FaultKind::BrokerDown => {
+                between(rng, Duration::from_millis(500), p.max_outage)
+            }
+        };
+        let gap = between(rng, gap / 2, gap * 3 / 2);
+        if at + hold > p.duration {
+            break;
+        }
+        faults.push(Fault {
+            at,
+            kind,
+            relay,
+            hold,
+            immediate,
+        });
+        at += hold + gap.max(Duration::from_millis(100));
+    }
+    faults
 }
 
 /// A duration drawn uniformly from `low..=high`, to the millisecond.
@@ -191,6 +255,7 @@ mod tests {
             lease: Duration::from_secs(3),
             max_outage: Duration::from_secs(8),
             max_pg_downtime: Duration::from_secs(3),
+            overlap: false,
         }
     }
 
@@ -229,6 +294,28 @@ mod tests {
                 free_at = f.at + f.hold;
             }
         }
+    }
+
+    #[test]
+    fn overlapping_faults_overlap_only_across_lanes() {
+        let mut p = params(3);
+        p.overlap = true;
+        let s = Schedule::generate(&p);
+        assert_eq!(s.faults, Schedule::generate(&p).faults, "replayable");
+        let mut overlaps = 0;
+        for (i, a) in s.faults.iter().enumerate() {
+            for b in &s.faults[i + 1..] {
+                if b.at < a.at + a.hold {
+                    assert_ne!(
+                        a.kind.lane(),
+                        b.kind.lane(),
+                        "{a} and {b} overlap in one lane"
+                    );
+                    overlaps += 1;
+                }
+            }
+        }
+        assert!(overlaps > 0, "two minutes of three lanes overlap somewhere");
     }
 
     #[test]
