@@ -14,7 +14,7 @@ mod scratch;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use postbox::{Outbox, RelayConfig};
+use postbox::RelayConfig;
 
 pub use report::{
     BenchReport, DrainRun, EnqueueOverhead, LatencyRun, Percentiles, Soak, Throughput,
@@ -188,18 +188,20 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         .max()
         .unwrap_or(1);
     let db = scratch.open(max_parallel as u32 + 2).await?;
-    let outbox = Outbox::new();
-    let config = RelayConfig {
-        batch_size: opts.batch_size,
-        poll_interval: Duration::from_millis(50),
-        vacuum_threshold: opts.vacuum_threshold,
-        ..RelayConfig::default()
-    };
+    let outbox = db.store().outbox();
+    let config = RelayConfig::default()
+        .batch_size(opts.batch_size)
+        .poll_interval(Duration::from_millis(50))
+        .vacuum_threshold(opts.vacuum_threshold);
 
     let mut enqueue = Vec::new();
     // A business transaction has at least its one business row.
     let statements = opts.business_statements.max(1);
-    let notify_each = Outbox::builder().notify_interval(Duration::ZERO).build();
+    let notify_each = db
+        .store()
+        .outbox_builder()
+        .notify_interval(Duration::ZERO)
+        .build();
     for &producers in &opts.producers {
         let mut variants = vec![
             ("no event", Extra::Nothing),
@@ -270,22 +272,18 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
             (
                 "NOTIFY each commit".to_owned(),
                 notify_each.clone(),
-                RelayConfig {
-                    busy_period: Duration::ZERO,
-                    ..config.clone()
-                },
+                config.clone().busy_period(Duration::ZERO),
             ),
             (
                 format!("poll every {}", human(opts.poll_interval)),
-                Outbox::builder().notify(false).build(),
-                RelayConfig {
-                    notifications: false,
-                    busy_period: Duration::ZERO,
-                    poll_interval: opts.poll_interval,
+                db.store().outbox_builder().notify(false).build(),
+                config
+                    .clone()
+                    .notifications(false)
+                    .busy_period(Duration::ZERO)
+                    .poll_interval(opts.poll_interval)
                     // Unused without busy polling, but it may not exceed `poll_interval`.
-                    busy_poll_interval: config.busy_poll_interval.min(opts.poll_interval),
-                    ..config.clone()
-                },
+                    .busy_poll_interval(config.busy_poll_interval.min(opts.poll_interval)),
             ),
         ];
         for (mode, producer, relay_config) in runs {

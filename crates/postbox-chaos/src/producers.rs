@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use postbox::{Enqueued, Event, Outbox};
+use postbox::{Enqueued, Event, Outbox, PgStore, Store};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sqlx::{PgPool, Postgres, Transaction};
@@ -84,8 +84,9 @@ pub(crate) async fn run(pool: PgPool, params: ProducerParams) -> anyhow::Result<
     let committed = Arc::new(AtomicU64::new(0));
     let reserved = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    // One `Outbox` for all producers: its NOTIFY debounce is shared, as in a service.
-    let outbox = Outbox::new();
+    // One `Outbox` for all producers: its NOTIFY debounce is shared, as in a service. The store
+    // hands it out, so events go to the table the relays read.
+    let outbox = PgStore::new(pool.clone()).outbox();
     let mut tasks = Vec::new();
     for index in 0..params.producers {
         tasks.push(tokio::spawn(produce(
@@ -290,7 +291,7 @@ async fn write(
                 match result {
                     Enqueued::Inserted(id) => ids.push(id),
                     // Every marker is new: a duplicate would be a wrong idempotency verdict.
-                    Enqueued::Duplicate => bail!("enqueue of {marker} answered Duplicate"),
+                    other => bail!("enqueue of {marker} answered {other:?}"),
                 }
             }
         }

@@ -44,31 +44,31 @@ impl Location {
             return Ok(Location::sqlite_file(DEFAULT_SQLITE_FILE));
         };
         let raw = url.expose().trim();
-        let lower = raw.to_ascii_lowercase();
-        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
-            let options = PgConnectOptions::from_str(raw)
-                .with_context(|| format!("{url} is not a valid PostgreSQL URL"))?;
-            return Ok(Location::Postgres(Box::new(options)));
+        // The library's rule for what a URL names, so that the binary and a service agree.
+        let kind = postbox::DatabaseKind::of(raw).map_err(|_| {
+            anyhow::anyhow!(
+                "{url:?} is neither a PostgreSQL URL (postgres://… or postgresql://…) nor SQLite \
+                 (sqlite:… or a file path ending in .db)"
+            )
+        })?;
+        match kind {
+            postbox::DatabaseKind::Postgres => {
+                let options = PgConnectOptions::from_str(raw)
+                    .with_context(|| format!("{url} is not a valid PostgreSQL URL"))?;
+                Ok(Location::Postgres(Box::new(options)))
+            }
+            _ if raw.to_ascii_lowercase().starts_with("sqlite:") => {
+                let lower = raw.to_ascii_lowercase();
+                let options = SqliteConnectOptions::from_str(raw)
+                    .with_context(|| format!("{url} is not a valid SQLite URL"))?;
+                let memory = lower.contains(":memory:") || lower.contains("mode=memory");
+                Ok(Location::Sqlite {
+                    url: raw.to_owned(),
+                    file: (!memory).then(|| options.get_filename().to_owned()),
+                })
+            }
+            _ => Ok(Location::sqlite_file(raw)),
         }
-        if lower.starts_with("sqlite:") {
-            let options = SqliteConnectOptions::from_str(raw)
-                .with_context(|| format!("{url} is not a valid SQLite URL"))?;
-            let memory = lower.contains(":memory:") || lower.contains("mode=memory");
-            return Ok(Location::Sqlite {
-                url: raw.to_owned(),
-                file: (!memory).then(|| options.get_filename().to_owned()),
-            });
-        }
-        if [".db", ".sqlite", ".sqlite3"]
-            .iter()
-            .any(|ext| lower.ends_with(ext))
-        {
-            return Ok(Location::sqlite_file(raw));
-        }
-        bail!(
-            "{url:?} is neither a PostgreSQL URL (postgres://… or postgresql://…) nor SQLite \
-             (sqlite:… or a file path ending in .db)"
-        )
     }
 
     /// An SQLite database file at `path`.

@@ -32,8 +32,28 @@ fn main() -> ExitCode {
 }
 
 /// An error with its causes, `: `-separated, leaving out a cause whose text an outer message
-/// already repeats (sqlx and figment often include their source in their own message).
+/// already repeats (sqlx and figment often include their source in their own message), and
+/// ending in what to do about it with this command line, where the library's error says what
+/// is wrong without naming commands.
 fn describe(error: &anyhow::Error) -> String {
+    let mut text = causes(error);
+    let hint = error
+        .chain()
+        .find_map(|cause| match cause.downcast_ref::<postbox::Error>()? {
+            postbox::Error::NotMigrated { .. } => Some("run `postbox migrate`".to_owned()),
+            postbox::Error::UnknownTenant(id) => {
+                Some(format!("add it with `postbox tenants add {id}`"))
+            }
+            _ => None,
+        });
+    if let Some(hint) = hint {
+        text.push_str("; ");
+        text.push_str(&hint);
+    }
+    text
+}
+
+fn causes(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain() {
         let cause = cause.to_string();

@@ -11,7 +11,10 @@ use serde::Deserialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
+use std::sync::Arc;
+
+use crate::config::SinkSettings;
+use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -25,7 +28,7 @@ use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 /// })).unwrap();
 /// assert!(config.mandatory);
 /// ```
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AmqpConfig {
@@ -117,7 +120,7 @@ pub struct AmqpSink {
 impl std::fmt::Debug for AmqpSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpSink")
-            .field("url", &crate::error::redact(&self.config.url))
+            .field("url", &postbox::redact::redact(&self.config.url))
             .field("exchange", &self.config.exchange)
             .field("routing_key", &self.config.routing_key)
             .finish_non_exhaustive()
@@ -136,7 +139,7 @@ impl AmqpSink {
     pub async fn connect(config: AmqpConfig) -> Result<AmqpSink> {
         let exchange = ShortString::try_new(config.exchange.clone())
             .map_err(|e| Error::config("exchange", e.to_string()))?;
-        let address = crate::error::redact(&config.url);
+        let address = postbox::redact::redact(&config.url);
         let link = tokio::time::timeout(config.connect_timeout, open(&config))
             .await
             .map_err(|_| {
@@ -157,7 +160,7 @@ impl AmqpSink {
     /// The current channel, reopening the channel or the connection when broken; retries until
     /// `deadline`.
     async fn channel(&self, deadline: Instant) -> Result<Channel, PublishError> {
-        let mut backoff = Backoff::new(Duration::from_millis(50), self.config.reconnect_max_delay);
+        let mut backoff = crate::reconnect_backoff(self.config.reconnect_max_delay).attempts();
         let mut link = self.link.lock().await;
         loop {
             let error = match link.as_ref() {
@@ -248,7 +251,7 @@ impl AmqpSink {
             mandatory: self.config.mandatory,
             immediate: false,
         };
-        let mut backoff = Backoff::new(Duration::from_millis(50), self.config.reconnect_max_delay);
+        let mut backoff = crate::reconnect_backoff(self.config.reconnect_max_delay).attempts();
         loop {
             let channel = self.channel(deadline).await?;
             let sent = channel
@@ -365,4 +368,50 @@ async fn confirm_channel(connection: &Connection) -> Result<Channel, lapin::Erro
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
     Ok(channel)
+}
+
+impl std::fmt::Debug for AmqpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpConfig")
+            .field("url", &postbox::redact::redact(&self.url))
+            .field("exchange", &self.exchange)
+            .field("routing_key", &self.routing_key)
+            .field("mandatory", &self.mandatory)
+            .field("connection_name", &self.connection_name)
+            .field("publish_timeout", &self.publish_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl SinkSettings for AmqpConfig {
+    const DESTINATION_KEY: Option<&'static str> = Some("routing_key");
+    const DESTINATION_NAME: &'static str = "routing key";
+    const EXAMPLE_DESTINATION: &'static str = "{aggregate_type}.{event_type}";
+
+    fn address(&self) -> String {
+        self.url.clone()
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        self.routing_key.as_ref()
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        Some(self.publish_timeout)
+    }
+
+    fn set_publish_timeout(&mut self, timeout: Duration) {
+        self.publish_timeout = timeout;
+    }
+
+    fn reconnect_max_delay(&self) -> Option<Duration> {
+        Some(self.reconnect_max_delay)
+    }
+
+    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(Arc::new(AmqpSink::connect(self.clone()).await?))
+    }
 }

@@ -22,11 +22,20 @@ pub enum Error {
         /// What is wrong and what to write instead.
         reason: String,
     },
+    /// A sink of a routing configuration could not be opened; `sink` names its table.
+    #[error("cannot start sink `sinks.{sink}`: {source}")]
+    Open {
+        /// The sink's name.
+        sink: String,
+        /// Why it could not be opened.
+        #[source]
+        source: Box<Error>,
+    },
     /// The broker could not be reached, or refused the connection, when the sink was built.
     ///
     /// A sink that is running reconnects by itself; only the first connection is checked here,
     /// so that a wrong address or password shows at start-up.
-    #[error("cannot connect to {broker} at {address}: {source}")]
+    #[error("cannot connect to {broker} at {address}: {}", postbox::redact::redact(&.source.to_string()))]
     Connect {
         /// The kind of broker, e.g. `NATS`.
         broker: &'static str,
@@ -63,37 +72,3 @@ impl Error {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Removes the password from a URL-like address, for messages and logs.
-pub(crate) fn redact(address: &str) -> String {
-    if let Some(scheme_end) = address.find("://") {
-        let rest = &address[scheme_end + 3..];
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        if let Some(at) = rest[..authority_end].rfind('@') {
-            let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            return format!(
-                "{}://{}:***@{}",
-                &address[..scheme_end],
-                user,
-                &rest[at + 1..]
-            );
-        }
-    }
-    address.to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redact_hides_passwords_only() {
-        assert_eq!(
-            redact("amqp://guest:secret@127.0.0.1:5672/%2f"),
-            "amqp://guest:***@127.0.0.1:5672/%2f"
-        );
-        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(redact("127.0.0.1:4222"), "127.0.0.1:4222");
-    }
-}

@@ -35,12 +35,10 @@ pub const CREATED_AT: &str = "postbox-created-at";
 ///
 /// ```
 /// # fn event() -> postbox::OutboxEvent {
-/// #     serde_json::from_value(serde_json::json!({
-/// #         "id": 7, "tenant": null, "event_type": "InvoiceCreated",
-/// #         "aggregate_type": "Invoice", "aggregate_id": "456", "idempotency_key": null,
-/// #         "payload": {}, "headers": {}, "event_class": null, "schema_version": 1,
-/// #         "retry_count": 0, "max_retries": 5, "created_at": "2026-04-24T10:00:00Z"
-/// #     })).unwrap()
+/// #     let mut e = postbox::OutboxEvent::new(7, "InvoiceCreated", &serde_json::json!({})).unwrap();
+/// #     e.aggregate_type = Some("Invoice".into());
+/// #     e.aggregate_id = Some("456".into());
+/// #     e
 /// # }
 /// use postbox_sinks::headers;
 ///
@@ -62,7 +60,7 @@ pub fn metadata(event: &OutboxEvent) -> BTreeMap<&'static str, String> {
     }
     out.insert(SCHEMA_VERSION, event.schema_version.to_string());
     if let Some(v) = &event.tenant {
-        out.insert(TENANT, v.clone());
+        out.insert(TENANT, v.to_string());
     }
     if let Some(v) = &event.event_class {
         out.insert(EVENT_CLASS, v.clone());
@@ -81,13 +79,11 @@ pub fn metadata(event: &OutboxEvent) -> BTreeMap<&'static str, String> {
 ///
 /// ```
 /// # fn event() -> postbox::OutboxEvent {
-/// #     serde_json::from_value(serde_json::json!({
-/// #         "id": 7, "tenant": null, "event_type": "InvoiceCreated",
-/// #         "aggregate_type": "Invoice", "aggregate_id": "456", "idempotency_key": null,
-/// #         "payload": {}, "event_class": null, "schema_version": 1,
-/// #         "headers": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-/// #         "retry_count": 0, "max_retries": 5, "created_at": "2026-04-24T10:00:00Z"
-/// #     })).unwrap()
+/// #     let mut e = postbox::OutboxEvent::new(7, "InvoiceCreated", &serde_json::json!({})).unwrap();
+/// #     e.aggregate_type = Some("Invoice".into());
+/// #     e.aggregate_id = Some("456".into());
+/// #     e.headers.insert("traceparent".into(), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
+/// #     e
 /// # }
 /// let all = postbox_sinks::headers::all(&event());
 /// assert!(all.iter().any(|(name, _)| name == "traceparent"));

@@ -13,6 +13,12 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use serde::Deserialize;
 
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::config::SinkSettings;
+use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -29,7 +35,7 @@ const FIXED: [(&str, &str); 2] = [("acks", "all"), ("enable.idempotence", "true"
 /// })).unwrap();
 /// assert_eq!(config.properties["compression.type"], "lz4");
 /// ```
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct KafkaConfig {
@@ -263,6 +269,92 @@ fn classify(topic: &str, err: &KafkaError) -> PublishError {
         )),
         _ => PublishError::retryable(format!("Kafka: topic {topic:?}: {err}")),
     }
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("topic", &self.topic)
+            .field("client_id", &self.client_id)
+            .field("properties", &crate::config::debug_map(&self.properties))
+            .field("publish_timeout", &self.publish_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+/// Kafka's bootstrap servers when no URL is given.
+pub const DEFAULT_SERVERS: &str = "127.0.0.1:9092";
+
+#[async_trait]
+impl SinkSettings for KafkaConfig {
+    const DESTINATION_KEY: Option<&'static str> = Some("topic");
+
+    /// `url` (`kafka://host:port,host:port` or `host:port,…`) is `bootstrap_servers`; without
+    /// either, the broker on 127.0.0.1.
+    fn read_url(table: &mut Map<String, Value>) -> std::result::Result<(), String> {
+        match (table.remove("url"), table.contains_key("bootstrap_servers")) {
+            (Some(_), true) => Err("give `url` or `bootstrap_servers`, not both".into()),
+            (Some(url), false) => {
+                let url = url.as_str().ok_or("`url` must be a string")?;
+                table.insert("bootstrap_servers".into(), kafka_servers(url)?.into());
+                Ok(())
+            }
+            (None, true) => Ok(()),
+            (None, false) => {
+                table.insert("bootstrap_servers".into(), DEFAULT_SERVERS.into());
+                Ok(())
+            }
+        }
+    }
+
+    fn address(&self) -> String {
+        self.bootstrap_servers.clone()
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        self.topic.as_ref()
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        Some(self.publish_timeout)
+    }
+
+    fn set_publish_timeout(&mut self, timeout: Duration) {
+        self.publish_timeout = timeout;
+    }
+
+    fn reconnect_max_delay(&self) -> Option<Duration> {
+        Some(crate::defaults::reconnect_max_delay())
+    }
+
+    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(Arc::new(KafkaSink::connect(self.clone()).await?))
+    }
+}
+
+/// Kafka bootstrap servers from `kafka://host:port,host:port` or a plain `host:port` list.
+pub fn kafka_servers(url: &str) -> Result<String, String> {
+    let mut servers = Vec::new();
+    for entry in url.split(',') {
+        let entry = entry.trim();
+        let entry = entry.strip_prefix("kafka://").unwrap_or(entry);
+        let entry = entry.strip_suffix('/').unwrap_or(entry);
+        if entry.contains("://") {
+            return Err(format!(
+                "{url:?}: Kafka bootstrap servers are written kafka://host:port,host:port or \
+                 host:port,host:port (TLS and SASL go in the [sinks.NAME] table's properties)"
+            ));
+        }
+        if entry.is_empty() || entry.contains(['/', '@', ' ']) {
+            return Err(format!(
+                "{url:?} is not a list of Kafka servers; write kafka://host:port,host:port"
+            ));
+        }
+        servers.push(entry);
+    }
+    Ok(servers.join(","))
 }
 
 #[cfg(test)]

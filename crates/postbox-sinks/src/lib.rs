@@ -12,8 +12,8 @@
 //! | `webhook` | [`WebhookSink`] (HTTP) | the endpoint answers 2xx |
 //!
 //! `publish` returns `Ok` only once the broker acknowledged the event; the relay then marks it
-//! `PROCESSED`. Every error is classed [`PublishError::Retryable`](postbox::PublishError) or
-//! [`PublishError::Permanent`](postbox::PublishError), every publish is bounded by the sink's
+//! `PROCESSED`. Every error is classed retryable or permanent
+//! ([`PublishError`](postbox::PublishError)) and keeps its cause, every publish is bounded by the sink's
 //! `publish_timeout` (default 5 s, shorter than the relay's lease), and every sink reconnects by
 //! itself when its broker comes back: a publish made while the broker is away waits for it up to
 //! `publish_timeout`, then fails as retryable.
@@ -42,10 +42,14 @@
 //! # let _ = sink; Ok(()) }
 //! ```
 
+pub mod config;
 mod error;
 mod glob;
 pub mod headers;
+mod open;
 mod router;
+mod routing;
+pub mod stdout;
 mod template;
 
 #[cfg(feature = "amqp")]
@@ -61,12 +65,12 @@ pub mod redis_streams;
 #[cfg(feature = "webhook")]
 pub mod webhook;
 
-#[allow(dead_code, reason = "used only by some sink features")]
-mod backoff;
-
+pub use config::{ConfigError, Secret, SingleSink, SinkConfig, SinkKind, SinkSettings};
 pub use error::{BoxError, Error, Result};
 pub use glob::{Glob, GlobError};
+pub use open::{OwnDestination, Reconnecting, Shared};
 pub use router::{RoutableSink, Route, Router, Unmatched};
+pub use routing::{Opened, RouteConfig, Routes, RoutingConfig, SinkSetup};
 pub use template::{RenderError, Template, TemplateError};
 
 #[cfg(feature = "amqp")]
@@ -81,6 +85,13 @@ pub use nats::{NatsConfig, NatsSink};
 pub use redis_streams::{RedisConfig, RedisSink};
 #[cfg(feature = "webhook")]
 pub use webhook::{WebhookConfig, WebhookSink};
+
+/// The waits between a sink's reconnection attempts: from 100 ms, doubling up to `max` (the
+/// sink's `reconnect_max_delay`).
+#[allow(dead_code, reason = "used only by some sink features")]
+pub(crate) fn reconnect_backoff(max: std::time::Duration) -> postbox::Backoff {
+    postbox::Backoff::new(std::time::Duration::from_millis(100), max)
+}
 
 /// Defaults shared by every sink's configuration.
 #[allow(dead_code, reason = "used only by some sink features")]
@@ -110,32 +121,19 @@ pub(crate) mod defaults {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, reason = "test fixture")]
 pub(crate) mod test_event {
-    use std::collections::BTreeMap;
-
-    use chrono::{TimeZone, Utc};
     use postbox::OutboxEvent;
 
     /// An `InvoiceCreated` event, optionally with aggregate `Invoice`/`456` and a tenant.
     pub(crate) fn event(id: i64, aggregate: bool, tenant: Option<&str>) -> OutboxEvent {
-        OutboxEvent {
-            id,
-            tenant: tenant.map(str::to_owned),
-            event_type: "InvoiceCreated".into(),
-            aggregate_type: aggregate.then(|| "Invoice".to_owned()),
-            aggregate_id: aggregate.then(|| "456".to_owned()),
-            idempotency_key: None,
-            payload: serde_json::value::to_raw_value(&serde_json::json!({"amount_cents": 1200}))
-                .unwrap(),
-            headers: BTreeMap::new(),
-            event_class: None,
-            schema_version: 1,
-            retry_count: 0,
-            max_retries: 5,
-            created_at: Utc.with_ymd_and_hms(2026, 4, 24, 10, 0, 0).unwrap(),
-            claim_token: uuid::Uuid::nil(),
+        let mut e = postbox_testkit::event(id);
+        if aggregate {
+            e = e.aggregate("Invoice", "456");
         }
+        if let Some(t) = tenant {
+            e = e.tenant(t);
+        }
+        e.build()
     }
 }
 

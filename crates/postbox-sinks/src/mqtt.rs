@@ -25,7 +25,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
+use serde_json::{Map, Value};
+
+use crate::config::{Secret, SinkSettings, percent_decode};
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -63,7 +65,7 @@ pub struct MqttConfig {
     pub username: Option<String>,
     /// Password, with `username`. Default none.
     #[serde(default)]
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// Publish with the retain flag. Default `false`.
     #[serde(default)]
     pub retain: bool,
@@ -137,7 +139,13 @@ impl MqttConfig {
             .set_outgoing_inflight_upper_limit(self.max_inflight);
         match (&self.username, &self.password) {
             (Some(user), password) => {
-                options.set_credentials(user.clone(), password.clone().unwrap_or_default());
+                options.set_credentials(
+                    user.clone(),
+                    password
+                        .as_ref()
+                        .map(|p| p.expose().to_owned())
+                        .unwrap_or_default(),
+                );
             }
             (None, Some(_)) => {
                 return Err(Error::config("password", "give `username` with `password`"));
@@ -279,7 +287,7 @@ impl MqttSink {
             connected,
         });
         let (first_tx, first_rx) = oneshot::channel();
-        let backoff = Backoff::new(Duration::from_millis(50), config.reconnect_max_delay);
+        let backoff = crate::reconnect_backoff(config.reconnect_max_delay).attempts();
         let driver = tokio::spawn(drive(shared.clone(), options, backoff, first_tx));
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let dispatcher = tokio::spawn(dispatch(shared.clone(), requests_rx));
@@ -437,7 +445,7 @@ async fn dispatch(shared: Arc<Shared>, mut requests: mpsc::UnboundedReceiver<Req
 async fn drive(
     shared: Arc<Shared>,
     options: MqttOptions,
-    mut backoff: Backoff,
+    mut backoff: postbox::backoff::Attempts,
     first: oneshot::Sender<Result<(), String>>,
 ) {
     let mut first = Some(first);
@@ -530,6 +538,139 @@ fn estimated_size(request: &Request) -> usize {
         .map(|(k, v)| k.len() + v.len() + 5)
         .sum();
     request.payload.len() + request.topic.len() + properties + 64
+}
+
+#[async_trait]
+impl SinkSettings for MqttConfig {
+    const DESTINATION_KEY: Option<&'static str> = Some("topic");
+    const EXAMPLE_DESTINATION: &'static str = "billing/{aggregate_type}/{event_type}";
+
+    /// `url` (`mqtt://[user[:password]@]host[:port]`) gives `host`, `port` and the credentials.
+    fn read_url(table: &mut Map<String, Value>) -> std::result::Result<(), String> {
+        let Some(url) = table.remove("url") else {
+            return Ok(());
+        };
+        let url = url.as_str().ok_or("`url` must be a string")?;
+        for key in ["host", "port"] {
+            if table.contains_key(key) {
+                return Err(format!("give `url` or `{key}`, not both"));
+            }
+        }
+        let address = MqttAddress::parse(url)?;
+        for (key, given) in [
+            ("username", &address.username),
+            ("password", &address.password),
+        ] {
+            if let Some(value) = given {
+                if table.contains_key(key) {
+                    return Err(format!(
+                        "`url` has a {key} and so has the table; give it once"
+                    ));
+                }
+                table.insert(key.into(), value.clone().into());
+            }
+        }
+        table.insert("host".into(), address.host.into());
+        table.insert("port".into(), address.port.into());
+        Ok(())
+    }
+
+    fn address(&self) -> String {
+        format!("mqtt://{}:{}", self.host, self.port)
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        self.topic.as_ref()
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        Some(self.publish_timeout)
+    }
+
+    fn set_publish_timeout(&mut self, timeout: Duration) {
+        self.publish_timeout = timeout;
+    }
+
+    fn reconnect_max_delay(&self) -> Option<Duration> {
+        Some(self.reconnect_max_delay)
+    }
+
+    async fn connect(&self, _: &crate::open::Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(Arc::new(MqttSink::connect(self.clone()).await?))
+    }
+}
+
+/// MQTT's port when the URL gives none.
+const MQTT_DEFAULT_PORT: u16 = 1883;
+
+/// An MQTT broker address: `mqtt://[user[:password]@]host[:port]` (also `tcp://`, or no scheme).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MqttAddress {
+    host: String,
+    port: u16,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+impl MqttAddress {
+    pub(crate) fn parse(url: &str) -> Result<MqttAddress, String> {
+        let shown = postbox::redact::redact(url);
+        let rest = match url.split_once("://") {
+            None => url,
+            Some(("mqtt" | "tcp", rest)) => rest,
+            Some((scheme, _)) => {
+                return Err(format!(
+                    "{shown:?}: scheme {scheme:?} is not supported; write mqtt://host:port (TLS \
+                     and WebSockets are not built in)"
+                ));
+            }
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains(['/', '?', '#']) {
+            return Err(format!(
+                "{shown:?} has a path; write mqtt://host:port (the topic goes in --topic)"
+            ));
+        }
+        let (userinfo, hostport) = match rest.rsplit_once('@') {
+            Some((userinfo, hostport)) => (Some(userinfo), hostport),
+            None => (None, rest),
+        };
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (host, after) = v6
+                .split_once(']')
+                .ok_or_else(|| format!("{shown:?}: unclosed `[` in the host"))?;
+            (host, after.strip_prefix(':'))
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (hostport, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(format!("{shown:?} has no host; write mqtt://host:port"));
+        }
+        let port = match port {
+            None => MQTT_DEFAULT_PORT,
+            Some(p) => p
+                .parse()
+                .map_err(|_| format!("{shown:?}: {p:?} is not a port"))?,
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(info) => match info.split_once(':') {
+                Some((user, password)) => {
+                    (Some(percent_decode(user)), Some(percent_decode(password)))
+                }
+                None => (Some(percent_decode(info)), None),
+            },
+        };
+        Ok(MqttAddress {
+            host: host.to_owned(),
+            port,
+            username,
+            password,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@ use postbox::{OutboxEvent, PublishError, Sink};
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use crate::config::{Secret, SinkSettings, percent_decode};
+use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -28,7 +30,7 @@ pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 /// })).unwrap();
 /// assert_eq!(config.publish_timeout, std::time::Duration::from_secs(5));
 /// ```
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct NatsConfig {
@@ -51,10 +53,10 @@ pub struct NatsConfig {
     pub user: Option<String>,
     /// Password, with `user`. Default none.
     #[serde(default)]
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// Authentication token. Default none.
     #[serde(default)]
-    pub token: Option<String>,
+    pub token: Option<Secret>,
     /// Require TLS. Default `false` (TLS is still used when the server asks for it).
     #[serde(default)]
     pub require_tls: bool,
@@ -126,7 +128,7 @@ impl NatsSink {
     /// Connects to the server(s) in `config.url`; fails if the first connection does not succeed
     /// within `connect_timeout`.
     pub async fn connect(config: NatsConfig) -> Result<NatsSink> {
-        let address = crate::error::redact(&config.url);
+        let address = postbox::redact::redact(&config.url);
         let servers: Vec<async_nats::ServerAddr> = config
             .url
             .split(',')
@@ -162,9 +164,9 @@ impl NatsSink {
             });
         match (&config.user, &config.password, &config.token) {
             (Some(user), Some(password), _) => {
-                options = options.user_and_password(user.clone(), password.clone());
+                options = options.user_and_password(user.clone(), password.expose().to_owned());
             }
-            (None, None, Some(token)) => options = options.token(token.clone()),
+            (None, None, Some(token)) => options = options.token(token.expose().to_owned()),
             (None, None, None) => {}
             _ => {
                 return Err(Error::config(
@@ -262,14 +264,14 @@ impl RoutableSink for NatsSink {
     }
 }
 
+/// The client's wait before its `attempts`-th reconnection: none before the first, then the
+/// sinks' reconnect backoff (100 ms, 200 ms, … up to `max`).
 fn reconnect_delay(attempts: usize, max: Duration) -> Duration {
     if attempts <= 1 {
         return Duration::ZERO;
     }
-    let exp = u32::try_from(attempts - 2).unwrap_or(u32::MAX).min(16);
-    Duration::from_millis(100)
-        .saturating_mul(2u32.saturating_pow(exp))
-        .min(max)
+    let n = u32::try_from(attempts - 2).unwrap_or(u32::MAX);
+    crate::reconnect_backoff(max).delay(n)
 }
 
 fn classify(subject: &str, err: &jetstream::context::PublishError) -> PublishError {
@@ -315,6 +317,110 @@ fn header_value(name: &str, value: &str) -> Result<HeaderValue, PublishError> {
             "NATS: the value of header {name:?} is not allowed ({e})"
         ))
     })
+}
+
+impl std::fmt::Debug for NatsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsConfig")
+            .field("url", &postbox::redact::redact(&self.url))
+            .field("subject", &self.subject)
+            .field("expected_stream", &self.expected_stream)
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .field("token", &self.token)
+            .field("require_tls", &self.require_tls)
+            .field("name", &self.name)
+            .field("publish_timeout", &self.publish_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl SinkSettings for NatsConfig {
+    const DESTINATION_KEY: Option<&'static str> = Some("subject");
+    const DESTINATION_NAME: &'static str = "subject";
+
+    fn settle(&mut self) -> std::result::Result<(), String> {
+        move_nats_credentials(self)
+    }
+
+    fn address(&self) -> String {
+        self.url.clone()
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        self.subject.as_ref()
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        Some(self.publish_timeout)
+    }
+
+    fn set_publish_timeout(&mut self, timeout: Duration) {
+        self.publish_timeout = timeout;
+    }
+
+    fn reconnect_max_delay(&self) -> Option<Duration> {
+        Some(self.reconnect_max_delay)
+    }
+
+    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(Arc::new(NatsSink::connect(self.clone()).await?))
+    }
+}
+
+/// Moves `user:password@` (or `token@`) out of NATS server URLs into the configuration's
+/// `user`/`password` (or `token`): the NATS client logs server addresses at debug level, and
+/// they must not carry a password.
+pub(crate) fn move_nats_credentials(config: &mut NatsConfig) -> Result<(), String> {
+    let mut found: Option<(String, Option<String>)> = None;
+    let mut servers = Vec::new();
+    for server in config.url.split(',') {
+        let server = server.trim();
+        let (scheme, rest) = server.split_once("://").unwrap_or(("", server));
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        let Some(at) = rest[..authority_end].rfind('@') else {
+            servers.push(server.to_owned());
+            continue;
+        };
+        let userinfo = &rest[..at];
+        let credentials = match userinfo.split_once(':') {
+            Some((user, password)) => (percent_decode(user), Some(percent_decode(password))),
+            None => (percent_decode(userinfo), None),
+        };
+        if found.as_ref().is_some_and(|f| *f != credentials) {
+            return Err(
+                "the NATS server URLs carry different credentials; give them once".to_owned(),
+            );
+        }
+        found = Some(credentials);
+        let bare = &rest[at + 1..];
+        servers.push(if scheme.is_empty() {
+            bare.to_owned()
+        } else {
+            format!("{scheme}://{bare}")
+        });
+    }
+    let Some((user, password)) = found else {
+        return Ok(());
+    };
+    if config.user.is_some() || config.password.is_some() || config.token.is_some() {
+        return Err(
+            "credentials are in `url` and in `user`/`password`/`token`; give them once".to_owned(),
+        );
+    }
+    match password {
+        Some(password) => {
+            config.user = Some(user);
+            config.password = Some(Secret::new(password));
+        }
+        // `nats://TOKEN@host`: a token alone.
+        None => config.token = Some(Secret::new(user)),
+    }
+    config.url = servers.join(",");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,10 @@ use postbox::{OutboxEvent, PublishError, Sink};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
+use std::sync::Arc;
+
+use crate::config::SinkSettings;
+use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -26,7 +29,7 @@ pub const PAYLOAD_FIELD: &str = "payload";
 /// })).unwrap();
 /// assert_eq!(config.maxlen, Some(100_000));
 /// ```
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RedisConfig {
@@ -102,7 +105,7 @@ pub struct RedisSink {
 impl std::fmt::Debug for RedisSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisSink")
-            .field("url", &crate::error::redact(&self.config.url))
+            .field("url", &postbox::redact::redact(&self.config.url))
             .field("stream", &self.config.stream)
             .finish_non_exhaustive()
     }
@@ -112,7 +115,7 @@ impl RedisSink {
     /// Connects to `config.url`; fails if the first connection does not succeed within
     /// `connect_timeout`.
     pub async fn connect(config: RedisConfig) -> Result<RedisSink> {
-        let address = crate::error::redact(&config.url);
+        let address = postbox::redact::redact(&config.url);
         let client = Client::open(config.url.as_str())
             .map_err(|e| Error::config("url", format!("{address:?}: {e}")))?;
         let manager_config = ConnectionManagerConfig::new()
@@ -159,7 +162,7 @@ impl RedisSink {
         key: &str,
         deadline: Instant,
     ) -> Result<(), PublishError> {
-        let mut backoff = Backoff::new(Duration::from_millis(50), self.config.reconnect_max_delay);
+        let mut backoff = crate::reconnect_backoff(self.config.reconnect_max_delay).attempts();
         loop {
             let mut connection = self.connection.clone();
             let error = match cmd.query_async::<Option<String>>(&mut connection).await {
@@ -225,5 +228,49 @@ fn classify(key: &str, e: &RedisError) -> PublishError {
              remove that key"
         )),
         _ => PublishError::retryable(format!("Redis: XADD to {key:?}: {e}")),
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &postbox::redact::redact(&self.url))
+            .field("stream", &self.stream)
+            .field("maxlen", &self.maxlen)
+            .field("publish_timeout", &self.publish_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl SinkSettings for RedisConfig {
+    const DESTINATION_KEY: Option<&'static str> = Some("stream");
+    const DESTINATION_NAME: &'static str = "stream key";
+    const EXAMPLE_DESTINATION: &'static str = "billing:{aggregate_type}";
+
+    fn address(&self) -> String {
+        self.url.clone()
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        self.stream.as_ref()
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        Some(self.publish_timeout)
+    }
+
+    fn set_publish_timeout(&mut self, timeout: Duration) {
+        self.publish_timeout = timeout;
+    }
+
+    fn reconnect_max_delay(&self) -> Option<Duration> {
+        Some(self.reconnect_max_delay)
+    }
+
+    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(Arc::new(RedisSink::connect(self.clone()).await?))
     }
 }

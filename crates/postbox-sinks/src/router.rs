@@ -147,7 +147,7 @@ impl Route {
                 "{} (sink {}, {:?})",
                 self.label,
                 self.sink_name,
-                crate::error::redact(d.as_str())
+                postbox::redact::redact(d.as_str())
             ),
             None => format!("{} (sink {})", self.label, self.sink_name),
         }
@@ -264,7 +264,7 @@ impl Sink for Router {
 
 /// The error of `route`, prefixed with which route it was.
 fn with_route(error: &PublishError, route: &Route) -> PublishError {
-    let message = format!("{}: {}", route.describe(), message_of(error));
+    let message = format!("{}: {}", route.describe(), error.message());
     if error.is_permanent() {
         PublishError::permanent(message)
     } else {
@@ -287,7 +287,7 @@ fn combine(routes: &[&Route], outcomes: Vec<Result<(), PublishError>>) -> Result
     let permanent = failed.iter().any(|(_, e)| e.is_permanent());
     let details: Vec<String> = failed
         .iter()
-        .map(|(route, e)| format!("{}: {}", route.describe(), message_of(e)))
+        .map(|(route, e)| format!("{}: {}", route.describe(), e.message()))
         .collect();
     let message = format!(
         "{} of {} routes failed (the others acknowledged; a retry sends to every route again): {}",
@@ -300,14 +300,6 @@ fn combine(routes: &[&Route], outcomes: Vec<Result<(), PublishError>>) -> Result
     } else {
         PublishError::retryable(message)
     })
-}
-
-/// The message of an error without the `permanent: ` prefix of its `Display`.
-fn message_of(error: &PublishError) -> String {
-    match error {
-        PublishError::Retryable(m) | PublishError::Permanent(m) => m.clone(),
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -217,12 +217,10 @@ impl Template {
     /// ```
     /// # use postbox_sinks::Template;
     /// # fn event() -> postbox::OutboxEvent {
-    /// #     serde_json::from_value(serde_json::json!({
-    /// #         "id": 7, "tenant": null, "event_type": "InvoiceCreated",
-    /// #         "aggregate_type": "Invoice", "aggregate_id": "456", "idempotency_key": null,
-    /// #         "payload": {}, "headers": {}, "event_class": null, "schema_version": 1,
-    /// #         "retry_count": 0, "max_retries": 5, "created_at": "2026-04-24T10:00:00Z"
-    /// #     })).unwrap()
+    /// #     let mut e = postbox::OutboxEvent::new(7, "InvoiceCreated", &serde_json::json!({})).unwrap();
+    /// #     e.aggregate_type = Some("Invoice".into());
+    /// #     e.aggregate_id = Some("456".into());
+    /// #     e
     /// # }
     /// let template: Template = "billing.{aggregate_type}.{event_type}".parse().unwrap();
     /// assert_eq!(template.render(&event()).unwrap(), "billing.Invoice.InvoiceCreated");

@@ -14,6 +14,10 @@ use serde_json::value::RawValue;
 use sha2::Sha256;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
+use crate::config::{Secret, SinkSettings};
+use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -49,7 +53,7 @@ pub struct WebhookConfig {
     /// Key of the HMAC-SHA256 signature over the body; without one, no signature header is sent.
     /// Default none.
     #[serde(default)]
-    pub secret: Option<String>,
+    pub secret: Option<Secret>,
     /// The header carrying the signature. Default `X-Postbox-Signature`.
     #[serde(default = "default_signature_header")]
     pub signature_header: String,
@@ -68,7 +72,7 @@ impl std::fmt::Debug for WebhookConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookConfig")
             .field("url", &self.url)
-            .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .field("secret", &self.secret)
             .field("signature_header", &self.signature_header)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("publish_timeout", &self.publish_timeout)
@@ -163,18 +167,26 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// The signature header's value for `body`: `sha256=` and the lower-case hex HMAC-SHA256 of the
-/// exact body bytes under `secret`. A receiver recomputes it and compares in constant time.
+/// The header carrying the time a request was signed, in whole seconds since the Unix epoch.
+pub const TIMESTAMP_HEADER: &str = "X-Postbox-Timestamp";
+
+/// The signature header's value for a request sent at `timestamp` (Unix seconds, as sent in
+/// [`TIMESTAMP_HEADER`]) with `body`: `sha256=` and the lower-case hex HMAC-SHA256, under
+/// `secret`, of the text `{timestamp}.{body}`. A receiver recomputes it over the timestamp
+/// header and the raw body, compares in constant time, and refuses a timestamp older than a few
+/// minutes: a captured request cannot be replayed later.
 ///
 /// ```
-/// let sig = postbox_sinks::webhook::sign(b"key", b"The quick brown fox jumps over the lazy dog");
-/// assert_eq!(sig, "sha256=f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8");
+/// let sig = postbox_sinks::webhook::sign(b"key", 1776988800, b"{}");
+/// assert_eq!(sig, "sha256=5c245ae4df3dea2ee7db25752a664fa2fa18e3d248a75810c859d6b4bf2773c4");
 /// ```
-pub fn sign(secret: &[u8], body: &[u8]) -> String {
+pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
     // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
     let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
         unreachable!("HMAC takes keys of any length")
     };
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
@@ -250,7 +262,7 @@ impl WebhookSink {
             client,
             url: config.url,
             fixed_url,
-            secret: config.secret.map(String::into_bytes),
+            secret: config.secret.map(|s| s.expose().as_bytes().to_vec()),
             signature_header,
             publish_timeout: config.publish_timeout,
         })
@@ -273,7 +285,22 @@ impl WebhookSink {
                     .ok_or_else(|| no_destination("webhook", "url"))?
             }
         };
-        let rendered = template.render_with(event, percent_encode)?;
+        // A value that is a dot segment (`.`, `..`, or one written with `%2e`) would send the
+        // request to another path: the event is refused, whatever else the URL holds.
+        let dot_segment = std::cell::Cell::new(None);
+        let rendered = template.render_with(event, |value, out| {
+            if is_dot_segment(value) {
+                dot_segment.set(Some(value.to_owned()));
+            }
+            percent_encode(value, out);
+        })?;
+        if let Some(value) = dot_segment.take() {
+            return Err(PublishError::permanent(format!(
+                "webhook: event {} has the value {value:?} in its URL template, a dot segment \
+                 that would send the request to another path; refused",
+                event.id
+            )));
+        }
         parse_url(&rendered).map_err(|e| PublishError::permanent(format!("webhook: {e}")))
     }
 
@@ -301,9 +328,13 @@ impl WebhookSink {
         })?;
         map.insert(IDEMPOTENCY_KEY_HEADER, dedup);
         if let Some(secret) = &self.secret {
-            let signature = HeaderValue::from_str(&sign(secret, body))
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let signature = HeaderValue::from_str(&sign(secret, now, body))
                 .map_err(|e| PublishError::retryable(format!("webhook: signature: {e}")))?;
             map.insert(self.signature_header.clone(), signature);
+            map.insert(TIMESTAMP_HEADER, HeaderValue::from(now));
         }
         Ok(map)
     }
@@ -452,6 +483,8 @@ async fn error_body(mut response: reqwest::Response) -> String {
     }
 }
 
+/// An error and its causes, `: `-separated, secrets hidden (the HTTP client names the URL,
+/// query and all).
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
@@ -460,12 +493,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         out.push_str(&s.to_string());
         source = s.source();
     }
-    out
+    postbox::redact::redact(&out)
 }
 
 /// Parses an endpoint URL; messages show it without its password.
 fn parse_url(text: &str) -> Result<Url, String> {
-    let shown = crate::error::redact(text);
+    let shown = postbox::redact::redact(text);
     let url = Url::parse(text).map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
     match url.scheme() {
         "http" | "https" => Ok(url),
@@ -478,7 +511,14 @@ fn redact_url(url: &Url) -> String {
     let mut shown = url.clone();
     let _ = shown.set_password(None);
     let _ = shown.set_username("");
-    shown.to_string()
+    // Secret query parameters (`?token=…`) too: messages end up in logs and `last_error`.
+    postbox::redact::redact(shown.as_str())
+}
+
+/// Whether `value`, percent-decoded, is `.` or `..`.
+fn is_dot_segment(value: &str) -> bool {
+    let decoded = value.to_ascii_lowercase().replace("%2e", ".");
+    decoded == "." || decoded == ".."
 }
 
 /// Percent-encodes everything but RFC 3986's unreserved characters.
@@ -492,6 +532,47 @@ fn percent_encode(value: &str, out: &mut String) {
             out.push(char::from(HEX[usize::from(b >> 4)]));
             out.push(char::from(HEX[usize::from(b & 0xf)]));
         }
+    }
+}
+
+#[async_trait]
+impl SinkSettings for WebhookConfig {
+    const DESTINATION_KEY: Option<&'static str> = Some("url");
+    const DESTINATION_NAME: &'static str = "URL";
+    const EXAMPLE_DESTINATION: &'static str = "https://hooks.example.com/{event_type}";
+
+    fn settle(&mut self) -> std::result::Result<(), String> {
+        match &self.url {
+            Some(url) => check_url(url).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    fn address(&self) -> String {
+        self.url
+            .as_ref()
+            .map_or_else(|| "(URL per route)".to_owned(), |u| u.as_str().to_owned())
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        self.url.as_ref()
+    }
+
+    fn check_destination(&self, destination: &Template) -> std::result::Result<(), String> {
+        check_url(destination).map_err(|e| format!("topic {:?}: {e}", destination.as_str()))
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        Some(self.publish_timeout)
+    }
+
+    fn set_publish_timeout(&mut self, timeout: Duration) {
+        self.publish_timeout = timeout;
+        self.connect_timeout = self.connect_timeout.min(timeout);
+    }
+
+    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(Arc::new(WebhookSink::new(self.clone())?))
     }
 }
 
@@ -587,5 +668,48 @@ mod tests {
     fn redacts_credentials() {
         let url = Url::parse("https://u:p@example.com/x").unwrap();
         assert_eq!(redact_url(&url), "https://example.com/x");
+        let url = Url::parse("https://example.com/x?token=s3cret&tenant=acme").unwrap();
+        assert_eq!(
+            redact_url(&url),
+            "https://example.com/x?token=***&tenant=acme"
+        );
+    }
+
+    #[tokio::test]
+    async fn dot_segments_in_the_url_are_refused_for_that_event() {
+        let sink = WebhookSink::new(WebhookConfig::new(
+            "https://hooks.example/customers/{aggregate_id}/events"
+                .parse()
+                .unwrap(),
+        ))
+        .unwrap();
+        for id in ["..", ".", "%2e%2E", ".%2e", "%2E."] {
+            let event = crate::test_event::event(7, false, None);
+            let mut event = event;
+            event.aggregate_id = Some(id.to_owned());
+            let err = sink.publish(&event).await.unwrap_err();
+            assert!(err.is_permanent(), "{id}: {err}");
+            assert!(err.to_string().contains("dot segment"), "{id}: {err}");
+        }
+        assert!(is_dot_segment(".."));
+        assert!(!is_dot_segment("..."));
+        assert!(!is_dot_segment("a.."));
+    }
+
+    #[tokio::test]
+    async fn a_secret_in_the_url_query_is_never_in_an_error() {
+        let mut config = WebhookConfig::new(
+            "http://127.0.0.1:1/in/{event_type}?token=s3cret-t0ken"
+                .parse()
+                .unwrap(),
+        );
+        config.publish_timeout = Duration::from_secs(1);
+        let sink = WebhookSink::new(config).unwrap();
+        let err = sink
+            .publish(&crate::test_event::event(7, false, None))
+            .await
+            .unwrap_err();
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+        assert!(err.to_string().contains("token=***"), "{err}");
     }
 }

@@ -5,7 +5,7 @@
 //! cargo run -p postbox --example quickstart
 //! ```
 
-use postbox::{DomainEvent, Event, Handlers, Outbox, Relay, RelayConfig, SqliteStore};
+use postbox::{DomainEvent, Event, Handlers, Relay, RelayConfig, SqliteStore, Store};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     // Producer: the business row and its event commit together, or not at all.
-    let outbox = Outbox::new();
+    let outbox = store.outbox(); // writes to the table this store's relays read
     let mut tx = pool.begin().await?;
     sqlx::query("INSERT INTO invoices (id, amount_cents) VALUES (456, 1200)")
         .execute(&mut *tx)

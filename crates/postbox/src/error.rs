@@ -44,12 +44,17 @@ pub enum Error {
         schema: String,
     },
 
-    /// A configuration value is out of range or inconsistent.
-    #[error("invalid configuration: {0}")]
-    InvalidConfig(String),
+    /// A configuration value is out of range or inconsistent with another.
+    #[error("invalid configuration: {field} {reason}")]
+    InvalidConfig {
+        /// The setting, by its configuration key (e.g. `publish_timeout`, `backoff_base`).
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// A tenant named in a call does not exist in the tenant registry.
-    #[error("tenant {0:?} is not registered; add it with `postbox tenants add {0}`")]
+    #[error("tenant {0:?} is not registered")]
     UnknownTenant(String),
 
     /// A tenant was added twice, or two tenants would share one schema.
@@ -60,17 +65,10 @@ pub enum Error {
     #[error("{0}")]
     Unsupported(&'static str),
 
-    /// A stored row could not be decoded (for example a payload that is not JSON).
-    #[error("stored event {id} cannot be read: {reason}")]
-    CorruptRow {
-        /// The event id.
-        id: i64,
-        /// What could not be decoded.
-        reason: String,
-    },
-
     /// The database's schema is older or newer than this version of Postbox expects.
-    #[error("the outbox tables in schema {schema:?} are not migrated; run `postbox migrate`")]
+    #[error(
+        "the outbox tables in schema {schema:?} are not migrated; run the migrations first (postbox::migrate)"
+    )]
     NotMigrated {
         /// The schema that lacks the outbox tables.
         schema: String,
@@ -103,8 +101,15 @@ impl Error {
             Error::NotMigrated { .. }
                 | Error::InvalidName { .. }
                 | Error::Unsupported(_)
-                | Error::InvalidConfig(_)
+                | Error::InvalidConfig { .. }
         )
+    }
+
+    pub(crate) fn invalid_config(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            field,
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn invalid_event(field: &'static str, reason: impl Into<String>) -> Self {

@@ -295,6 +295,7 @@ fn has_nul_escape(json: &str) -> bool {
 
 /// What [`crate::Outbox::enqueue`] did with an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Enqueued {
     /// The event was written with this id; it is published once the transaction commits.
     Inserted(i64),
@@ -314,12 +315,16 @@ impl Enqueued {
 
 /// An event as a relay hands it to a [`crate::Sink`]: a committed row of `outbox_events`, claimed
 /// by this relay.
+///
+/// Relays build them from claimed rows; [`OutboxEvent::new`] builds one by hand, to test a sink
+/// or a handler (`postbox-testkit` has a builder for every field).
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct OutboxEvent {
     /// The event id (the message id on the wire).
     pub id: i64,
     /// The tenant the event belongs to; `None` for the default schema.
-    pub tenant: Option<String>,
+    pub tenant: Option<crate::TenantId>,
     /// The event type, e.g. `InvoiceCreated`.
     pub event_type: String,
     /// The aggregate type, e.g. `Invoice`.
@@ -348,6 +353,35 @@ pub struct OutboxEvent {
 }
 
 impl OutboxEvent {
+    /// An event with id `id`, type `event_type` and `payload`, as if just enqueued: no aggregate,
+    /// key, tenant, class or headers, schema version 1, no failed tries, retry limit 5, created
+    /// now. Set the other fields directly.
+    ///
+    /// ```
+    /// let mut event = postbox::OutboxEvent::new(7, "InvoiceCreated", &serde_json::json!({"id": 7}))
+    ///     .unwrap();
+    /// event.aggregate_type = Some("Invoice".into());
+    /// assert_eq!(event.dedup_id(), "7");
+    /// ```
+    pub fn new(id: i64, event_type: impl Into<String>, payload: &impl Serialize) -> Result<Self> {
+        Ok(OutboxEvent {
+            id,
+            tenant: None,
+            event_type: event_type.into(),
+            aggregate_type: None,
+            aggregate_id: None,
+            idempotency_key: None,
+            payload: serde_json::value::to_raw_value(payload)?,
+            headers: BTreeMap::new(),
+            event_class: None,
+            schema_version: 1,
+            retry_count: 0,
+            max_retries: 5,
+            created_at: Utc::now(),
+            claim_token: Uuid::nil(),
+        })
+    }
+
     /// The id consumers use to drop repeats: the idempotency key, else the event id.
     pub fn dedup_id(&self) -> String {
         self.idempotency_key
@@ -358,21 +392,6 @@ impl OutboxEvent {
     /// Deserializes the payload into `T`.
     pub fn payload_as<T: DeserializeOwned>(&self) -> Result<T> {
         Ok(serde_json::from_str(self.payload.get())?)
-    }
-}
-
-/// Headers stored as a JSON object; non-string values (possible from plain-SQL producers) are
-/// kept as their JSON text.
-pub(crate) fn headers_from_json(value: serde_json::Value) -> BTreeMap<String, String> {
-    match value {
-        serde_json::Value::Object(map) => map
-            .into_iter()
-            .map(|(k, v)| match v {
-                serde_json::Value::String(s) => (k, s),
-                other => (k, other.to_string()),
-            })
-            .collect(),
-        _ => BTreeMap::new(),
     }
 }
 

@@ -25,7 +25,7 @@ type Handler =
 /// concurrently, each within the handler timeout (default 10 s). The event is published when all
 /// of them succeed; an error, a timeout or a panic in any of them is a failed try of the event,
 /// which is retried with backoff. An event that no handler matches fails permanently (it is
-/// `FAILED` at once, so nothing is dropped silently; `postbox retry` brings it back once a handler
+/// `FAILED` at once, so nothing is dropped silently; an operator's retry brings it back once a handler
 /// exists).
 ///
 /// ```
@@ -105,8 +105,8 @@ impl Handlers {
         })
     }
 
-    /// Registers an untyped handler for events of `event_type`. Returning a
-    /// [`PublishError::Permanent`] fails the event at once; any other error is retried.
+    /// Registers an untyped handler for events of `event_type`. Returning a permanent
+    /// [`PublishError`] fails the event at once; any other error is retried.
     pub fn on_type<F, Fut, Err>(mut self, event_type: &str, handler: F) -> Self
     where
         F: Fn(Arc<OutboxEvent>) -> Fut + Send + Sync + 'static,
@@ -137,7 +137,24 @@ impl Handlers {
 fn classify(error: HandlerError) -> PublishError {
     match error.downcast::<PublishError>() {
         Ok(p) => *p,
-        Err(other) => PublishError::retryable(other),
+        Err(other) => PublishError::retryable(&other).with_source(BoxedError(other)),
+    }
+}
+
+/// A handler's boxed error as a [`std::error::Error`] of its own, so that it can be kept as the
+/// source of a [`PublishError`] (a `Box<dyn Error>` is not itself an `Error`).
+#[derive(Debug)]
+struct BoxedError(HandlerError);
+
+impl std::fmt::Display for BoxedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BoxedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }
 

@@ -1,23 +1,31 @@
 #![doc = include_str!("../README.md")]
 
-mod enqueue;
+#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+compile_error!("Postbox needs a store: enable the `postgres` or the `sqlite` feature (or both)");
+
+pub mod backoff;
+mod connect;
 mod error;
 mod event;
 mod handlers;
 mod migrate;
+mod outbox;
+pub mod redact;
 mod relay;
 mod schema;
 mod sink;
 pub mod store;
 
-pub use enqueue::{
-    DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
-};
+pub use backoff::Backoff;
+pub use connect::{AnyStore, ConnectOptions, DatabaseKind, connect};
 pub use error::{Error, Result};
 pub use event::{DomainEvent, Enqueued, Event, OutboxEvent, daily_idempotency_key};
 pub use handlers::{HandlerError, Handlers};
 pub use migrate::migrate;
-pub use relay::{Relay, RelayConfig, RelayStats, RetryPolicy};
+pub use outbox::{
+    DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
+};
+pub use relay::{Relay, RelayConfig, RelayHandle, RelayStats};
 pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink};
 #[cfg(feature = "postgres")]

@@ -9,7 +9,7 @@ use crate::store::Store;
 ///
 /// ```no_run
 /// # async fn example() -> postbox::Result<()> {
-/// let store = postbox::SqliteStore::open("postbox.db").await?;
+/// let store = postbox::connect("sqlite:postbox.db").await?;
 /// for applied in postbox::migrate(&store).await? {
 ///     println!("applied {applied}");
 /// }
@@ -32,6 +32,10 @@ pub async fn migrate(store: &dyn Store) -> Result<Vec<String>> {
         }
         Err(Error::Unsupported(_)) => {}
         Err(e) => return Err(e),
+    }
+    for rejected in store.tenant_rejected().await.unwrap_or_default() {
+        tracing::warn!(tenant = %rejected.id, reason = %rejected.reason,
+            "tenant registry row not migrated: it cannot be served (fix or remove the row)");
     }
     Ok(applied)
 }

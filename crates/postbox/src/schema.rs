@@ -129,6 +129,56 @@ impl TenantId {
     }
 }
 
+/// Names parse (`"s_acme".parse()`, clap's value parsers) and deserialize (from configuration)
+/// through the same validation as [`SchemaName::new`] and [`TenantId::new`].
+macro_rules! name_traits {
+    ($name:ident) => {
+        impl std::str::FromStr for $name {
+            type Err = Error;
+
+            fn from_str(s: &str) -> Result<Self> {
+                $name::new(s)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                $name::new(&s).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                &*self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                &*self.0 == *other
+            }
+        }
+    };
+}
+
+name_traits!(SchemaName);
+name_traits!(TenantId);
+
 impl serde::Serialize for TenantId {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.0)
@@ -210,6 +260,17 @@ mod tests {
         assert_eq!(t.default_schema().as_str().len(), 63);
         assert!(TenantId::new(&"t".repeat(62)).is_err());
         assert!(TenantId::new("acme;").is_err());
+    }
+
+    #[test]
+    fn names_parse_and_deserialize_through_validation() {
+        let s: SchemaName = "s_acme".parse().expect("valid");
+        assert_eq!(s, "s_acme");
+        assert!("Acme".parse::<TenantId>().is_err());
+        let t: TenantId = serde_json::from_str("\"acme\"").expect("valid");
+        assert_eq!(&*t, "acme");
+        let err = serde_json::from_str::<SchemaName>("\"pg_x\"").expect_err("refused");
+        assert!(err.to_string().contains("pg_"), "{err}");
     }
 
     #[test]

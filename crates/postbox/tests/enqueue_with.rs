@@ -1,6 +1,7 @@
 //! `Outbox::enqueue_with` on PostgreSQL: a business statement and its event as one SQL statement.
 //! Both are written or neither; bad input is refused before anything is sent.
 
+#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
@@ -11,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Running, config, own_store, pg, publish_marker};
-use postbox::{Enqueued, Error, Event, Outbox, Relay};
+use postbox::{Enqueued, Error, Event, Relay};
 use postbox_testkit::{RecordingSink, TestDb};
 
 const CREATE_INVOICES: &str =
@@ -50,7 +51,7 @@ async fn events(db: &TestDb) -> i64 {
 #[tokio::test]
 async fn the_business_row_and_the_event_are_written_by_one_statement() {
     let db = invoices_db().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let mut tx = db.pool().begin().await.unwrap();
     // A statement before, so that "one statement" is not true of the whole transaction.
     sqlx::query("INSERT INTO invoices (id, amount_cents) VALUES (1, 100)")
@@ -97,7 +98,7 @@ async fn the_business_row_and_the_event_are_written_by_one_statement() {
 #[tokio::test]
 async fn a_rolled_back_transaction_keeps_neither_the_row_nor_the_event() {
     let db = invoices_db().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let mut tx = db.pool().begin().await.unwrap();
     let statement = sqlx::query(INSERT_INVOICE).bind(7_i64).bind(1_i64);
     outbox
@@ -114,7 +115,7 @@ async fn a_rolled_back_event_is_never_published_while_a_relay_runs() {
     let sink = RecordingSink::new();
     let relay =
         Running::start(Relay::new(own_store(&db, 3).await, sink.clone(), config()).unwrap());
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let mut ghost_tx = db.pool().begin().await.unwrap();
     let statement = sqlx::query(INSERT_INVOICE).bind(1_i64).bind(1_i64);
     let ghost = Event::new("Ghost", &1).unwrap().without_idempotency_key();
@@ -145,7 +146,8 @@ async fn a_connection_lost_before_the_statement_writes_nothing_and_says_so() {
         .await
         .unwrap();
     let statement = sqlx::query(INSERT_INVOICE).bind(1_i64).bind(1_i64);
-    let err = Outbox::new()
+    let err = db
+        .outbox()
         .enqueue_with(&mut conn, statement, invoice_created(1))
         .await
         .unwrap_err();
@@ -163,7 +165,8 @@ async fn a_failing_business_statement_writes_no_event() {
     // Outside a transaction, so a half-written statement would stay.
     let mut conn = db.pool().acquire().await.unwrap();
     let duplicate_row = sqlx::query(INSERT_INVOICE).bind(9_i64).bind(2_i64);
-    let err = Outbox::new()
+    let err = db
+        .outbox()
         .enqueue_with(&mut conn, duplicate_row, invoice_created(9))
         .await
         .unwrap_err();
@@ -178,7 +181,7 @@ async fn a_failing_business_statement_writes_no_event() {
 async fn an_invalid_event_is_refused_before_the_statement_runs() {
     let db = invoices_db().await;
     let mut conn = db.pool().acquire().await.unwrap();
-    let outbox = Outbox::builder().payload_limit(16).build();
+    let outbox = db.outbox_builder().payload_limit(16).build();
     let big = Event::new("InvoiceCreated", &"x".repeat(100)).unwrap();
     let statement = sqlx::query(INSERT_INVOICE).bind(1_i64).bind(1_i64);
     let err = outbox
@@ -202,7 +205,8 @@ async fn an_invalid_event_is_refused_before_the_statement_runs() {
 async fn an_empty_statement_is_refused_with_a_clear_error() {
     let db = invoices_db().await;
     let mut conn = db.pool().acquire().await.unwrap();
-    let err = Outbox::new()
+    let err = db
+        .outbox()
         .enqueue_with(&mut conn, sqlx::query(" ;\n "), invoice_created(1))
         .await
         .unwrap_err();
@@ -216,7 +220,8 @@ async fn a_placeholder_without_its_value_is_refused_not_filled_with_the_events()
     let db = invoices_db().await;
     let mut conn = db.pool().acquire().await.unwrap();
     let one_bind_short = sqlx::query(INSERT_INVOICE).bind(1_i64);
-    let err = Outbox::new()
+    let err = db
+        .outbox()
         .enqueue_with(&mut conn, one_bind_short, invoice_created(1))
         .await
         .unwrap_err();
@@ -228,7 +233,7 @@ async fn a_placeholder_without_its_value_is_refused_not_filled_with_the_events()
 #[tokio::test]
 async fn a_duplicate_key_writes_the_row_and_reports_the_duplicate() {
     let db = invoices_db().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let mut conn = db.pool().acquire().await.unwrap();
     let first = sqlx::query(INSERT_INVOICE).bind(1_i64).bind(1_i64);
     let second = sqlx::query(INSERT_INVOICE).bind(2_i64).bind(1_i64);
@@ -249,7 +254,7 @@ async fn a_duplicate_key_writes_the_row_and_reports_the_duplicate() {
 #[tokio::test]
 async fn statements_of_every_shape_are_run() {
     let db = invoices_db().await;
-    let outbox = Outbox::builder().notify(false).build();
+    let outbox = db.outbox_builder().notify(false).build();
     let mut conn = db.pool().acquire().await.unwrap();
     let shapes = [
         // No binds, and a line comment at the end.
@@ -289,7 +294,8 @@ async fn the_event_is_written_even_when_the_statement_matches_no_row() {
     let db = invoices_db().await;
     let mut conn = db.pool().acquire().await.unwrap();
     let nothing = sqlx::query("UPDATE invoices SET status = 'paid' WHERE id = $1").bind(404_i64);
-    let done = Outbox::new()
+    let done = db
+        .outbox()
         .enqueue_with(&mut conn, nothing, invoice_created(404))
         .await
         .unwrap();
@@ -306,7 +312,7 @@ async fn the_commit_notifies_the_relays() {
     listener.listen("postbox_events").await.unwrap();
     let mut tx = db.pool().begin().await.unwrap();
     let statement = sqlx::query(INSERT_INVOICE).bind(1_i64).bind(1_i64);
-    Outbox::new()
+    db.outbox()
         .enqueue_with(&mut tx, statement, invoice_created(1))
         .await
         .unwrap();

@@ -2,6 +2,7 @@
 //!
 //! Each test has a database of its own and waits on conditions, never on guessed sleeps.
 
+#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
@@ -14,10 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Running, config, count, enqueue, events, pg, row};
-use postbox::{
-    DomainEvent, Event, Handlers, Outbox, OutboxEvent, PublishError, Relay, RelayConfig,
-    RelayStats, Sink,
-};
+use postbox::{DomainEvent, Event, Handlers, OutboxEvent, PublishError, Relay, RelayStats, Sink};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 use serde::{Deserialize, Serialize};
 
@@ -43,7 +41,7 @@ async fn relay_survives_failures(
         },
     )
     .await;
-    let after = enqueue(db, &Outbox::new(), events("After", 1)).await[0];
+    let after = enqueue(db, &db.outbox(), events("After", 1)).await[0];
     wait_until(
         "an event enqueued afterwards is published",
         Duration::from_secs(10),
@@ -56,7 +54,7 @@ async fn relay_survives_failures(
 #[tokio::test]
 async fn a_panicking_handler_counts_failed_tries_and_the_relay_keeps_publishing() {
     let (db, store) = pg().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let boom = enqueue(
         &db,
         &outbox,
@@ -113,7 +111,7 @@ async fn a_panicking_handler_counts_failed_tries_and_the_relay_keeps_publishing(
 #[tokio::test]
 async fn a_panicking_sink_counts_failed_tries_and_the_relay_keeps_publishing() {
     let (db, store) = pg().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let boom = enqueue(
         &db,
         &outbox,
@@ -144,7 +142,7 @@ async fn a_handler_timeout_counts_as_a_failed_try() {
     let (db, store) = pg().await;
     let slow = enqueue(
         &db,
-        &Outbox::new(),
+        &db.outbox(),
         vec![Event::new("Slow", &1).unwrap().max_retries(2)],
     )
     .await[0];
@@ -169,17 +167,15 @@ async fn a_publish_timeout_counts_as_a_failed_try() {
     let (db, store) = pg().await;
     let slow = enqueue(
         &db,
-        &Outbox::new(),
+        &db.outbox(),
         vec![Event::new("Slow", &1).unwrap().max_retries(2)],
     )
     .await[0];
     let sink = RecordingSink::new();
     sink.script("Slow", Behaviour::Slow(Duration::from_secs(30)));
-    let cfg = RelayConfig {
-        publish_timeout: Duration::from_millis(100),
-        lease: Duration::from_millis(500),
-        ..config()
-    };
+    let cfg = config()
+        .publish_timeout(Duration::from_millis(100))
+        .lease(Duration::from_millis(500));
     let relay = Relay::new(store, sink.clone(), cfg).unwrap();
     relay.drain(std::future::pending()).await.unwrap();
     let r = row(&db, "public", slow).await;
@@ -216,14 +212,14 @@ async fn typed_handlers_get_their_payload_and_catch_all_handlers_see_every_event
         .collect();
     let mut all = enqueue(
         &db,
-        &Outbox::new(),
+        &db.outbox(),
         invoices
             .iter()
             .map(|i| Event::from_domain(i).unwrap())
             .collect(),
     )
     .await;
-    all.extend(enqueue(&db, &Outbox::new(), events("Other", 2)).await);
+    all.extend(enqueue(&db, &db.outbox(), events("Other", 2)).await);
 
     let typed = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -258,7 +254,7 @@ async fn typed_handlers_get_their_payload_and_catch_all_handlers_see_every_event
 #[tokio::test]
 async fn events_no_handler_can_take_fail_permanently() {
     let (db, store) = pg().await;
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
     let ok = enqueue(
         &db,
         &outbox,

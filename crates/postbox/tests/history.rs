@@ -7,6 +7,7 @@
 //! history; the buffers it touches on the latter must stay within a small multiple of the
 //! former's.
 
+#![cfg(feature = "postgres")]
 use postbox::PgStore;
 use postbox_testkit::TestDb;
 use sqlx::{AssertSqlSafe, Executor, PgPool, Row};

@@ -5,23 +5,32 @@
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-use postbox::{Enqueued, Event, Outbox, Relay, RelayConfig, Store};
-use postbox_testkit::{RecordingSink, TestDb, TestSqlite};
+#[cfg(feature = "sqlite")]
+use std::collections::HashMap;
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
+use postbox::Enqueued;
+use postbox::{Event, Relay, RelayConfig};
+#[cfg(feature = "sqlite")]
+use postbox::{Store, Target};
+use postbox_testkit::RecordingSink;
+#[cfg(feature = "postgres")]
+use postbox_testkit::TestDb;
+#[cfg(feature = "sqlite")]
+use postbox_testkit::TestSqlite;
+
 fn fast() -> RelayConfig {
-    RelayConfig {
-        poll_interval: Duration::from_millis(50),
-        ..RelayConfig::default()
-    }
+    RelayConfig::default().poll_interval(Duration::from_millis(50))
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_commit_is_published_and_rollback_is_not() {
     let db = TestDb::new().await;
     let store = postbox::PgStore::new(db.pool().clone());
     postbox::migrate(&store).await.unwrap();
-    let outbox = Outbox::new();
+    let outbox = db.outbox();
 
     let mut tx = db.pool().begin().await.unwrap();
     let a = outbox
@@ -49,12 +58,13 @@ async fn postgres_commit_is_published_and_rollback_is_not() {
     assert_eq!(sink.published_ids(), vec![a.id().unwrap()]);
 }
 
+#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_commit_is_published_and_rollback_is_not() {
     let file = TestSqlite::new();
     let store = file.store().await;
     postbox::migrate(&store).await.unwrap();
-    let outbox = Outbox::new();
+    let outbox = store.outbox();
     let mut tx = store.pool().begin().await.unwrap();
     let ids = outbox
         .enqueue_many(
@@ -86,14 +96,19 @@ async fn sqlite_commit_is_published_and_rollback_is_not() {
     assert_eq!(got, ids.iter().map(|e| e.id().unwrap()).collect::<Vec<_>>());
 }
 
+#[cfg(feature = "sqlite")]
 #[tokio::test]
-async fn a_relay_on_an_unmigrated_database_stops_with_a_clear_error() {
+async fn a_relay_on_an_unmigrated_sqlite_database_stops_with_a_clear_error() {
     let file = TestSqlite::new();
     let relay = Relay::new(file.store().await, RecordingSink::new(), fast()).unwrap();
     let err = relay.run(std::future::pending()).await.unwrap_err();
     assert!(matches!(err, postbox::Error::NotMigrated { .. }), "{err}");
-    assert!(err.to_string().contains("postbox migrate"), "{err}");
+    assert!(err.to_string().contains("not migrated"), "{err}");
+}
 
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_relay_on_an_unmigrated_postgres_database_stops_with_a_clear_error() {
     let db = TestDb::new().await;
     let relay = Relay::new(
         postbox::PgStore::new(db.pool().clone()),
@@ -103,4 +118,88 @@ async fn a_relay_on_an_unmigrated_database_stops_with_a_clear_error() {
     .unwrap();
     let err = relay.drain(std::future::pending()).await.unwrap_err();
     assert!(matches!(err, postbox::Error::NotMigrated { .. }), "{err}");
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g3_two_relays_on_one_sqlite_file_publish_each_event_exactly_once() {
+    let file = TestSqlite::new();
+    let store = file.store().await;
+    postbox::migrate(&store).await.unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    store
+        .outbox()
+        .enqueue_many(
+            &mut tx,
+            (0..2000).map(|i| {
+                Event::new("Bulk", &serde_json::json!({ "i": i }))
+                    .unwrap()
+                    .without_idempotency_key()
+            }),
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut sinks = Vec::new();
+    let mut drains = Vec::new();
+    for _ in 0..2 {
+        let sink = RecordingSink::new();
+        sinks.push(sink.clone());
+        let relay = Relay::new(file.store().await, sink, fast()).unwrap();
+        drains.push(tokio::spawn(async move {
+            relay.drain(std::future::pending()).await
+        }));
+    }
+    for drain in drains {
+        let stats = drain.await.unwrap().unwrap();
+        assert_eq!((stats.recovered, stats.fenced), (0, 0));
+    }
+    let mut published: HashMap<i64, usize> = HashMap::new();
+    for id in sinks.iter().flat_map(|s| s.published_ids()) {
+        *published.entry(id).or_default() += 1;
+    }
+    assert_eq!(published.len(), 2000);
+    assert!(
+        published.values().all(|n| *n == 1),
+        "an event was published twice"
+    );
+    let counts = store
+        .status_counts(&Target::default_schema(store.default_schema()))
+        .await
+        .unwrap();
+    assert_eq!(
+        (counts.processed, counts.pending, counts.processing),
+        (2000, 0, 0)
+    );
+}
+
+/// A relay started in the background of a service: its stats are readable while it runs, and
+/// stopping it returns its totals.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_started_relay_reports_live_stats_and_stops_on_request() {
+    let file = TestSqlite::new();
+    let store = file.store().await;
+    postbox::migrate(&store).await.unwrap();
+    let sink = RecordingSink::new();
+    let relay = Relay::new(file.store().await, sink.clone(), fast()).unwrap();
+    let handle = relay.start();
+    let mut tx = store.pool().begin().await.unwrap();
+    let events = (0..20).map(|i| {
+        Event::new("Started", &serde_json::json!({ "i": i }))
+            .unwrap()
+            .without_idempotency_key()
+    });
+    store.outbox().enqueue_many(&mut tx, events).await.unwrap();
+    tx.commit().await.unwrap();
+    postbox_testkit::wait_until(
+        "the relay published all 20",
+        Duration::from_secs(10),
+        || async { handle.stats().published == 20 },
+    )
+    .await;
+    assert!(!handle.is_finished());
+    let totals = handle.stop().await.unwrap();
+    assert_eq!(totals.published, 20);
+    assert_eq!(sink.published_ids().len(), 20);
 }

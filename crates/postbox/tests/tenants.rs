@@ -2,6 +2,7 @@
 //!
 //! Each test has a database of its own and waits on conditions, never on guessed sleeps.
 
+#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
@@ -14,8 +15,7 @@ use std::time::Duration;
 
 use common::{Running, config, default_target, enqueue, own_store, pg, row};
 use postbox::{
-    Error, Event, Outbox, OutboxEvent, PgStore, Relay, RelayConfig, SchemaName, Store, TenantId,
-    TenantStatus,
+    Error, Event, OutboxEvent, PgStore, Relay, SchemaName, Store, TenantId, TenantStatus,
 };
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 
@@ -39,8 +39,8 @@ async fn enqueue_for(
     n: usize,
 ) -> Vec<i64> {
     let outbox = match tenant {
-        Some(t) => Outbox::builder().schema(t.schema.clone()).build(),
-        None => Outbox::new(),
+        Some(t) => db.outbox_builder().tenant(t).build(),
+        None => db.outbox(),
     };
     let name = tenant.map(|t| t.id.to_string());
     let batch = (0..n)
@@ -78,14 +78,17 @@ async fn g7_each_tenant_is_published_as_itself_and_never_mixed() {
     let mut per_tenant: BTreeMap<Option<String>, HashSet<i64>> = BTreeMap::new();
     for e in &published {
         assert_eq!(
-            e.tenant,
+            e.tenant.as_deref().map(str::to_owned),
             payload_tenant(e),
             "event {} of {:?}",
             e.id,
             e.tenant
         );
         assert!(
-            per_tenant.entry(e.tenant.clone()).or_default().insert(e.id),
+            per_tenant
+                .entry(e.tenant.as_deref().map(str::to_owned))
+                .or_default()
+                .insert(e.id),
             "{:?} event {} published twice",
             e.tenant,
             e.id
@@ -171,7 +174,11 @@ async fn a_busy_tenant_does_not_starve_a_small_one() {
     let relay = Relay::new(store, sink.clone(), config()).unwrap();
     relay.drain(std::future::pending()).await.unwrap();
 
-    let order: Vec<Option<String>> = sink.published().into_iter().map(|e| e.tenant).collect();
+    let order: Vec<Option<String>> = sink
+        .published()
+        .into_iter()
+        .map(|e| e.tenant.as_deref().map(str::to_owned))
+        .collect();
     assert_eq!(order.len(), 5010);
     let last_b = order
         .iter()
@@ -199,10 +206,7 @@ async fn a_broken_tenant_does_not_stop_the_others() {
         .unwrap();
     let b_ids = enqueue_for(&db, Some(&b), "E", 250).await;
     let sink = RecordingSink::new();
-    let cfg = RelayConfig {
-        poll_interval: Duration::from_secs(2),
-        ..config()
-    };
+    let cfg = config().poll_interval(Duration::from_secs(2));
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     wait_until(
         "b's 250 events are published",
@@ -212,6 +216,74 @@ async fn a_broken_tenant_does_not_stop_the_others() {
     .await;
     running.stop().await;
     assert_eq!(a.schema.as_str(), "s_a");
+}
+
+/// A registry row added by hand with an id Postbox refuses (`Acme`) is refused by the table's
+/// CHECK now; one that predates it is skipped and reported, and every other tenant is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_inserted_tenant_row_is_refused_or_skipped_never_fatal() {
+    let (db, store) = pg().await;
+    let b = add_tenant(&store, "b").await;
+    let insert = "INSERT INTO postbox_tenants (id, schema_name) VALUES ('Acme', 's_acme')";
+    let err = sqlx::raw_sql(insert).execute(db.pool()).await.unwrap_err();
+    assert!(
+        err.to_string().contains("postbox_tenants_id_format"),
+        "{err}"
+    );
+    // A row from before the constraint.
+    sqlx::raw_sql("ALTER TABLE postbox_tenants DROP CONSTRAINT postbox_tenants_id_format")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    sqlx::raw_sql(insert).execute(db.pool()).await.unwrap();
+    assert_eq!(store.tenant_list().await.unwrap(), std::slice::from_ref(&b));
+    let rejected = store.tenant_rejected().await.unwrap();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].id, "Acme");
+    assert!(
+        rejected[0].reason.contains("invalid tenant name"),
+        "{rejected:?}"
+    );
+    postbox::migrate(&store)
+        .await
+        .expect("migrate skips the row");
+
+    let ids = enqueue_for(&db, Some(&b), "E", 5).await;
+    let sink = RecordingSink::new();
+    let running = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
+    wait_until(
+        "b's events are published",
+        Duration::from_secs(5),
+        || async { sink.published_ids().len() == ids.len() },
+    )
+    .await;
+    running.stop().await;
+}
+
+/// A tenant schema dropped by hand and a database error on the default schema in the same
+/// round do not stop the relay: only a default outbox that is not migrated does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_tenant_schema_and_a_database_blip_do_not_stop_the_relay() {
+    let (db, store) = pg().await;
+    add_tenant(&store, "gone").await;
+    sqlx::raw_sql("DROP SCHEMA s_gone CASCADE")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let faulty = postbox_testkit::FaultyStore::new(own_store(&db, 3).await);
+    // The first round: the default schema's claim fails as if the connection dropped, the
+    // tenant's with missing tables. Once, that round's last error decided, and the relay quit.
+    faulty.fail_next(postbox_testkit::StoreOp::Claim, 1);
+    let ids = enqueue(&db, &db.outbox(), common::events("E", 5)).await;
+    let sink = RecordingSink::new();
+    let running = Running::start(Relay::new(faulty, sink.clone(), config()).unwrap());
+    wait_until(
+        "the default schema's events are published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().len() == ids.len() },
+    )
+    .await;
+    running.stop().await;
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! One module per subcommand; [`run`] loads the configuration, starts logging and dispatches.
 
+#[cfg(feature = "bench")]
 mod bench;
 mod config;
 mod demo;
@@ -19,6 +20,7 @@ use crate::logging;
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let defaults = match cli.command {
         Command::Demo(_) => demo::defaults(),
+        #[cfg(feature = "bench")]
         Command::Bench(_) => bench::defaults(),
         _ => Config::default(),
     };
@@ -34,6 +36,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => {
             demo::run(&loaded.config, cli.global.database_url.as_deref(), args).await
         }
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(&loaded.config, args).await,
         Command::Config(_) => config::run(&loaded),
     }

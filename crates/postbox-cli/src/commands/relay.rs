@@ -34,7 +34,7 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
     let plan = sinks::plan(config).map_err(|e| anyhow!("invalid sink configuration: {e:?}"))?;
     let sink_description = describe(config, &plan);
     let opened = sinks::open(plan).await?;
-    let stdout_broken = opened.stdout_broken;
+    let stdout_broken = opened.stdout.map(|s| s.broken());
     let relay = Relay::from_parts(Arc::clone(&db.store), opened.sink, config.relay_config())?;
     info!(
         relay = relay.id(),

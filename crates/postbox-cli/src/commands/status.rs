@@ -81,6 +81,7 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
         Err(postbox::Error::Unsupported(_)) => {}
         Err(e) => return Err(e).context("cannot read the tenant registry"),
     }
+    let rejected = db.store.tenant_rejected().await.unwrap_or_default();
     let oldest_transaction = db
         .store
         .oldest_transaction_age()
@@ -102,6 +103,15 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
             tenant_status,
             counts,
             error,
+        });
+    }
+    for r in rejected {
+        report.targets.push(TargetStatus {
+            tenant: Some(r.id),
+            schema: r.schema,
+            tenant_status: None,
+            counts: None,
+            error: Some(format!("not served: {}", r.reason)),
         });
     }
     if args.json {

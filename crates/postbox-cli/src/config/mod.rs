@@ -18,7 +18,8 @@ use figment::{Figment, Metadata, Profile, Provider, Source};
 use serde::{Deserialize, Serialize};
 
 pub(crate) use keys::{KEYS, keys_help};
-pub(crate) use values::{ByteSize, DatabaseUrl, LogFormat, Secret, SecretUrl, SinkKind};
+pub(crate) use postbox_sinks::SinkKind;
+pub(crate) use values::{ByteSize, DatabaseUrl, LogFormat, Secret, SecretUrl};
 
 use crate::database::Location;
 
@@ -159,21 +160,19 @@ impl Default for Config {
 impl Config {
     /// The settings of the relay.
     pub(crate) fn relay_config(&self) -> postbox::RelayConfig {
-        postbox::RelayConfig {
-            batch_size: self.batch_size,
-            poll_interval: self.poll_interval,
-            busy_poll_interval: self.busy_poll_interval,
-            busy_period: self.busy_period,
-            vacuum_threshold: (self.vacuum_threshold > 0).then_some(self.vacuum_threshold),
-            lease: self.lease,
-            retry: postbox::RetryPolicy {
+        postbox::RelayConfig::default()
+            .batch_size(self.batch_size)
+            .poll_interval(self.poll_interval)
+            .busy_poll_interval(self.busy_poll_interval)
+            .busy_period(self.busy_period)
+            .vacuum_threshold((self.vacuum_threshold > 0).then_some(self.vacuum_threshold))
+            .lease(self.lease)
+            .retry(postbox::Backoff {
                 base: self.backoff_base,
                 cap: self.backoff_cap,
-            },
-            publish_timeout: self.publish_timeout,
-            concurrency: self.concurrency,
-            ..postbox::RelayConfig::default()
-        }
+            })
+            .publish_timeout(self.publish_timeout)
+            .concurrency(self.concurrency)
     }
 
     /// The validated default schema.

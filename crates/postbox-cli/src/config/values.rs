@@ -1,5 +1,5 @@
-//! Value types of the configuration: log format, sink kind, URLs and secrets (redacted when
-//! shown) and sizes.
+//! Value types of the configuration: log format, URLs and secrets (redacted when shown) and
+//! sizes.
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,50 +14,6 @@ pub(crate) enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// Where the relay publishes (`--sink`, config key `sink`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum SinkKind {
-    /// One JSON line per event on stdout, flushed before the event counts as published
-    Stdout,
-    /// Discard events (they are still marked PROCESSED): for trials and benchmarks
-    Null,
-    /// POST each event to an HTTP endpoint (--sink-url, a URL template); 2xx acknowledges
-    Webhook,
-    /// NATS JetStream (--topic is the subject); the stream's PubAck acknowledges
-    Nats,
-    /// RabbitMQ (--topic is the routing key on --exchange); the publisher confirm acknowledges
-    Amqp,
-    /// Kafka (--topic is the topic); the delivery report (acks=all) acknowledges
-    Kafka,
-    /// Redis Streams (--topic is the stream key); the XADD reply acknowledges
-    Redis,
-    /// MQTT 5 (--topic is the topic), QoS 1; the PUBACK acknowledges
-    Mqtt,
-}
-
-impl SinkKind {
-    /// The name as written on the command line and in `postbox.toml`.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            SinkKind::Stdout => "stdout",
-            SinkKind::Null => "null",
-            SinkKind::Webhook => "webhook",
-            SinkKind::Nats => "nats",
-            SinkKind::Amqp => "amqp",
-            SinkKind::Kafka => "kafka",
-            SinkKind::Redis => "redis",
-            SinkKind::Mqtt => "mqtt",
-        }
-    }
-}
-
-impl fmt::Display for SinkKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// A URL that may hold a password (a database or broker URL). Its `Debug` and `Display` hide
@@ -112,34 +68,9 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Replaces the password of a URL (`user:secret@host`, or a `password=` query parameter) with
-/// `***`.
+/// `url` with its secrets hidden (see [`postbox::redact::redact`]).
 pub(crate) fn redact_url(url: &str) -> String {
-    let mut out = url.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let rest = scheme_end + 3;
-        let authority_end = out[rest..]
-            .find(['/', '?', '#'])
-            .map_or(out.len(), |i| rest + i);
-        if let Some(at) = out[rest..authority_end].rfind('@') {
-            let userinfo = &out[rest..rest + at];
-            if let Some(colon) = userinfo.find(':') {
-                out.replace_range(rest + colon + 1..rest + at, "***");
-            }
-        }
-    }
-    if let Some(query) = out.find('?') {
-        let (head, tail) = out.split_at(query + 1);
-        let redacted: Vec<String> = tail
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => pair.to_owned(),
-            })
-            .collect();
-        out = format!("{head}{}", redacted.join("&"));
-    }
-    out
+    postbox::redact::redact(url)
 }
 
 /// A size in bytes, written as a number of bytes or with a unit (`"1MiB"`, `"64 KiB"`,

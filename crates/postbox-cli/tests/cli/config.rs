@@ -81,6 +81,7 @@ fn every_subcommand_has_help() {
         &["tenants", "resume", "--help"],
         &["demo", "--help"],
         &["config", "--help"],
+        #[cfg(feature = "bench")]
         &["bench", "--help"],
     ] {
         let out = run(postbox(dir.path(), args));
@@ -91,8 +92,11 @@ fn every_subcommand_has_help() {
             out.stdout
         );
     }
-    let bench = run(postbox(dir.path(), &["bench", "--help"])).stdout;
-    assert!(bench.contains("--vacuum-threshold"), "{bench}");
+    #[cfg(feature = "bench")]
+    {
+        let bench = run(postbox(dir.path(), &["bench", "--help"])).stdout;
+        assert!(bench.contains("--vacuum-threshold"), "{bench}");
+    }
     let root = run(postbox(dir.path(), &["--help"])).stdout;
     for key in [
         "batch_size",

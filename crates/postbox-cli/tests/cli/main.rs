@@ -10,6 +10,7 @@ mod demo;
     reason = "copied whole from postbox-sinks' test support; partly used here"
 )]
 mod relay;
+mod secrets;
 mod sinks;
 mod status;
 mod support;

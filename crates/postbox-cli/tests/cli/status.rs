@@ -99,3 +99,32 @@ async fn retry_puts_failed_events_back_and_a_relay_publishes_them() {
         [1, 2, 3, 4]
     );
 }
+
+#[tokio::test]
+async fn status_lists_a_tenant_row_it_cannot_serve_and_fails() {
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    pg.ok(&["tenants", "add", "acme"]);
+    pg.sql(
+        "ALTER TABLE postbox_tenants DROP CONSTRAINT postbox_tenants_id_format;
+         INSERT INTO postbox_tenants (id, schema_name) VALUES ('Acme Corp', 's_acme_corp');",
+    )
+    .await;
+    let out = run(pg.cmd(&["status", "--json"]));
+    assert!(
+        !out.status.success(),
+        "a row that cannot be served fails status"
+    );
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let targets = report["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), 3, "{report}");
+    assert_eq!(targets[1]["tenant"], "acme");
+    assert!(targets[1]["error"].is_null());
+    assert_eq!(targets[2]["tenant"], "Acme Corp");
+    assert!(
+        targets[2]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not served")),
+        "{report}"
+    );
+}

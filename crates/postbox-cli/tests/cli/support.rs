@@ -13,32 +13,17 @@ use sqlx::AssertSqlSafe;
 /// How long any one command may take before the test fails.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
-/// Configuration variables the binary reads; cleared so the caller's environment cannot leak in.
-const POSTBOX_VARS: &[&str] = &[
-    "POSTBOX_CONFIG",
-    "POSTBOX_DATABASE_URL",
-    "POSTBOX_SCHEMA",
-    "POSTBOX_BATCH_SIZE",
-    "POSTBOX_POLL_INTERVAL",
-    "POSTBOX_LEASE",
-    "POSTBOX_MAX_RETRIES",
-    "POSTBOX_BACKOFF_BASE",
-    "POSTBOX_BACKOFF_CAP",
-    "POSTBOX_PUBLISH_TIMEOUT",
-    "POSTBOX_CONCURRENCY",
-    "POSTBOX_LOG_FORMAT",
-    "POSTBOX_LOG_LEVEL",
-    "POSTBOX_PAYLOAD_LIMIT",
-    "RUST_LOG",
-];
-
 /// `postbox` with `args`, in `dir`, with no configuration from the test's environment.
 pub(crate) fn postbox(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_postbox"));
     cmd.args(args).current_dir(dir);
-    for var in POSTBOX_VARS {
-        cmd.env_remove(var);
+    // Every configuration variable of the caller's environment, whatever keys exist by now.
+    for (var, _) in std::env::vars_os() {
+        if var.to_string_lossy().starts_with("POSTBOX_") {
+            cmd.env_remove(var);
+        }
     }
+    cmd.env_remove("RUST_LOG");
     cmd
 }
 

@@ -98,7 +98,7 @@ pub(crate) fn sink_config(proxy: &Proxy, publish_timeout: Duration) -> WebhookCo
         .parse()
         .expect("template"),
     );
-    config.secret = Some(SECRET.to_owned());
+    config.secret = Some(SECRET.into());
     config.publish_timeout = publish_timeout;
     config.connect_timeout = Duration::from_secs(1);
     config
@@ -170,10 +170,22 @@ impl Harness for WebhookHarness {
             got.header("idempotency-key"),
             Some(event.dedup_id().as_str())
         );
+        let timestamp: u64 = got
+            .header("x-postbox-timestamp")
+            .and_then(|t| t.parse().ok())
+            .expect("a timestamp header");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        assert!(
+            now.abs_diff(timestamp) < 60,
+            "signed now: {timestamp} vs {now}"
+        );
         assert_eq!(
             got.header("x-postbox-signature"),
-            Some(sign(SECRET.as_bytes(), raw.as_bytes()).as_str()),
-            "signature over the exact body"
+            Some(sign(SECRET.as_bytes(), timestamp, raw.as_bytes()).as_str()),
+            "signature over the timestamp and the exact body"
         );
         assert_eq!(got.header("content-type"), Some("application/json"));
         assert_eq!(got.header("authorization"), Some("Bearer test-token"));

@@ -1,57 +1,23 @@
-//! Relay settings and the retry policy.
+//! Relay settings.
 
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 
-/// Backoff between failed tries: `min(cap, base × 2^retry_count)`, counted from the database
-/// clock. With the defaults (base 1 s, cap 300 s) the waits are 2 s, 4 s, 8 s, 16 s, … (DESIGN §3).
-/// No jitter is added: the clock is the database's, so relays do not retry in lockstep anyway
-/// (each event's wait starts at its own failure).
+/// How a relay runs. Every field has the seed's default (DESIGN §6); each has a setter of the
+/// same name.
 ///
 /// ```
 /// use std::time::Duration;
-/// let p = postbox::RetryPolicy::default();
-/// assert_eq!(p.delay(1), Duration::from_secs(2));
-/// assert_eq!(p.delay(20), Duration::from_secs(300));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// The unit of the exponential backoff (default 1 s).
-    pub base: Duration,
-    /// The longest wait (default 300 s).
-    pub cap: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(300),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait after the `retry_count`-th failed try.
-    pub fn delay(&self, retry_count: i32) -> Duration {
-        let exp = retry_count.clamp(0, 40) as u32;
-        self.base.saturating_mul(1u32 << exp.min(31)).min(self.cap)
-    }
-}
-
-/// How a relay runs. Every field has the seed's default (DESIGN §6).
-///
-/// ```
-/// use std::time::Duration;
-/// let config = postbox::RelayConfig {
-///     batch_size: 500,
-///     poll_interval: Duration::from_secs(1),
-///     ..Default::default()
-/// };
+/// let config = postbox::RelayConfig::default()
+///     .batch_size(500)
+///     .poll_interval(Duration::from_secs(1));
 /// config.validate().unwrap();
+/// assert_eq!(config.batch_size, 500);
 /// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RelayConfig {
     /// Events claimed per batch (default 100). Larger batches amortize round trips; they also
     /// widen the window of events re-published after a crash (G3).
@@ -64,8 +30,8 @@ pub struct RelayConfig {
     /// publishing; a relay that dies loses them, and its events are taken over after this long
     /// (counted as a failed try). Too short a lease leads to duplicate publishing of slow batches.
     pub lease: Duration,
-    /// Backoff between failed tries.
-    pub retry: RetryPolicy,
+    /// Backoff between an event's failed tries (default: base 1 s, cap 300 s).
+    pub retry: Backoff,
     /// How long one publish may take before it counts as failed (default 10 s). Must be shorter
     /// than `lease`.
     pub publish_timeout: Duration,
@@ -100,7 +66,7 @@ impl Default for RelayConfig {
             batch_size: 100,
             poll_interval: Duration::from_secs(5),
             lease: Duration::from_secs(30),
-            retry: RetryPolicy::default(),
+            retry: Backoff::default(),
             publish_timeout: Duration::from_secs(10),
             concurrency: 64,
             tenant_refresh: Duration::from_secs(10),
@@ -114,44 +80,138 @@ impl Default for RelayConfig {
 }
 
 impl RelayConfig {
-    /// Checks that the settings are usable together.
+    // Setters, one per field, so that settings added later do not break callers.
+
+    /// Sets events claimed per batch (field [`batch_size`](Self::batch_size)).
+    pub fn batch_size(mut self, batch_size: u32) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets the idle polling interval (field [`poll_interval`](Self::poll_interval)).
+    pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
+
+    /// Sets how long a claim lasts (field [`lease`](Self::lease)).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets the backoff between an event's failed tries (field [`retry`](Self::retry)).
+    pub fn retry(mut self, retry: Backoff) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets how long one publish may take (field [`publish_timeout`](Self::publish_timeout)).
+    pub fn publish_timeout(mut self, publish_timeout: Duration) -> Self {
+        self.publish_timeout = publish_timeout;
+        self
+    }
+
+    /// Sets how many events of a batch are published at once (field [`concurrency`](Self::concurrency)).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Sets how often the tenant registry is re-read (field [`tenant_refresh`](Self::tenant_refresh)).
+    pub fn tenant_refresh(mut self, tenant_refresh: Duration) -> Self {
+        self.tenant_refresh = tenant_refresh;
+        self
+    }
+
+    /// Sets whether to listen for wake-ups (field [`notifications`](Self::notifications)).
+    pub fn notifications(mut self, notifications: bool) -> Self {
+        self.notifications = notifications;
+        self
+    }
+
+    /// Sets the polling interval of a busy target (field [`busy_poll_interval`](Self::busy_poll_interval)).
+    pub fn busy_poll_interval(mut self, busy_poll_interval: Duration) -> Self {
+        self.busy_poll_interval = busy_poll_interval;
+        self
+    }
+
+    /// Sets how long a target stays busy after its last event (field [`busy_period`](Self::busy_period)).
+    pub fn busy_period(mut self, busy_period: Duration) -> Self {
+        self.busy_period = busy_period;
+        self
+    }
+
+    /// Sets the dead rows that make the relay vacuum a table (`None`: never) (field [`vacuum_threshold`](Self::vacuum_threshold)).
+    pub fn vacuum_threshold(mut self, vacuum_threshold: Option<u64>) -> Self {
+        self.vacuum_threshold = vacuum_threshold;
+        self
+    }
+
+    /// Sets this relay's name in `locked_by` and logs (field [`relay_id`](Self::relay_id)).
+    pub fn relay_id(mut self, relay_id: impl Into<String>) -> Self {
+        self.relay_id = Some(relay_id.into());
+        self
+    }
+
+    /// Checks that the settings are usable together; an error names the setting by its
+    /// configuration key ([`Error::InvalidConfig`]).
     pub fn validate(&self) -> Result<()> {
-        let bad = |msg: String| Err(Error::InvalidConfig(msg));
+        let bad = |field: &'static str, reason: String| Err(Error::invalid_config(field, reason));
         if self.batch_size == 0 || self.batch_size > 10_000 {
-            return bad(format!("batch_size is {}; use 1 to 10000", self.batch_size));
+            return bad(
+                "batch_size",
+                format!("{} is out of range; use 1 to 10000", self.batch_size),
+            );
         }
         if self.poll_interval.is_zero() {
-            return bad("poll_interval must be above zero".into());
-        }
-        if self.lease < Duration::from_millis(100) {
-            return bad(format!("lease is {:?}; use at least 100ms", self.lease));
-        }
-        if self.publish_timeout.is_zero() || self.publish_timeout >= self.lease {
-            return bad(format!(
-                "publish_timeout ({:?}) must be above zero and shorter than lease ({:?}), or a slow publish would outlive its claim",
-                self.publish_timeout, self.lease
-            ));
+            return bad("poll_interval", "must be above zero".into());
         }
         if self.busy_poll_interval.is_zero() || self.busy_poll_interval > self.poll_interval {
-            return bad(format!(
-                "busy_poll_interval ({:?}) must be above zero and at most poll_interval ({:?})",
-                self.busy_poll_interval, self.poll_interval
-            ));
+            return bad(
+                "busy_poll_interval",
+                format!(
+                    "{:?} must be above zero and at most poll_interval ({:?})",
+                    self.busy_poll_interval, self.poll_interval
+                ),
+            );
+        }
+        if self.lease < Duration::from_millis(100) {
+            return bad(
+                "lease",
+                format!("{:?} is too short; use at least 100ms", self.lease),
+            );
+        }
+        if self.publish_timeout.is_zero() || self.publish_timeout >= self.lease {
+            return bad(
+                "publish_timeout",
+                format!(
+                    "{:?} must be above zero and shorter than lease ({:?}), or a slow publish \
+                     would outlive its claim; lower publish_timeout or raise lease",
+                    self.publish_timeout, self.lease
+                ),
+            );
         }
         if self.vacuum_threshold == Some(0) {
             return bad(
-                "vacuum_threshold must be at least 1 (or unset to leave vacuuming to autovacuum)"
-                    .into(),
+                "vacuum_threshold",
+                "must be at least 1 (or unset, to leave vacuuming to autovacuum)".into(),
             );
         }
         if self.concurrency == 0 {
-            return bad("concurrency must be at least 1".into());
+            return bad("concurrency", "must be at least 1".into());
         }
-        if self.retry.base.is_zero() || self.retry.cap < self.retry.base {
-            return bad(format!(
-                "retry backoff base ({:?}) must be above zero and at most the cap ({:?})",
-                self.retry.base, self.retry.cap
-            ));
+        if self.retry.base.is_zero() {
+            return bad("backoff_base", "must be above zero".into());
+        }
+        if self.retry.cap < self.retry.base {
+            return bad(
+                "backoff_cap",
+                format!(
+                    "{:?} is below backoff_base ({:?})",
+                    self.retry.cap, self.retry.base
+                ),
+            );
         }
         Ok(())
     }

@@ -1,7 +1,5 @@
-//! Publishing one batch: bounded concurrency, a timeout per event, panics caught, leases renewed
-//! while it runs.
+//! Publishing one batch: bounded concurrency, a timeout per event, panics caught.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,30 +10,20 @@ use futures::{FutureExt, StreamExt};
 use crate::event::OutboxEvent;
 use crate::sink::{PublishError, Sink};
 
-/// Publishes `events`, at most `concurrency` at once, calling `renew` every `renew_every` until
-/// all are done. Returns each event's id with its outcome.
+/// Publishes `events`, at most `concurrency` at once. Returns each event's id with its outcome.
 ///
 /// Written with a plain `FuturesUnordered` rather than `buffer_unordered` over a closure: the
 /// closure form makes the relay's future lose `Send` (a higher-ranked lifetime limitation), and
 /// users spawn relays on multi-threaded runtimes.
-pub(super) async fn publish_batch<R, RFut>(
+pub(super) async fn publish_batch(
     sink: &Arc<dyn Sink>,
     events: &[OutboxEvent],
     concurrency: usize,
     timeout: Duration,
-    renew_every: Duration,
-    renew: R,
-) -> Vec<(i64, Result<(), PublishError>)>
-where
-    R: Fn() -> RFut,
-    RFut: Future<Output = ()>,
-{
+) -> Vec<(i64, Result<(), PublishError>)> {
     let mut waiting = events.iter();
     let mut running = FuturesUnordered::new();
     let mut outcomes = Vec::with_capacity(events.len());
-    let mut ticker =
-        tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         while running.len() < concurrency {
             match waiting.next() {
@@ -43,12 +31,9 @@ where
                 None => break,
             }
         }
-        tokio::select! {
-            next = running.next() => match next {
-                Some(outcome) => outcomes.push(outcome),
-                None => return outcomes,
-            },
-            _ = ticker.tick() => renew().await,
+        match running.next().await {
+            Some(outcome) => outcomes.push(outcome),
+            None => return outcomes,
         }
     }
 }

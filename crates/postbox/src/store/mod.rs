@@ -12,16 +12,21 @@ use uuid::Uuid;
 
 use crate::error::Result;
 use crate::event::OutboxEvent;
+use crate::outbox::{Outbox, OutboxBuilder};
 use crate::schema::{SchemaName, Target, TenantId};
 
+mod migrations;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod row;
+#[cfg(feature = "postgres")]
 pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
+pub use row::Undecodable;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
@@ -60,6 +65,9 @@ pub struct Claimed {
     pub recovered: u64,
     /// Stale events whose lost lease was their last allowed try: they are now `FAILED`.
     pub exhausted: Vec<ExhaustedEvent>,
+    /// Claimed events whose rows cannot be read (a column a producer filled with what cannot be
+    /// decoded); the relay fails them at once, fenced by this claim's token.
+    pub undecodable: Vec<Undecodable>,
 }
 
 /// A stale event that went `FAILED` when its lease ran out on its last try.
@@ -121,7 +129,7 @@ pub struct MarkFailedParams<'a> {
     /// The failed tries.
     pub tries: &'a [FailedTry],
     /// The backoff before the next try.
-    pub retry: crate::RetryPolicy,
+    pub retry: crate::Backoff,
 }
 
 /// What became of one failed try.
@@ -137,6 +145,7 @@ pub struct FailedMark {
 
 /// The events of one target by status, for `postbox status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct StatusCounts {
     /// `PENDING` events (new, or waiting for a retry).
     pub pending: i64,
@@ -176,11 +185,13 @@ mod opt_secs {
 /// boundary) and end in `…`.
 pub const MAX_ERROR_BYTES: usize = 4096;
 
-/// An error text as it can be stored: without NUL characters (PostgreSQL's text cannot hold
-/// them, and one would make the whole mark fail) and at most [`MAX_ERROR_BYTES`] long.
+/// An error text as it can be stored: secrets hidden ([`crate::redact::redact`]), without NUL
+/// characters (PostgreSQL's text cannot hold them, and one would make the whole mark fail) and
+/// at most [`MAX_ERROR_BYTES`] long.
 pub(crate) fn storable_error(error: &str) -> std::borrow::Cow<'_, str> {
+    let error = crate::redact::redact(error);
     if error.len() <= MAX_ERROR_BYTES && !error.contains('\0') {
-        return std::borrow::Cow::Borrowed(error);
+        return std::borrow::Cow::Owned(error);
     }
     let mut text: String = error.chars().filter(|c| *c != '\0').collect();
     if text.len() > MAX_ERROR_BYTES {
@@ -199,6 +210,7 @@ pub const EXACT_PROCESSED_COUNT: i64 = 100_000;
 
 /// What is still to do in one target, for draining.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Backlog {
     /// How long until an outstanding (`PENDING` or `PROCESSING`) event can be claimed: zero if
     /// one can be now, else until the earliest lease or backoff runs out; `None` when nothing is
@@ -208,6 +220,7 @@ pub struct Backlog {
 
 /// A tenant's registry entry.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Tenant {
     /// The tenant id.
     pub id: TenantId,
@@ -229,6 +242,18 @@ impl Tenant {
     }
 }
 
+/// A tenant registry row that cannot be served, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct RejectedTenant {
+    /// The id as stored.
+    pub id: String,
+    /// The schema name as stored.
+    pub schema: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
 /// A tenant's status in the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -239,6 +264,7 @@ pub enum TenantStatus {
     Suspended,
 }
 
+#[cfg(feature = "postgres")]
 impl TenantStatus {
     pub(crate) fn as_sql(self) -> &'static str {
         match self {
@@ -274,6 +300,13 @@ pub struct TenantAddParams<'a> {
     pub schema: Option<&'a SchemaName>,
 }
 
+impl<'a> TenantAddParams<'a> {
+    /// Tenant `id` in its default schema `s_<tenant>`.
+    pub fn new(id: &'a TenantId) -> Self {
+        TenantAddParams { id, schema: None }
+    }
+}
+
 /// A wake-up source: yields when events may have been committed (PostgreSQL `NOTIFY`).
 ///
 /// Notifications are hints only: one can be lost (for example during a reconnect), so the relay
@@ -294,6 +327,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// The schema used when none is named (`public` on PostgreSQL, `main` on SQLite).
     fn default_schema(&self) -> SchemaName;
+
+    /// A producer that writes to this store's default outbox: the table its relays read.
+    fn outbox(&self) -> Outbox {
+        self.outbox_builder().build()
+    }
+
+    /// The settings of such a producer (payload limit, notifications, a tenant's outbox).
+    fn outbox_builder(&self) -> OutboxBuilder {
+        OutboxBuilder::new(self.default_schema())
+    }
 
     /// Claims due events in one short transaction (DESIGN §3, "Claim").
     async fn events_claim(&self, params: &ClaimParams<'_>) -> Result<Claimed>;
@@ -323,8 +366,15 @@ pub trait Store: Send + Sync + 'static {
     /// Registers a tenant and migrates its schema.
     async fn tenant_add(&self, params: &TenantAddParams<'_>) -> Result<Tenant>;
 
-    /// Every registered tenant, by id.
+    /// Every registered tenant that can be served, by id (see [`Store::tenant_rejected`] for
+    /// the rest).
     async fn tenant_list(&self) -> Result<Vec<Tenant>>;
+
+    /// Registry rows that cannot be served: added by hand with an id or schema name Postbox
+    /// refuses. Relays skip them and say so; `postbox status` lists them.
+    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
+        Ok(Vec::new())
+    }
 
     /// Suspends or resumes a tenant.
     async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant>;

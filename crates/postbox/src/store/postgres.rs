@@ -3,8 +3,6 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use serde_json::value::RawValue;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 // Statements built with format! below interpolate only `SchemaName::quoted()` and constant
@@ -12,14 +10,15 @@ use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
+use super::migrations::{self, Migration};
+use super::row::add_claimed_row;
 use super::sql::{PerSchema, render, safe};
 use super::{
-    Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, ExhaustedEvent, FailedMark,
-    MarkFailedParams, MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store,
+    Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark, MarkFailedParams,
+    MarkProcessedParams, RejectedTenant, RenewParams, RetryFailedParams, StatusCounts, Store,
     Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
-use crate::event::{OutboxEvent, headers_from_json};
 use crate::schema::{SchemaName, Target, TenantId};
 
 /// The channel enqueue notifies and relays listen on; the payload is the schema name.
@@ -27,30 +26,40 @@ pub(crate) const NOTIFY_CHANNEL: &str = "postbox_events";
 
 /// Migrations of every outbox schema, in order. Names are recorded in the schema's
 /// `postbox_schema_history` table, never in the application's own migration table.
-const OUTBOX_MIGRATIONS: &[(&str, &str)] = &[
-    (
-        "outbox_0001_events",
-        include_str!("../../sql/postgres/0001_outbox_events.sql"),
-    ),
-    (
-        "outbox_0002_claim_function",
-        include_str!("../../sql/postgres/0002_claim_function.sql"),
-    ),
-    (
-        "outbox_0003_no_auto_analyze",
-        include_str!("../../sql/postgres/0003_no_auto_analyze.sql"),
-    ),
-    (
-        "outbox_0004_bounded_reads",
-        include_str!("../../sql/postgres/0004_bounded_reads.sql"),
-    ),
+const OUTBOX_MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "outbox_0001_events",
+        sql: include_str!("../../sql/postgres/0001_outbox_events.sql"),
+    },
+    Migration {
+        name: "outbox_0002_claim_function",
+        sql: include_str!("../../sql/postgres/0002_claim_function.sql"),
+    },
+    Migration {
+        name: "outbox_0003_no_auto_analyze",
+        sql: include_str!("../../sql/postgres/0003_no_auto_analyze.sql"),
+    },
+    Migration {
+        name: "outbox_0004_bounded_reads",
+        sql: include_str!("../../sql/postgres/0004_bounded_reads.sql"),
+    },
+    Migration {
+        name: "outbox_0005_sql_enqueue",
+        sql: include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.
-const REGISTRY_MIGRATIONS: &[(&str, &str)] = &[(
-    "registry_0001_tenants",
-    include_str!("../../sql/postgres/0001_tenants.sql"),
-)];
+const REGISTRY_MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "registry_0001_tenants",
+        sql: include_str!("../../sql/postgres/0001_tenants.sql"),
+    },
+    Migration {
+        name: "registry_0002_tenant_names",
+        sql: include_str!("../../sql/postgres/0002_tenant_names.sql"),
+    },
+];
 
 struct PgSql {
     claim: std::sync::Arc<str>,
@@ -135,41 +144,46 @@ impl PgStore {
         sqlx::query("SET LOCAL client_min_messages = warning")
             .execute(&mut *conn)
             .await?;
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE SCHEMA IF NOT EXISTS {q};
-             CREATE TABLE IF NOT EXISTS {q}.postbox_schema_history (
-                 name TEXT PRIMARY KEY,
-                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-             );"
-        )))
-        .execute(&mut *conn)
-        .await?;
-        let done: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT name FROM {q}.postbox_schema_history"
-        )))
-        .fetch_all(&mut *conn)
-        .await?;
-        let wanted =
-            OUTBOX_MIGRATIONS
-                .iter()
-                .chain(if registry { REGISTRY_MIGRATIONS } else { &[] });
-        let mut applied = Vec::new();
-        for (name, template) in wanted {
-            if done.iter().any(|d| d == name) {
-                continue;
-            }
-            sqlx::raw_sql(safe(&render(template, schema)))
-                .execute(&mut *conn)
-                .await?;
-            sqlx::query(AssertSqlSafe(format!(
-                "INSERT INTO {q}.postbox_schema_history (name) VALUES ($1)"
-            )))
-            .bind(*name)
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {q}")))
             .execute(&mut *conn)
             .await?;
-            applied.push((*name).to_owned());
-        }
+        let wanted: Vec<Migration> = OUTBOX_MIGRATIONS
+            .iter()
+            .chain(if registry { REGISTRY_MIGRATIONS } else { &[] })
+            .copied()
+            .collect();
+        let applied = migrations::apply::<sqlx::Postgres>(
+            conn,
+            &format!("{q}.postbox_schema_history"),
+            "TIMESTAMPTZ NOT NULL DEFAULT now()",
+            &wanted,
+            |template| render(template, schema).to_string(),
+        )
+        .await?;
         Ok(applied)
+    }
+
+    /// Every registry row: a tenant, or why it cannot be served (a row added by hand with a
+    /// name Postbox refuses).
+    async fn tenant_rows(&self) -> Result<Vec<std::result::Result<Tenant, RejectedTenant>>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT id, schema_name, status, created_at FROM {} ORDER BY id",
+            self.registry()
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get(0)?;
+                let schema: String = row.try_get(1)?;
+                Ok(Self::tenant_from_row(row).map_err(|e| RejectedTenant {
+                    id,
+                    schema,
+                    reason: e.to_string(),
+                }))
+            })
+            .collect()
     }
 
     fn tenant_from_row(row: &PgRow) -> Result<Tenant> {
@@ -226,45 +240,8 @@ impl Store for PgStore {
             events: Vec::with_capacity(rows.len()),
             ..Claimed::default()
         };
-        let tenant = p.target.tenant.as_ref().map(|t| t.to_string());
-        for row in rows {
-            let id: i64 = row.try_get(0)?;
-            let stale: bool = row.try_get(1)?;
-            let exhausted: bool = row.try_get(2)?;
-            if exhausted {
-                claimed.exhausted.push(ExhaustedEvent {
-                    id,
-                    event_type: row.try_get(3)?,
-                    retry_count: row.try_get(11)?,
-                    last_error: row.try_get::<Option<String>, _>(14)?.unwrap_or_default(),
-                });
-                continue;
-            }
-            if stale {
-                claimed.recovered += 1;
-            }
-            let payload: String = row.try_get(7)?;
-            let payload = RawValue::from_string(payload).map_err(|e| Error::CorruptRow {
-                id,
-                reason: format!("payload: {e}"),
-            })?;
-            let headers: serde_json::Value = row.try_get(8)?;
-            claimed.events.push(OutboxEvent {
-                id,
-                tenant: tenant.clone(),
-                event_type: row.try_get(3)?,
-                aggregate_type: row.try_get(4)?,
-                aggregate_id: row.try_get(5)?,
-                idempotency_key: row.try_get(6)?,
-                payload,
-                headers: headers_from_json(headers),
-                event_class: row.try_get(9)?,
-                schema_version: row.try_get(10)?,
-                retry_count: row.try_get(11)?,
-                max_retries: row.try_get(12)?,
-                created_at: row.try_get::<DateTime<Utc>, _>(13)?,
-                claim_token: token,
-            });
+        for row in &rows {
+            add_claimed_row(&mut claimed, row, p.target.tenant.as_ref())?;
         }
         // UPDATE … RETURNING does not keep the order of the picked rows (a join that spills into
         // batches reorders them); the contract is id order.
@@ -389,14 +366,21 @@ impl Store for PgStore {
     }
 
     async fn tenant_list(&self) -> Result<Vec<Tenant>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id, schema_name, status, created_at FROM {} ORDER BY id",
-            self.registry()
-        )))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| map_missing_table(e, &self.default_schema))?;
-        rows.iter().map(Self::tenant_from_row).collect()
+        Ok(self
+            .tenant_rows()
+            .await?
+            .into_iter()
+            .filter_map(std::result::Result::ok)
+            .collect())
+    }
+
+    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
+        Ok(self
+            .tenant_rows()
+            .await?
+            .into_iter()
+            .filter_map(std::result::Result::err)
+            .collect())
     }
 
     async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant> {

@@ -4,25 +4,24 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use serde_json::value::RawValue;
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use uuid::Uuid;
 
+use super::migrations::{self, Migration};
+use super::row::add_claimed_row;
 use super::{
-    Backlog, ClaimParams, Claimed, ExhaustedEvent, FailedMark, MarkFailedParams,
-    MarkProcessedParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
-    TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams, RenewParams,
+    RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus, Wakeups, ms,
+    secs, storable_error,
 };
 use crate::error::{Error, Result};
-use crate::event::{OutboxEvent, headers_from_json};
 use crate::schema::{SchemaName, Target, TenantId};
 
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "outbox_0001_events",
-    include_str!("../../sql/sqlite/0001_outbox_events.sql"),
-)];
+const MIGRATIONS: &[Migration] = &[Migration {
+    name: "outbox_0001_events",
+    sql: include_str!("../../sql/sqlite/0001_outbox_events.sql"),
+}];
 
 const NO_TENANTS: &str =
     "tenants need PostgreSQL: an SQLite database holds one outbox (use one file per tenant)";
@@ -114,29 +113,14 @@ fn map_missing_table(err: sqlx::Error) -> Error {
 impl Store for SqliteStore {
     async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::raw_sql(
-            "CREATE TABLE IF NOT EXISTS postbox_schema_history (
-                 name TEXT PRIMARY KEY,
-                 applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-             )",
+        let applied = migrations::apply::<sqlx::Sqlite>(
+            &mut tx,
+            "postbox_schema_history",
+            "TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+            MIGRATIONS,
+            str::to_owned,
         )
-        .execute(&mut *tx)
         .await?;
-        let done: Vec<String> = sqlx::query_scalar("SELECT name FROM postbox_schema_history")
-            .fetch_all(&mut *tx)
-            .await?;
-        let mut applied = Vec::new();
-        for (name, sql) in MIGRATIONS {
-            if done.iter().any(|d| d == name) {
-                continue;
-            }
-            sqlx::raw_sql(*sql).execute(&mut *tx).await?;
-            sqlx::query("INSERT INTO postbox_schema_history (name) VALUES (?1)")
-                .bind(*name)
-                .execute(&mut *tx)
-                .await?;
-            applied.push((*name).to_owned());
-        }
         tx.commit().await?;
         Ok(applied)
     }
@@ -164,57 +148,25 @@ impl Store for SqliteStore {
             return Ok(claimed);
         }
         let ids: Vec<i64> = picked.iter().map(|(id, _)| *id).collect();
+        let stale: Vec<i64> = picked
+            .iter()
+            .filter(|(_, stale)| *stale)
+            .map(|(id, _)| *id)
+            .collect();
         let rows = sqlx::query(include_str!("../../sql/sqlite/claim_take.sql"))
             .bind(ids_json(&ids))
             .bind(ms(p.lease))
             .bind(p.relay_id)
             .bind(token.to_string())
+            .bind(ids_json(&stale))
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        let mut events = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: i64 = row.try_get(0)?;
-            let exhausted: bool = row.try_get(1)?;
-            if exhausted {
-                claimed.exhausted.push(ExhaustedEvent {
-                    id,
-                    event_type: row.try_get(2)?,
-                    retry_count: row.try_get(10)?,
-                    last_error: row.try_get::<Option<String>, _>(13)?.unwrap_or_default(),
-                });
-                continue;
-            }
-            if picked.iter().any(|(p, stale)| *p == id && *stale) {
-                claimed.recovered += 1;
-            }
-            let payload: String = row.try_get(6)?;
-            let payload = RawValue::from_string(payload).map_err(|e| Error::CorruptRow {
-                id,
-                reason: format!("payload: {e}"),
-            })?;
-            let headers: String = row.try_get(7)?;
-            let headers = serde_json::from_str(&headers).unwrap_or(serde_json::Value::Null);
-            events.push(OutboxEvent {
-                id,
-                tenant: None,
-                event_type: row.try_get(2)?,
-                aggregate_type: row.try_get(3)?,
-                aggregate_id: row.try_get(4)?,
-                idempotency_key: row.try_get(5)?,
-                payload,
-                headers: headers_from_json(headers),
-                event_class: row.try_get(8)?,
-                schema_version: row.try_get(9)?,
-                retry_count: row.try_get(10)?,
-                max_retries: row.try_get(11)?,
-                created_at: row.try_get::<DateTime<Utc>, _>(12)?,
-                claim_token: token,
-            });
+        for row in &rows {
+            add_claimed_row(&mut claimed, row, None)?;
         }
         // RETURNING does not promise an order; the contract is id order.
-        events.sort_unstable_by_key(|e| e.id);
-        claimed.events = events;
+        claimed.events.sort_unstable_by_key(|e| e.id);
         Ok(claimed)
     }
 

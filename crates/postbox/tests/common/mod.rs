@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use postbox::{
-    Event, Outbox, PgStore, Relay, RelayConfig, RelayStats, RetryPolicy, SchemaName, Target,
+    Backoff, Event, Outbox, PgStore, Relay, RelayConfig, RelayStats, SchemaName, Target,
 };
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::oneshot;
@@ -15,18 +15,16 @@ use tokio::task::JoinHandle;
 
 /// Short leases and backoffs, so the suite is fast.
 pub(crate) fn config() -> RelayConfig {
-    RelayConfig {
-        batch_size: 100,
-        poll_interval: Duration::from_millis(50),
-        lease: Duration::from_secs(5),
-        retry: RetryPolicy {
+    RelayConfig::default()
+        .batch_size(100)
+        .poll_interval(Duration::from_millis(50))
+        .lease(Duration::from_secs(5))
+        .retry(Backoff {
             base: Duration::from_millis(20),
             cap: Duration::from_millis(200),
-        },
-        publish_timeout: Duration::from_secs(2),
-        tenant_refresh: Duration::from_millis(100),
-        ..RelayConfig::default()
-    }
+        })
+        .publish_timeout(Duration::from_secs(2))
+        .tenant_refresh(Duration::from_millis(100))
 }
 
 /// A fresh, migrated database and a store on it.

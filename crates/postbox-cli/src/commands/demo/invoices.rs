@@ -2,7 +2,7 @@
 //! `InvoiceCreated` event in one transaction.
 
 use anyhow::Context;
-use postbox::{DomainEvent, Enqueued, Event, Outbox, SchemaName};
+use postbox::{DomainEvent, Event, Outbox, SchemaName};
 use serde::{Deserialize, Serialize};
 use sqlx::AssertSqlSafe;
 
@@ -127,10 +127,10 @@ impl InvoiceService {
                 enqueued
             }
         };
-        match (enqueued, reject) {
+        match (enqueued.id(), reject) {
             (_, Some(_)) => Ok(Written::RolledBack),
-            (Enqueued::Inserted(id), None) => Ok(Written::Committed(id)),
-            (Enqueued::Duplicate, None) => {
+            (Some(id), None) => Ok(Written::Committed(id)),
+            (None, None) => {
                 anyhow::bail!("the event of invoice {} was a duplicate", invoice.number)
             }
         }

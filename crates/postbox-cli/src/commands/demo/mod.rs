@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use postbox::{Outbox, Relay, SchemaName};
+use postbox::{Relay, SchemaName};
 use sqlx::AssertSqlSafe;
 
 use crate::cli::DemoArgs;
@@ -227,8 +227,9 @@ async fn demo(
     postbox::migrate(&*db.store)
         .await
         .context("cannot create the outbox tables")?;
-    let outbox = Outbox::builder()
-        .schema(schema.clone())
+    let outbox = db
+        .store
+        .outbox_builder()
         .max_retries(i32::try_from(config.max_retries).unwrap_or(i32::MAX))
         .payload_limit(config.payload_limit.0)
         .build();

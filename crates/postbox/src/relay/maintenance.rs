@@ -1,4 +1,4 @@
-//! Vacuuming the outbox tables a relay serves.
+//! Maintenance of the outbox tables a relay serves, beside its work: vacuuming.
 //!
 //! Every mark leaves a dead row version in the table and dead entries in its indexes; until they
 //! are vacuumed, each claim walks past more of them. Autovacuum may be off, or far behind on a

@@ -1,14 +1,14 @@
-//! The sinks of the binary itself: `stdout` (JSON lines) and `null` (discard). Both take no
+//! Sinks without a broker: `stdout` (JSON lines) and `null` (discard). Both take no
 //! destination: a route to them needs no topic.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufWriter, Write};
 use std::sync::mpsc;
 
+use crate::{RoutableSink, Template};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use postbox::{OutboxEvent, PublishError, Sink};
-use postbox_sinks::{RoutableSink, Template};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::sync::{oneshot, watch};
@@ -18,31 +18,31 @@ const MAX_LINES_PER_FLUSH: usize = 1024;
 
 /// One event as a line on stdout. The field names are part of the binary's interface.
 #[derive(Debug, Serialize)]
-pub(crate) struct EventLine<'a> {
+pub struct EventLine<'a> {
     /// Event id; consumers drop repeats by it (or by `idempotency_key`).
-    pub(crate) id: i64,
+    pub id: i64,
     /// The tenant, or `null` for the default schema.
-    pub(crate) tenant: Option<&'a str>,
+    pub tenant: Option<&'a str>,
     /// E.g. `InvoiceCreated`.
-    pub(crate) event_type: &'a str,
+    pub event_type: &'a str,
     /// E.g. `Invoice`.
-    pub(crate) aggregate_type: Option<&'a str>,
+    pub aggregate_type: Option<&'a str>,
     /// E.g. `456`.
-    pub(crate) aggregate_id: Option<&'a str>,
+    pub aggregate_id: Option<&'a str>,
     /// The deduplication key, if the event has one.
-    pub(crate) idempotency_key: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
     /// The producer's type name.
-    pub(crate) event_class: Option<&'a str>,
+    pub event_class: Option<&'a str>,
     /// The payload's schema version.
-    pub(crate) schema_version: i32,
+    pub schema_version: i32,
     /// Failed tries before this one.
-    pub(crate) retry_count: i32,
+    pub retry_count: i32,
     /// When the event was enqueued (UTC, RFC 3339).
-    pub(crate) created_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
     /// Headers such as `traceparent`.
-    pub(crate) headers: &'a BTreeMap<String, String>,
+    pub headers: &'a BTreeMap<String, String>,
     /// The payload, as JSON (not a string).
-    pub(crate) payload: &'a RawValue,
+    pub payload: &'a RawValue,
 }
 
 impl<'a> From<&'a OutboxEvent> for EventLine<'a> {
@@ -76,14 +76,14 @@ struct Pending {
 /// One writer thread owns stdout, so lines never interleave; it writes whatever is queued, flushes
 /// once, then acknowledges the lot. If stdout breaks (the reader went away), the sink reports it
 /// through [`StdoutSink::broken`] so the relay can stop instead of failing every event.
-pub(crate) struct StdoutSink {
+pub struct StdoutSink {
     queue: mpsc::Sender<Pending>,
     broken: watch::Receiver<Option<String>>,
 }
 
 impl StdoutSink {
     /// Starts the writer thread on the process's stdout.
-    pub(crate) fn start() -> io::Result<StdoutSink> {
+    pub fn start() -> io::Result<StdoutSink> {
         Self::start_with(io::stdout)
     }
 
@@ -102,7 +102,7 @@ impl StdoutSink {
     }
 
     /// Completes with the error once stdout cannot be written any more.
-    pub(crate) fn broken(&self) -> impl Future<Output = String> + Send + 'static {
+    pub fn broken(&self) -> impl Future<Output = String> + Send + 'static + use<> {
         let mut rx = self.broken.clone();
         async move {
             let error = match rx.wait_for(Option::is_some).await {
@@ -183,7 +183,7 @@ impl RoutableSink for StdoutSink {
 
 /// Acknowledges every event without sending it anywhere (for trials and benchmarks).
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct NullSink;
+pub struct NullSink;
 
 #[async_trait]
 impl Sink for NullSink {
@@ -204,6 +204,7 @@ impl RoutableSink for NullSink {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
@@ -232,22 +233,17 @@ mod tests {
     }
 
     fn event(id: i64) -> OutboxEvent {
-        OutboxEvent {
-            id,
-            tenant: Some("acme".to_owned()),
-            event_type: "InvoiceCreated".to_owned(),
-            aggregate_type: Some("Invoice".to_owned()),
-            aggregate_id: Some(id.to_string()),
-            idempotency_key: Some(format!("Invoice:{id}:InvoiceCreated:2026-04-24")),
-            payload: RawValue::from_string(format!("{{\"invoice_id\":{id}}}")).expect("json"),
-            headers: BTreeMap::from([("traceparent".to_owned(), "00-abc-def-01".to_owned())]),
-            event_class: Some("app::InvoiceCreated".to_owned()),
-            schema_version: 2,
-            retry_count: 1,
-            max_retries: 5,
-            created_at: DateTime::from_timestamp(1_776_988_800, 0).expect("time"),
-            claim_token: uuid::Uuid::nil(),
-        }
+        postbox_testkit::event(id)
+            .tenant("acme")
+            .aggregate("Invoice", &id.to_string())
+            .idempotency_key(&format!("Invoice:{id}:InvoiceCreated:2026-04-24"))
+            .payload(serde_json::json!({ "invoice_id": id }))
+            .header("traceparent", "00-abc-def-01")
+            .event_class("app::InvoiceCreated")
+            .schema_version(2)
+            .retry_count(1)
+            .created_at(DateTime::from_timestamp(1_776_988_800, 0).expect("time"))
+            .build()
     }
 
     #[tokio::test]

@@ -1,0 +1,841 @@
+//! Sink configuration: one serde [`SinkConfig`] for every kind of sink, tagged by `kind`, read
+//! from a table such as `[sinks.billing]` of `postbox.toml` (or built in code), checked before
+//! anything connects, and opened with [`SinkConfig::open`].
+//!
+//! Each kind of sink lives in a module of its own whose configuration implements
+//! [`SinkSettings`]; the list at the bottom of this file (`sink_kinds!`) names them. Adding a
+//! sink is that module plus one line there.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use postbox::redact::redact;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::open::Shared;
+use crate::{Result, RoutableSink, Template};
+
+/// The publish timeout a sink gets when none is configured: the sinks' default (5 s), but at
+/// most four fifths of the relay's `publish_timeout`, so that the sink gives up (with its own,
+/// more telling error) before the relay does.
+pub fn default_publish_timeout(relay_publish_timeout: Duration) -> Duration {
+    crate::defaults::publish_timeout().min(relay_publish_timeout * 4 / 5)
+}
+
+/// What the configuration of one kind of sink offers. Each sink module implements it once; the
+/// [`SinkConfig`] enum dispatches to it.
+#[async_trait]
+pub trait SinkSettings: Clone + fmt::Debug + Send + Sync + 'static {
+    /// The key of the sink's own destination in its table (`subject`, `routing_key`, `topic`,
+    /// `stream`, `url`); `None` for a sink that takes no destination (stdout, null).
+    const DESTINATION_KEY: Option<&'static str>;
+    /// What the destination is called in messages: `subject`, `routing key`, `URL`, …
+    const DESTINATION_NAME: &'static str = "destination";
+    /// A destination to show in messages, e.g. `billing.{aggregate_type}.{event_type}`.
+    const EXAMPLE_DESTINATION: &'static str = "billing.{aggregate_type}.{event_type}";
+
+    /// Turns the table's `url` (every kind takes one) into this kind's own keys before the table
+    /// is deserialized, e.g. MQTT's `host` and `port`. By default `url` is a key of the kind's
+    /// own. Errors say what is wrong with the table.
+    fn read_url(_table: &mut Map<String, Value>) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    /// Settles what deserializing cannot check, e.g. credentials moved out of a URL.
+    fn settle(&mut self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    /// Where the sink publishes, for logs and `postbox config`: never a password or secret.
+    fn address(&self) -> String;
+
+    /// The sink's own destination template, if it has one.
+    fn destination(&self) -> Option<&Template>;
+
+    /// Checks a route's destination template for this sink.
+    fn check_destination(&self, _destination: &Template) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    /// How long one publish may take; `None` for a sink that bounds nothing.
+    fn publish_timeout(&self) -> Option<Duration>;
+
+    /// Sets how long one publish may take.
+    fn set_publish_timeout(&mut self, _timeout: Duration) {}
+
+    /// The longest wait between connection attempts, for a sink that connects to a broker;
+    /// `None` for one that has nothing to connect to first.
+    fn reconnect_max_delay(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Opens the sink. A broker that cannot be reached fails with [`crate::Error::Connect`]
+    /// (the caller keeps trying in the background, see [`SinkConfig::open`]); any other error
+    /// is a configuration mistake.
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>>;
+}
+
+/// A configuration mistake in a sink's or a route's table; `at` names where it is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{at}: {message}")]
+pub struct ConfigError {
+    /// The table or rule: `sinks.billing`, `routes[2]`, `routing.default_route`, `routing`.
+    pub at: String,
+    /// What is wrong, and what to do; secrets in it are hidden.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(at: impl Into<String>, message: impl AsRef<str>) -> ConfigError {
+        ConfigError {
+            at: at.into(),
+            message: redact(message.as_ref()),
+        }
+    }
+}
+
+/// A sink of the stdout kind: one JSON line per event on the process's stdout.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct StdoutConfig {}
+
+/// A sink of the null kind: discards every event (they are still marked `PROCESSED`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct NullConfig {}
+
+#[async_trait]
+impl SinkSettings for StdoutConfig {
+    const DESTINATION_KEY: Option<&'static str> = None;
+
+    fn address(&self) -> String {
+        String::new()
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        None
+    }
+
+    fn check_destination(&self, _: &Template) -> std::result::Result<(), String> {
+        Err("the stdout sink takes no topic; leave `topic` out".to_owned())
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(shared.stdout()?)
+    }
+}
+
+#[async_trait]
+impl SinkSettings for NullConfig {
+    const DESTINATION_KEY: Option<&'static str> = None;
+
+    fn address(&self) -> String {
+        String::new()
+    }
+
+    fn destination(&self) -> Option<&Template> {
+        None
+    }
+
+    fn check_destination(&self, _: &Template) -> std::result::Result<(), String> {
+        Err("the null sink takes no topic; leave `topic` out".to_owned())
+    }
+
+    fn publish_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        Ok(Arc::new(crate::stdout::NullSink))
+    }
+}
+
+/// Declares the kinds of sink: the [`SinkConfig`] enum (tagged by `kind`), the [`SinkKind`]
+/// names, and the dispatch of [`SinkSettings`] over them.
+macro_rules! sink_kinds {
+    ($( $(#[cfg($cfg:meta)])? $variant:ident($config:ty) = $name:literal, $doc:literal; )*) => {
+        /// One sink's kind and settings, as a `[sinks.NAME]` table holds them (`kind = "nats"`
+        /// and that kind's keys; see docs/sinks.md).
+        ///
+        /// ```
+        /// let config = postbox_sinks::SinkConfig::from_table(
+        ///     &serde_json::json!({"kind": "nats", "url": "nats://127.0.0.1:4222",
+        ///                         "subject": "billing.{event_type}"}),
+        ///     std::time::Duration::from_secs(10),
+        /// ).unwrap();
+        /// assert_eq!(config.kind().name(), "nats");
+        /// ```
+        #[derive(Clone, Debug, Deserialize)]
+        #[serde(tag = "kind", deny_unknown_fields)]
+        #[non_exhaustive]
+        pub enum SinkConfig {
+            $( #[doc = $doc] $(#[cfg($cfg)])? #[serde(rename = $name)] $variant($config), )*
+        }
+
+        /// The kinds of sink this build has.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum SinkKind {
+            $( #[doc = $doc] $(#[cfg($cfg)])? $variant, )*
+        }
+
+        impl SinkKind {
+            /// Every kind this build has, in the order of the docs.
+            pub const ALL: &'static [SinkKind] = &[ $( $(#[cfg($cfg)])? SinkKind::$variant, )* ];
+
+            /// The name, as `kind` and `--sink` write it.
+            pub fn name(self) -> &'static str {
+                match self { $( $(#[cfg($cfg)])? SinkKind::$variant => $name, )* }
+            }
+
+            /// What the kind does, in one line (for `--help`).
+            pub fn description(self) -> &'static str {
+                match self { $( $(#[cfg($cfg)])? SinkKind::$variant => $doc, )* }
+            }
+
+            /// The destination's key in this kind's table; `None` when it takes none.
+            pub fn destination_key(self) -> Option<&'static str> {
+                match self {
+                    $( $(#[cfg($cfg)])? SinkKind::$variant => <$config as SinkSettings>::DESTINATION_KEY, )*
+                }
+            }
+
+            /// What the destination is called in messages.
+            pub fn destination_name(self) -> &'static str {
+                match self {
+                    $( $(#[cfg($cfg)])? SinkKind::$variant => <$config as SinkSettings>::DESTINATION_NAME, )*
+                }
+            }
+
+            /// A destination to show in messages.
+            pub fn example_destination(self) -> &'static str {
+                match self {
+                    $( $(#[cfg($cfg)])? SinkKind::$variant => <$config as SinkSettings>::EXAMPLE_DESTINATION, )*
+                }
+            }
+
+            fn read_url(self, table: &mut Map<String, Value>) -> std::result::Result<(), String> {
+                match self {
+                    $( $(#[cfg($cfg)])? SinkKind::$variant => <$config as SinkSettings>::read_url(table), )*
+                }
+            }
+        }
+
+        impl SinkConfig {
+            /// The kind.
+            pub fn kind(&self) -> SinkKind {
+                match self { $( $(#[cfg($cfg)])? SinkConfig::$variant(_) => SinkKind::$variant, )* }
+            }
+
+            fn settings(&self) -> &dyn DynSettings {
+                match self { $( $(#[cfg($cfg)])? SinkConfig::$variant(c) => c, )* }
+            }
+
+            fn settings_mut(&mut self) -> &mut dyn DynSettings {
+                match self { $( $(#[cfg($cfg)])? SinkConfig::$variant(c) => c, )* }
+            }
+        }
+    };
+}
+
+/// [`SinkSettings`] without its associated items, so that [`SinkConfig`] can hand out a
+/// `&dyn` of whichever kind it holds.
+#[async_trait]
+trait DynSettings: Send + Sync {
+    fn settle(&mut self) -> std::result::Result<(), String>;
+    fn address(&self) -> String;
+    fn destination(&self) -> Option<&Template>;
+    fn check_destination(&self, destination: &Template) -> std::result::Result<(), String>;
+    fn publish_timeout(&self) -> Option<Duration>;
+    fn set_publish_timeout(&mut self, timeout: Duration);
+    fn reconnect_max_delay(&self) -> Option<Duration>;
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>>;
+}
+
+#[async_trait]
+impl<T: SinkSettings> DynSettings for T {
+    fn settle(&mut self) -> std::result::Result<(), String> {
+        SinkSettings::settle(self)
+    }
+    fn address(&self) -> String {
+        SinkSettings::address(self)
+    }
+    fn destination(&self) -> Option<&Template> {
+        SinkSettings::destination(self)
+    }
+    fn check_destination(&self, destination: &Template) -> std::result::Result<(), String> {
+        SinkSettings::check_destination(self, destination)
+    }
+    fn publish_timeout(&self) -> Option<Duration> {
+        SinkSettings::publish_timeout(self)
+    }
+    fn set_publish_timeout(&mut self, timeout: Duration) {
+        SinkSettings::set_publish_timeout(self, timeout);
+    }
+    fn reconnect_max_delay(&self) -> Option<Duration> {
+        SinkSettings::reconnect_max_delay(self)
+    }
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        SinkSettings::connect(self, shared).await
+    }
+}
+
+impl fmt::Display for SinkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SinkKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        SinkKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = SinkKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown sink kind {s:?}; this build has {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for SinkKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for SinkKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl SinkConfig {
+    /// The sink of a `[sinks.NAME]` table: `kind` and the keys of that kind's configuration
+    /// (see docs/sinks.md), plus `url` for every kind (`mqtt://host:port` for MQTT, the
+    /// bootstrap servers for Kafka). A table without `publish_timeout` gets
+    /// [`default_publish_timeout`] of the relay's `relay_publish_timeout`; one with it must be
+    /// shorter than the relay's. Errors say what is wrong (secrets hidden).
+    pub fn from_table(
+        table: &Value,
+        relay_publish_timeout: Duration,
+    ) -> std::result::Result<SinkConfig, String> {
+        let Value::Object(map) = table else {
+            return Err("must be a table, e.g. [sinks.events] with kind = \"nats\"".to_owned());
+        };
+        let mut map = map.clone();
+        let kind = match map.get("kind") {
+            None => {
+                return Err(
+                    "missing field `kind`: say which sink this is, e.g. kind = \"nats\"".into(),
+                );
+            }
+            Some(Value::String(k)) => k.parse::<SinkKind>()?,
+            Some(_) => return Err("`kind` must be a string, e.g. kind = \"nats\"".into()),
+        };
+        if kind.destination_key().is_none()
+            && let Some(key) = map.keys().find(|k| *k != "kind")
+        {
+            return Err(format!(
+                "unknown field `{key}`: this kind takes no settings"
+            ));
+        }
+        kind.read_url(&mut map).map_err(|e| redact(&e))?;
+        let explicit_timeout = map.contains_key("publish_timeout");
+        let mut config: SinkConfig =
+            serde_json::from_value(Value::Object(map)).map_err(|e| redact(&e.to_string()))?;
+        config.settings_mut().settle().map_err(|e| redact(&e))?;
+        if explicit_timeout {
+            if let Some(timeout) = config.publish_timeout()
+                && (timeout >= relay_publish_timeout || timeout.is_zero())
+            {
+                return Err(format!(
+                    "publish_timeout ({}) must be above zero and shorter than the relay's \
+                     publish_timeout ({}), so that the sink gives up first, with its own error; \
+                     lower it or raise the relay's",
+                    humantime::format_duration(timeout),
+                    humantime::format_duration(relay_publish_timeout)
+                ));
+            }
+        } else {
+            config
+                .settings_mut()
+                .set_publish_timeout(default_publish_timeout(relay_publish_timeout));
+        }
+        Ok(config)
+    }
+
+    /// The sink of the single-sink keys (`sink`, `sink_url`, `topic`, `exchange`,
+    /// `webhook_secret`): the table `{kind, url: sink_url, <destination key>: topic, exchange,
+    /// secret: webhook_secret}`. The caller checks first that each key given applies to the
+    /// kind (it knows how to name them).
+    pub fn from_single(single: &SingleSink<'_>) -> std::result::Result<SinkConfig, String> {
+        let kind = single.kind;
+        let mut table = Map::new();
+        table.insert("kind".into(), kind.name().into());
+        if let Some(url) = single.url {
+            table.insert("url".into(), url.into());
+        }
+        if let (Some(topic), Some(key)) = (single.topic, kind.destination_key())
+            && key != "url"
+        {
+            table.insert(key.into(), topic.into());
+        }
+        if let Some(exchange) = single.exchange {
+            table.insert("exchange".into(), exchange.into());
+        }
+        if let Some(secret) = single.webhook_secret {
+            table.insert("secret".into(), secret.into());
+        }
+        Self::from_table(&Value::Object(table), single.relay_publish_timeout)
+    }
+
+    /// Where it publishes, for logs: the address with any password hidden.
+    pub fn address(&self) -> String {
+        redact(&self.settings().address())
+    }
+
+    /// The sink's own destination template, if it has one.
+    pub fn own_destination(&self) -> Option<&Template> {
+        self.settings().destination()
+    }
+
+    /// Whether every event needs a destination (all but stdout and null).
+    pub fn needs_destination(&self) -> bool {
+        self.kind().destination_key().is_some()
+    }
+
+    /// Checks a route's destination template for this sink.
+    pub fn check_destination(&self, destination: &Template) -> std::result::Result<(), String> {
+        self.settings()
+            .check_destination(destination)
+            .map_err(|e| redact(&e))
+    }
+
+    /// How long one publish may take; `None` for stdout and null, which bound nothing.
+    pub fn publish_timeout(&self) -> Option<Duration> {
+        self.settings().publish_timeout()
+    }
+
+    /// Opens the sink. A broker that cannot be reached yet does not fail the start: the sink
+    /// keeps connecting in the background (waiting up to its `reconnect_max_delay` between
+    /// attempts) and its events fail as retryable until it is up. A configuration mistake
+    /// fails.
+    pub async fn open(&self) -> Result<Arc<dyn RoutableSink>> {
+        self.open_shared(&Shared::default()).await
+    }
+
+    pub(crate) async fn open_shared(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        let label = match self.address() {
+            a if a.is_empty() => format!("{} sink", self.kind()),
+            a => format!("{} sink at {a}", self.kind()),
+        };
+        crate::open::connect_or_keep_trying(self.kind(), label, self.clone(), shared).await
+    }
+
+    pub(crate) fn reconnect_max_delay(&self) -> Option<Duration> {
+        self.settings().reconnect_max_delay()
+    }
+
+    pub(crate) async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        self.settings().connect(shared).await
+    }
+}
+
+/// The single-sink keys, for [`SinkConfig::from_single`].
+#[derive(Clone, Copy, Debug)]
+pub struct SingleSink<'a> {
+    /// `sink`.
+    pub kind: SinkKind,
+    /// `sink_url`: the broker's address, or the webhook's URL template.
+    pub url: Option<&'a str>,
+    /// `topic`: the destination template (not for webhooks, whose URL is the destination).
+    pub topic: Option<&'a str>,
+    /// `exchange` (AMQP).
+    pub exchange: Option<&'a str>,
+    /// `webhook_secret`.
+    pub webhook_secret: Option<&'a str>,
+    /// The relay's `publish_timeout`.
+    pub relay_publish_timeout: Duration,
+}
+
+/// Decodes `%XX` escapes (a password with `@` or `:` is written `%40`, `%3A` in a URL).
+#[allow(dead_code, reason = "used only by some sink features")]
+pub(crate) fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                // Two hex digits make a byte.
+                out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A secret setting (a password, a token, a signing key): it deserializes from a string, shows
+/// as `***` in `Debug`, and gives itself up only through [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// A secret holding `value`.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself: for the broker or the signature, never for logs.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Secret {
+        Secret(value.to_owned())
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Secret {
+        Secret(value)
+    }
+}
+
+/// The `Debug` of a map whose values may be secrets (client properties): the values of keys
+/// that look secret hidden, the others cleaned of passwords in URLs.
+#[allow(dead_code, reason = "used only by some sink features")]
+pub(crate) fn debug_map(map: &BTreeMap<String, String>) -> BTreeMap<&str, String> {
+    map.iter()
+        .map(|(k, v)| {
+            let shown = if postbox::redact::is_secret_key(k) {
+                postbox::redact::MASK.to_owned()
+            } else {
+                redact(v)
+            };
+            (k.as_str(), shown)
+        })
+        .collect()
+}
+
+sink_kinds! {
+    Stdout(StdoutConfig) = "stdout",
+        "One JSON line per event on stdout, flushed before the event counts as published.";
+    Null(NullConfig) = "null",
+        "Discards events (they are still marked PROCESSED): for trials and benchmarks.";
+    #[cfg(feature = "webhook")]
+    Webhook(crate::WebhookConfig) = "webhook",
+        "POSTs each event to an HTTP endpoint (a URL template); 2xx acknowledges.";
+    #[cfg(feature = "nats")]
+    Nats(crate::NatsConfig) = "nats",
+        "NATS JetStream (the destination is the subject); the stream's PubAck acknowledges.";
+    #[cfg(feature = "amqp")]
+    Amqp(crate::AmqpConfig) = "amqp",
+        "RabbitMQ (the destination is the routing key); the publisher confirm acknowledges.";
+    #[cfg(feature = "kafka")]
+    Kafka(crate::KafkaConfig) = "kafka",
+        "Kafka (the destination is the topic); the delivery report (acks=all) acknowledges.";
+    #[cfg(feature = "redis")]
+    Redis(crate::RedisConfig) = "redis",
+        "Redis Streams (the destination is the stream key); the XADD reply acknowledges.";
+    #[cfg(feature = "mqtt")]
+    Mqtt(crate::MqttConfig) = "mqtt",
+        "MQTT 5 (the destination is the topic), QoS 1; the PUBACK acknowledges.";
+}
+
+#[cfg(all(
+    test,
+    feature = "nats",
+    feature = "amqp",
+    feature = "kafka",
+    feature = "redis",
+    feature = "mqtt",
+    feature = "webhook"
+))]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    const RELAY: Duration = Duration::from_secs(10);
+
+    fn single(kind: SinkKind) -> SingleSink<'static> {
+        SingleSink {
+            kind,
+            url: None,
+            topic: None,
+            exchange: None,
+            webhook_secret: None,
+            relay_publish_timeout: RELAY,
+        }
+    }
+
+    fn table(value: serde_json::Value) -> std::result::Result<SinkConfig, String> {
+        SinkConfig::from_table(&value, RELAY)
+    }
+
+    #[test]
+    fn every_broker_has_its_default_address() {
+        let spec = |kind| {
+            SinkConfig::from_single(&SingleSink {
+                topic: Some("events.{event_type}"),
+                ..single(kind)
+            })
+            .unwrap()
+        };
+        let topic: Option<Template> = Some("events.{event_type}".parse().unwrap());
+        let SinkConfig::Nats(c) = spec(SinkKind::Nats) else {
+            panic!("nats")
+        };
+        assert_eq!(c.url, "nats://127.0.0.1:4222");
+        assert_eq!(c.subject, topic);
+        assert_eq!(c.publish_timeout, Duration::from_secs(5));
+        let SinkConfig::Amqp(c) = spec(SinkKind::Amqp) else {
+            panic!("amqp")
+        };
+        assert_eq!(c.url, "amqp://127.0.0.1:5672/%2f");
+        assert_eq!(c.exchange, "", "the default exchange");
+        let SinkConfig::Redis(c) = spec(SinkKind::Redis) else {
+            panic!("redis")
+        };
+        assert_eq!(c.url, "redis://127.0.0.1:6379");
+        let SinkConfig::Mqtt(c) = spec(SinkKind::Mqtt) else {
+            panic!("mqtt")
+        };
+        assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 1883));
+        let SinkConfig::Kafka(c) = spec(SinkKind::Kafka) else {
+            panic!("kafka")
+        };
+        assert_eq!(c.bootstrap_servers, "127.0.0.1:9092");
+        assert_eq!(c.topic, topic);
+    }
+
+    #[test]
+    fn nats_credentials_leave_the_url() {
+        let spec = SinkConfig::from_single(&SingleSink {
+            url: Some("nats://relay:p%40ss@n1:4222, nats://relay:p%40ss@n2:4222"),
+            topic: Some("x"),
+            ..single(SinkKind::Nats)
+        })
+        .unwrap();
+        let SinkConfig::Nats(c) = spec else {
+            panic!("nats")
+        };
+        assert_eq!(c.url, "nats://n1:4222,nats://n2:4222");
+        assert_eq!(c.user.as_deref(), Some("relay"));
+        assert_eq!(c.password.as_ref().map(Secret::expose), Some("p@ss"));
+        assert!(!format!("{c:?}").contains("p@ss"), "Debug hides it");
+        let SinkConfig::Nats(c) =
+            table(serde_json::json!({"kind": "nats", "url": "nats://s3cr3t-token@n1:4222"}))
+                .unwrap()
+        else {
+            panic!("nats")
+        };
+        assert_eq!(c.url, "nats://n1:4222");
+        assert_eq!(c.token.as_ref().map(Secret::expose), Some("s3cr3t-token"));
+        assert!(c.user.is_none());
+        let err = table(
+            serde_json::json!({"kind": "nats", "url": "nats://a:b@n1", "user": "a", "password": "b"}),
+        )
+        .unwrap_err();
+        assert!(err.contains("give them once"), "{err}");
+    }
+
+    #[test]
+    fn kafka_servers_come_from_a_url_or_a_list() {
+        use crate::kafka::kafka_servers;
+        assert_eq!(
+            kafka_servers("kafka://k1:9092,k2:9093").as_deref(),
+            Ok("k1:9092,k2:9093")
+        );
+        assert_eq!(
+            kafka_servers("k1:9092, kafka://k2:9093/").as_deref(),
+            Ok("k1:9092,k2:9093")
+        );
+        assert!(kafka_servers("http://k1:9092").is_err());
+        assert!(kafka_servers("k1:9092,,k2").is_err());
+        let SinkConfig::Kafka(c) = SinkConfig::from_single(&SingleSink {
+            url: Some("kafka://10.0.0.1:9092,10.0.0.2:9092"),
+            topic: Some("billing.{aggregate_type}"),
+            ..single(SinkKind::Kafka)
+        })
+        .unwrap() else {
+            panic!("kafka")
+        };
+        assert_eq!(c.bootstrap_servers, "10.0.0.1:9092,10.0.0.2:9092");
+        let SinkConfig::Kafka(c) = table(serde_json::json!({"kind": "kafka",
+            "bootstrap_servers": "a:1", "properties": {"sasl.password": "kafka-pw"}}))
+        .unwrap() else {
+            panic!("kafka")
+        };
+        assert!(!format!("{c:?}").contains("kafka-pw"), "{c:?}");
+    }
+
+    #[test]
+    fn mqtt_urls_give_host_port_and_credentials() {
+        let SinkConfig::Mqtt(c) = table(serde_json::json!({"kind": "mqtt",
+            "url": "mqtt://relay:p%40ss@broker.internal:1884", "topic": "a/{event_type}"}))
+        .unwrap() else {
+            panic!("mqtt")
+        };
+        assert_eq!((c.host.as_str(), c.port), ("broker.internal", 1884));
+        assert_eq!(c.username.as_deref(), Some("relay"));
+        assert_eq!(c.password.as_ref().map(Secret::expose), Some("p@ss"));
+        assert!(!format!("{c:?}").contains("p@ss"));
+        for (url, host, port) in [
+            ("127.0.0.1", "127.0.0.1", 1883),
+            ("tcp://[::1]:1999/", "::1", 1999),
+        ] {
+            let SinkConfig::Mqtt(c) =
+                table(serde_json::json!({"kind": "mqtt", "url": url})).unwrap()
+            else {
+                panic!("mqtt")
+            };
+            assert_eq!((c.host.as_str(), c.port), (host, port), "{url}");
+        }
+        for bad in [
+            "mqtts://h:8883",
+            "mqtt://h:port",
+            "mqtt://h/topic",
+            "mqtt://:1883",
+        ] {
+            assert!(
+                table(serde_json::json!({"kind": "mqtt", "url": bad})).is_err(),
+                "{bad}"
+            );
+        }
+        let err =
+            table(serde_json::json!({"kind": "mqtt", "url": "ws://u:secret@h:1"})).unwrap_err();
+        assert!(!err.contains("secret"), "{err}");
+        let err = SinkConfig::from_single(&SingleSink {
+            url: Some("ftp://u:secret@h/{event_type}"),
+            ..single(SinkKind::Webhook)
+        })
+        .unwrap_err();
+        assert!(err.contains("u:***@h") && !err.contains("secret"), "{err}");
+        let err = table(serde_json::json!({"kind": "webhook", "url": "https://u:secret@h/{nope}"}))
+            .unwrap_err();
+        assert!(err.contains("{nope}") && !err.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn the_sink_gives_up_before_the_relay() {
+        assert_eq!(
+            default_publish_timeout(Duration::from_secs(10)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            default_publish_timeout(Duration::from_secs(2)),
+            Duration::from_millis(1600)
+        );
+    }
+
+    #[test]
+    fn tables_take_url_for_every_kind() {
+        let SinkConfig::Kafka(c) =
+            table(serde_json::json!({"kind": "kafka", "url": "kafka://k:1"})).unwrap()
+        else {
+            panic!("kafka")
+        };
+        assert_eq!(c.bootstrap_servers, "k:1");
+        assert_eq!(c.topic, None);
+        let SinkConfig::Kafka(c) = table(serde_json::json!({"kind": "kafka"})).unwrap() else {
+            panic!("kafka default")
+        };
+        assert_eq!(c.bootstrap_servers, crate::kafka::DEFAULT_SERVERS);
+        let SinkConfig::Kafka(c) = table(
+            serde_json::json!({"kind": "kafka", "bootstrap_servers": "a:1,b:2",
+            "topic": "t.{event_type}", "publish_timeout": "2s",
+            "properties": {"compression.type": "lz4"}}),
+        )
+        .unwrap() else {
+            panic!("kafka native keys")
+        };
+        assert_eq!(c.bootstrap_servers, "a:1,b:2");
+        assert_eq!(c.publish_timeout, Duration::from_secs(2));
+        assert_eq!(c.properties["compression.type"], "lz4");
+    }
+
+    #[test]
+    fn bad_tables_are_refused_with_the_reason() {
+        for (value, expect) in [
+            (serde_json::json!({"url": "nats://h"}), "kind"),
+            (serde_json::json!({"kind": "natz"}), "natz"),
+            (
+                serde_json::json!({"kind": "nats", "subjekt": "x"}),
+                "subjekt",
+            ),
+            (
+                serde_json::json!({"kind": "nats", "subject": "a.{nope}"}),
+                "{nope}",
+            ),
+            (
+                serde_json::json!({"kind": "webhook", "url": "ftp://x"}),
+                "scheme",
+            ),
+            (
+                serde_json::json!({"kind": "kafka", "url": "k:1", "bootstrap_servers": "k:2"}),
+                "not both",
+            ),
+            (
+                serde_json::json!({"kind": "mqtt", "url": "mqtt://h", "port": 1}),
+                "not both",
+            ),
+            (serde_json::json!({"kind": "stdout", "url": "x"}), "url"),
+            (
+                serde_json::json!({"kind": "redis", "publish_timeout": "10s"}),
+                "shorter than the relay's",
+            ),
+            (serde_json::json!("nats"), "table"),
+        ] {
+            let err = table(value.clone()).unwrap_err();
+            assert!(err.contains(expect), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn kinds_parse_by_name() {
+        for kind in SinkKind::ALL {
+            assert_eq!(kind.name().parse::<SinkKind>(), Ok(*kind));
+        }
+        let err = "natz".parse::<SinkKind>().unwrap_err();
+        assert!(err.contains("nats"), "names what this build has: {err}");
+    }
+}

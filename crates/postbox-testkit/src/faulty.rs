@@ -1,0 +1,214 @@
+//! A store that fails or stalls on demand.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use postbox::store::{
+    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams, RenewParams,
+    StatusCounts, TenantAddParams, Wakeups,
+};
+
+/// A [`Store`](postbox::Store) call that [`FaultyStore`] can make fail or hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreOp {
+    /// `events_claim`.
+    Claim,
+    /// `leases_renew`.
+    Renew,
+    /// `events_mark_processed`.
+    MarkProcessed,
+    /// `events_mark_failed`.
+    MarkFailed,
+}
+
+/// A [`Store`](postbox::Store) that delegates to another one and injects faults: calls that fail
+/// as if the database were unreachable, and marks held back as if the relay had stalled.
+///
+/// Clones share their faults, so a test keeps one clone and gives another to a relay.
+#[derive(Clone)]
+pub struct FaultyStore {
+    inner: Arc<dyn postbox::Store>,
+    faults: Arc<Faults>,
+}
+
+struct Faults {
+    failing: Mutex<HashMap<StoreOp, u64>>,
+    injected: Mutex<HashMap<StoreOp, u64>>,
+    calls: Mutex<HashMap<StoreOp, u64>>,
+    marks_open: tokio::sync::watch::Sender<bool>,
+    marks_held: AtomicU64,
+}
+
+impl FaultyStore {
+    /// Wraps `inner`; no faults until scripted.
+    pub fn new(inner: impl postbox::Store) -> Self {
+        FaultyStore {
+            inner: Arc::new(inner),
+            faults: Arc::new(Faults {
+                failing: Mutex::default(),
+                injected: Mutex::default(),
+                calls: Mutex::default(),
+                marks_open: tokio::sync::watch::Sender::new(true),
+                marks_held: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Makes the next `n` calls of `op` fail with a connection error (`u64::MAX`: all of them).
+    pub fn fail_next(&self, op: StoreOp, n: u64) {
+        self.faults.failing.lock().expect("lock").insert(op, n);
+    }
+
+    /// Failures injected into `op` so far.
+    pub fn injected(&self, op: StoreOp) -> u64 {
+        get(&self.faults.injected, op)
+    }
+
+    /// Calls of `op` so far, failed ones included.
+    pub fn calls(&self, op: StoreOp) -> u64 {
+        get(&self.faults.calls, op)
+    }
+
+    /// Holds every later mark (processed or failed) until [`FaultyStore::release_marks`]: the
+    /// relay has published but stalls before recording it.
+    pub fn hold_marks(&self) {
+        self.faults.marks_open.send_replace(false);
+    }
+
+    /// Lets held marks through.
+    pub fn release_marks(&self) {
+        self.faults.marks_open.send_replace(true);
+    }
+
+    /// Mark calls waiting behind [`FaultyStore::hold_marks`] right now.
+    pub fn marks_held(&self) -> u64 {
+        self.faults.marks_held.load(Ordering::SeqCst)
+    }
+
+    fn enter(&self, op: StoreOp) -> postbox::Result<()> {
+        *self
+            .faults
+            .calls
+            .lock()
+            .expect("lock")
+            .entry(op)
+            .or_insert(0) += 1;
+        let mut failing = self.faults.failing.lock().expect("lock");
+        match failing.get_mut(&op) {
+            Some(n) if *n > 0 => {
+                if *n != u64::MAX {
+                    *n -= 1;
+                }
+                *self
+                    .faults
+                    .injected
+                    .lock()
+                    .expect("lock")
+                    .entry(op)
+                    .or_insert(0) += 1;
+                Err(postbox::Error::Database(sqlx::Error::Io(
+                    std::io::Error::new(
+                        std::io::ErrorKind::ConnectionRefused,
+                        format!("injected fault: {op:?} cannot reach the database"),
+                    ),
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn gate_marks(&self) {
+        let mut open = self.faults.marks_open.subscribe();
+        if *open.borrow() {
+            return;
+        }
+        self.faults.marks_held.fetch_add(1, Ordering::SeqCst);
+        let _ = open.wait_for(|open| *open).await;
+        self.faults.marks_held.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn get(map: &Mutex<HashMap<StoreOp, u64>>, op: StoreOp) -> u64 {
+    map.lock().expect("lock").get(&op).copied().unwrap_or(0)
+}
+
+#[async_trait]
+impl postbox::Store for FaultyStore {
+    async fn schema_migrate(
+        &self,
+        schema: &postbox::SchemaName,
+        registry: bool,
+    ) -> postbox::Result<Vec<String>> {
+        self.inner.schema_migrate(schema, registry).await
+    }
+
+    fn default_schema(&self) -> postbox::SchemaName {
+        self.inner.default_schema()
+    }
+
+    async fn events_claim(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
+        self.enter(StoreOp::Claim)?;
+        self.inner.events_claim(p).await
+    }
+
+    async fn leases_renew(&self, p: &RenewParams<'_>) -> postbox::Result<u64> {
+        self.enter(StoreOp::Renew)?;
+        self.inner.leases_renew(p).await
+    }
+
+    async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> postbox::Result<u64> {
+        self.gate_marks().await;
+        self.enter(StoreOp::MarkProcessed)?;
+        self.inner.events_mark_processed(p).await
+    }
+
+    async fn events_mark_failed(
+        &self,
+        p: &MarkFailedParams<'_>,
+    ) -> postbox::Result<Vec<FailedMark>> {
+        self.gate_marks().await;
+        self.enter(StoreOp::MarkFailed)?;
+        self.inner.events_mark_failed(p).await
+    }
+
+    async fn events_retry_failed(
+        &self,
+        params: &postbox::store::RetryFailedParams<'_>,
+    ) -> postbox::Result<u64> {
+        self.inner.events_retry_failed(params).await
+    }
+
+    async fn status_counts(&self, target: &postbox::Target) -> postbox::Result<StatusCounts> {
+        self.inner.status_counts(target).await
+    }
+
+    async fn backlog(&self, target: &postbox::Target) -> postbox::Result<Backlog> {
+        self.inner.backlog(target).await
+    }
+
+    async fn tenant_add(&self, p: &TenantAddParams<'_>) -> postbox::Result<postbox::Tenant> {
+        self.inner.tenant_add(p).await
+    }
+
+    async fn tenant_list(&self) -> postbox::Result<Vec<postbox::Tenant>> {
+        self.inner.tenant_list().await
+    }
+
+    async fn tenant_rejected(&self) -> postbox::Result<Vec<postbox::store::RejectedTenant>> {
+        self.inner.tenant_rejected().await
+    }
+
+    async fn tenant_set_status(
+        &self,
+        id: &postbox::TenantId,
+        status: postbox::TenantStatus,
+    ) -> postbox::Result<postbox::Tenant> {
+        self.inner.tenant_set_status(id, status).await
+    }
+
+    async fn wakeups(&self) -> postbox::Result<Option<Box<dyn Wakeups>>> {
+        self.inner.wakeups().await
+    }
+}

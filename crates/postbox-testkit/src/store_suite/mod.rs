@@ -1,0 +1,1227 @@
+//! The store conformance suite: every behaviour the relay relies on, written once and run
+//! against every [`Store`](postbox::Store) — PostgreSQL and SQLite here, and any store of a
+//! user's own — each case on a fresh database.
+//!
+//! A store passes when every case passes for its [`StoreHarness`]: a fresh database, the store
+//! on it, and plain SQL access to its `outbox_events` table. [`store_conformance!`] turns the
+//! cases into one `#[tokio::test]` each:
+//!
+//! ```ignore
+//! postbox_testkit::store_conformance!(my_store, MyHarness);
+//! ```
+//!
+//! [`store_conformance!`]: crate::store_conformance
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::missing_panics_doc,
+    reason = "a test suite fails loudly on the first unexpected error"
+)]
+
+use std::time::Duration;
+
+use postbox::store::{
+    ClaimParams, Claimed, FailedTry, MarkFailedParams, MarkProcessedParams, RenewParams,
+};
+use postbox::{Backoff, Enqueued, Error, Event, Outbox, Store, Target};
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::wait_until;
+
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+#[cfg(feature = "postgres")]
+pub use postgres::PgHarness;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteHarness;
+
+/// One row of `outbox_events` as the tests inspect it; times are differences computed by the
+/// database, on its clock.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RowView {
+    /// `status`.
+    pub status: String,
+    /// `event_type`.
+    pub event_type: String,
+    /// `retry_count`.
+    pub retry_count: i32,
+    /// `max_retries`.
+    pub max_retries: i32,
+    /// `schema_version`.
+    pub schema_version: i32,
+    /// `headers` (null when they cannot be read).
+    pub headers: serde_json::Value,
+    /// `last_error`.
+    pub last_error: Option<String>,
+    /// `locked_by`.
+    pub locked_by: Option<String>,
+    /// `claim_token`, as text.
+    pub claim_token: Option<String>,
+    /// `locked_until - updated_at` in ms: the backoff or lease granted by the last write.
+    pub granted_ms: Option<f64>,
+    /// `locked_until - now()` in ms.
+    pub left_ms: Option<f64>,
+    /// Whether `processed_at` is set.
+    pub processed: bool,
+}
+
+/// What a back-end must offer the suite besides its [`Store`]: plain SQL access to its table.
+#[allow(
+    async_fn_in_trait,
+    reason = "the suite awaits the harness on the test's own task"
+)]
+pub trait StoreHarness: Sized {
+    /// A fresh, empty, unmigrated database.
+    async fn new() -> Self;
+    /// The store under test.
+    fn store(&self) -> &dyn Store;
+    /// Writes `events` with `outbox` in one transaction, committed if the enqueue succeeded.
+    async fn enqueue(&self, outbox: &Outbox, events: Vec<Event>) -> postbox::Result<Vec<Enqueued>>;
+    /// Writes one event with `outbox` in its own committed transaction.
+    async fn enqueue_one(&self, outbox: &Outbox, event: Event) -> postbox::Result<Enqueued>;
+    /// Enqueues `events` one by one in a single transaction, whatever each result, then commits.
+    async fn enqueue_each_then_commit(
+        &self,
+        outbox: &Outbox,
+        events: Vec<Event>,
+    ) -> Vec<postbox::Result<Enqueued>>;
+    /// Inserts an event by plain SQL, naming only the four columns a non-Rust producer must give.
+    async fn insert_plain(&self, event_type: &str, payload: &str) -> i64;
+    /// Runs a statement valid on every back-end.
+    async fn exec(&self, sql: &str);
+    /// Event `id`'s row.
+    async fn row(&self, id: i64) -> RowView;
+    /// How many rows `outbox_events` holds.
+    async fn row_count(&self) -> i64;
+    /// Sets the table's id sequence back to its start, as a restore or a replication cut-over
+    /// can leave it, so that the next ids handed out are taken; `false` where ids cannot be
+    /// handed out twice (SQLite's AUTOINCREMENT always goes past the highest id).
+    async fn rewind_ids(&self) -> bool;
+    /// Writes into event `id`'s row what a careless plain-SQL producer can write and the store
+    /// cannot read back; returns the column.
+    async fn spoil_row(&self, id: i64) -> &'static str;
+}
+
+pub(crate) fn row_view<R: Row>(r: &R) -> RowView
+where
+    usize: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i32: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<f64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> bool: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let headers: String = r.get(5);
+    RowView {
+        status: r.get(0),
+        event_type: r.get(1),
+        retry_count: r.get(2),
+        max_retries: r.get(3),
+        schema_version: r.get(4),
+        // Null for headers serde cannot read (a spoiled row).
+        headers: serde_json::from_str(&headers).unwrap_or_default(),
+        last_error: r.get(6),
+        locked_by: r.get(7),
+        claim_token: r.get(8),
+        granted_ms: r.get(9),
+        left_ms: r.get(10),
+        processed: r.get(11),
+    }
+}
+
+// ---- helpers -------------------------------------------------------------------------------
+
+async fn ready<B: StoreHarness>() -> B {
+    let b = B::new().await;
+    let applied = postbox::migrate(b.store()).await.expect("migrate");
+    assert!(!applied.is_empty(), "a fresh database gets migrations");
+    b
+}
+
+fn target<B: StoreHarness>(b: &B) -> Target {
+    Target::default_schema(b.store().default_schema())
+}
+
+async fn claim<B: StoreHarness>(b: &B, relay: &str, batch_size: u32, lease: Duration) -> Claimed {
+    b.store()
+        .events_claim(&ClaimParams {
+            target: &target(b),
+            batch_size,
+            lease,
+            relay_id: relay,
+        })
+        .await
+        .expect("claim")
+}
+
+async fn mark_processed<B: StoreHarness>(b: &B, token: Uuid, ids: &[i64]) -> u64 {
+    b.store()
+        .events_mark_processed(&MarkProcessedParams {
+            target: &target(b),
+            claim_token: token,
+            ids,
+        })
+        .await
+        .expect("mark processed")
+}
+
+const POLICY: Backoff = Backoff {
+    base: Duration::from_millis(100),
+    cap: Duration::from_millis(1000),
+};
+
+async fn mark_failed<B: StoreHarness>(
+    b: &B,
+    token: Uuid,
+    tries: &[FailedTry],
+) -> Vec<postbox::store::FailedMark> {
+    b.store()
+        .events_mark_failed(&MarkFailedParams {
+            target: &target(b),
+            claim_token: token,
+            tries,
+            retry: POLICY,
+        })
+        .await
+        .expect("mark failed")
+}
+
+fn failed(id: i64, error: &str, permanent: bool) -> FailedTry {
+    FailedTry {
+        id,
+        error: error.to_owned(),
+        permanent,
+    }
+}
+
+async fn renew<B: StoreHarness>(b: &B, token: Uuid, ids: &[i64], lease: Duration) -> u64 {
+    b.store()
+        .leases_renew(&RenewParams {
+            target: &target(b),
+            claim_token: token,
+            ids,
+            lease,
+        })
+        .await
+        .expect("renew")
+}
+
+/// `n` unkeyed events `E0`, `E1`, …
+fn events(n: usize) -> Vec<Event> {
+    (0..n)
+        .map(|i| {
+            Event::new(format!("E{i}"), &serde_json::json!({ "i": i }))
+                .expect("event")
+                .without_idempotency_key()
+        })
+        .collect()
+}
+
+async fn enqueue_n<B: StoreHarness>(b: &B, n: usize) -> Vec<i64> {
+    b.enqueue(&b.store().outbox(), events(n))
+        .await
+        .expect("enqueue")
+        .into_iter()
+        .map(|e| e.id().expect("inserted"))
+        .collect()
+}
+
+async fn enqueue_with_max_retries<B: StoreHarness>(b: &B, max_retries: i32) -> i64 {
+    let event = Event::new("Flaky", &1)
+        .expect("event")
+        .without_idempotency_key()
+        .max_retries(max_retries);
+    b.enqueue_one(&b.store().outbox(), event)
+        .await
+        .expect("enqueue")
+        .id()
+        .expect("inserted")
+}
+
+/// Waits, on the database clock, until the lease of `id` has run out.
+async fn lease_expired<B: StoreHarness>(b: &B, id: i64) {
+    wait_until("the lease has expired", Duration::from_secs(5), || async {
+        b.row(id).await.left_ms.is_some_and(|ms| ms < 0.0)
+    })
+    .await;
+}
+
+fn assert_ms(actual: Option<f64>, expected: f64, what: &str) {
+    let actual = actual.unwrap_or_else(|| panic!("{what}: locked_until is NULL"));
+    assert!(
+        (actual - expected).abs() < 2.0,
+        "{what}: granted {actual} ms, expected {expected} ms"
+    );
+}
+
+// ---- cases ---------------------------------------------------------------------------------
+
+/// A conformance case; see the module docs.
+pub async fn migrate_is_idempotent<B: StoreHarness>() {
+    let b = B::new().await;
+    let err = b.store().status_counts(&target(&b)).await.unwrap_err();
+    assert!(matches!(err, Error::NotMigrated { .. }), "{err:?}");
+
+    // Several relays starting at once all migrate.
+    let (x, y, z) = tokio::join!(
+        postbox::migrate(b.store()),
+        postbox::migrate(b.store()),
+        postbox::migrate(b.store())
+    );
+    let applied: Vec<Vec<String>> = vec![x.unwrap(), y.unwrap(), z.unwrap()];
+    assert_eq!(
+        applied.iter().filter(|a| !a.is_empty()).count(),
+        1,
+        "exactly one migration run applies the migrations: {applied:?}"
+    );
+    let id = enqueue_n(&b, 1).await[0];
+    assert_eq!(
+        postbox::migrate(b.store()).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        b.row(id).await.status,
+        "PENDING",
+        "migrating again keeps the data"
+    );
+    assert_eq!(b.row_count().await, 1);
+}
+
+/// A conformance case; see the module docs.
+pub async fn plain_sql_insert_is_a_valid_pending_event<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let id = b
+        .insert_plain("InvoiceCreated", r#"{"invoice_id": 456}"#)
+        .await;
+    let row = b.row(id).await;
+    assert_eq!(row.status, "PENDING");
+    assert_eq!(row.retry_count, 0);
+    assert_eq!(row.max_retries, 5);
+    assert_eq!(row.schema_version, 1);
+    assert_eq!(row.headers, serde_json::json!({}));
+    assert_eq!(row.claim_token, None);
+
+    let claimed = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    assert_eq!(claimed.events.len(), 1);
+    let e = &claimed.events[0];
+    assert_eq!(e.id, id);
+    assert_eq!(e.tenant, None);
+    assert_eq!(e.event_type, "InvoiceCreated");
+    assert_eq!(e.aggregate_type.as_deref(), Some("Invoice"));
+    assert_eq!(e.aggregate_id.as_deref(), Some("456"));
+    assert_eq!(e.idempotency_key, None);
+    assert_eq!(e.dedup_id(), id.to_string());
+    assert!(e.headers.is_empty());
+    assert_eq!((e.retry_count, e.max_retries, e.schema_version), (0, 5, 1));
+    assert_eq!(e.claim_token, claimed.claim_token);
+    let payload: serde_json::Value = e.payload_as().unwrap();
+    assert_eq!(payload, serde_json::json!({"invoice_id": 456}));
+    let age = chrono::Utc::now() - e.created_at;
+    assert!(
+        age.num_seconds().abs() < 60,
+        "created_at is UTC now: {}",
+        e.created_at
+    );
+}
+
+/// A conformance case; see the module docs.
+pub async fn enqueued_event_keeps_its_fields<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let event = Event::new(
+        "InvoiceCreated",
+        &serde_json::json!({"invoice_id": 456, "n": [1, 2]}),
+    )
+    .unwrap()
+    .aggregate("Invoice", "456")
+    .event_class("billing::InvoiceCreated")
+    .schema_version(3)
+    .header("traceparent", "00-abc-01")
+    .max_retries(7);
+    let id = b
+        .enqueue_one(&b.store().outbox(), event)
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let claimed = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let e = &claimed.events[0];
+    assert_eq!(e.id, id);
+    let today = chrono::Utc::now().date_naive();
+    assert_eq!(
+        e.idempotency_key.as_deref(),
+        Some(postbox::daily_idempotency_key("Invoice", "456", "InvoiceCreated", today).as_str())
+    );
+    assert_eq!(e.event_class.as_deref(), Some("billing::InvoiceCreated"));
+    assert_eq!((e.schema_version, e.max_retries), (3, 7));
+    assert_eq!(
+        e.headers.get("traceparent").map(String::as_str),
+        Some("00-abc-01")
+    );
+    let payload: serde_json::Value = e.payload_as().unwrap();
+    assert_eq!(payload, serde_json::json!({"invoice_id": 456, "n": [1, 2]}));
+}
+
+/// A conformance case; see the module docs.
+pub async fn claim_takes_due_events_in_id_order_up_to_batch_size<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3000).await;
+    // Rewrite every third row so the physical order of rows is no longer the id order, and give
+    // the planner statistics, so that a claim of thousands is planned as it is in production.
+    b.exec(r#"UPDATE outbox_events SET headers = '{"touched": "yes"}' WHERE id % 3 = 0"#)
+        .await;
+    b.exec("ANALYZE outbox_events").await;
+
+    let first = claim(&b, "relay-1", 2000, Duration::from_secs(30)).await;
+    let got: Vec<i64> = first.events.iter().map(|e| e.id).collect();
+    assert!(got == ids[..2000], "the first 2000 due events, in id order");
+    assert_eq!(first.recovered, 0);
+    for id in ids[..2000].iter().step_by(97) {
+        let row = b.row(*id).await;
+        assert_eq!(row.status, "PROCESSING");
+        assert_eq!(row.locked_by.as_deref(), Some("relay-1"));
+        assert_eq!(row.claim_token, Some(first.claim_token.to_string()));
+        assert_ms(row.granted_ms, 30_000.0, "lease");
+    }
+    assert_eq!(b.row(ids[2000]).await.status, "PENDING");
+
+    let rest = claim(&b, "relay-2", 100, Duration::from_secs(30)).await;
+    let got: Vec<i64> = rest.events.iter().map(|e| e.id).collect();
+    assert!(got == ids[2000..2100], "the next 100, in id order");
+    let rest = claim(&b, "relay-2", 10_000, Duration::from_secs(30)).await;
+    let got: Vec<i64> = rest.events.iter().map(|e| e.id).collect();
+    assert!(got == ids[2100..], "the remaining 900, in id order");
+    assert_ne!(
+        rest.claim_token, first.claim_token,
+        "every claim has a fresh token"
+    );
+    assert!(
+        claim(&b, "relay-3", 1000, Duration::from_secs(30))
+            .await
+            .events
+            .is_empty()
+    );
+}
+
+/// A conformance case; see the module docs.
+pub async fn claimed_events_are_not_claimed_again_before_the_lease_expires<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3).await;
+    let first = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    assert_eq!(first.events.len(), 3);
+    let again = claim(&b, "r2", 10, Duration::from_secs(30)).await;
+    assert!(again.events.is_empty(), "{:?}", again.events);
+    assert_eq!(again.recovered, 0);
+    for id in ids {
+        let row = b.row(id).await;
+        assert_eq!(row.locked_by.as_deref(), Some("r1"));
+        assert_eq!(row.claim_token, Some(first.claim_token.to_string()));
+        assert_eq!(row.retry_count, 0);
+    }
+}
+
+/// A conformance case; see the module docs.
+pub async fn an_expired_lease_is_reclaimed_and_counted_as_recovered<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 2).await;
+    let first = claim(&b, "crashed-relay", 10, Duration::from_millis(50)).await;
+    assert_eq!(first.events.len(), 2);
+    lease_expired(&b, ids[1]).await;
+
+    let second = claim(&b, "r2", 10, Duration::from_secs(30)).await;
+    assert_eq!(second.events.iter().map(|e| e.id).collect::<Vec<_>>(), ids);
+    assert_eq!(second.recovered, 2);
+    assert!(second.exhausted.is_empty());
+    for e in &second.events {
+        assert_eq!(e.retry_count, 1, "a lost lease counts as a failed try");
+    }
+    for id in ids {
+        let row = b.row(id).await;
+        assert_eq!(row.status, "PROCESSING");
+        assert_eq!(row.retry_count, 1);
+        assert_eq!(row.locked_by.as_deref(), Some("r2"));
+        assert_eq!(row.claim_token, Some(second.claim_token.to_string()));
+        let error = row.last_error.expect("last_error");
+        assert!(
+            error.contains("lease") && error.contains("crashed-relay"),
+            "{error}"
+        );
+    }
+}
+
+/// A conformance case; see the module docs.
+pub async fn a_stale_event_on_its_last_try_goes_failed<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let last_try = enqueue_with_max_retries(&b, 1).await;
+    let has_more = enqueue_with_max_retries(&b, 2).await;
+    claim(&b, "crashed-relay", 10, Duration::from_millis(50)).await;
+    lease_expired(&b, has_more).await;
+
+    let second = claim(&b, "r2", 10, Duration::from_secs(30)).await;
+    assert_eq!(
+        second.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [has_more]
+    );
+    assert_eq!(second.recovered, 1);
+    assert_eq!(second.exhausted.len(), 1);
+    let gone = &second.exhausted[0];
+    assert_eq!((gone.id, gone.retry_count), (last_try, 1));
+    assert_eq!(gone.event_type, "Flaky");
+    assert!(gone.last_error.contains("lease"), "{}", gone.last_error);
+
+    let row = b.row(last_try).await;
+    assert_eq!(row.status, "FAILED");
+    assert_eq!(row.retry_count, 1);
+    assert_eq!(row.left_ms, None, "a FAILED event holds no lease");
+    assert!(row.last_error.unwrap().contains("lease"));
+    assert!(
+        claim(&b, "r3", 10, Duration::from_secs(30))
+            .await
+            .events
+            .is_empty()
+    );
+}
+
+/// A conformance case; see the module docs.
+pub async fn late_writes_of_a_fenced_claim_change_nothing<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 2).await;
+    let a = claim(&b, "relay-a", 10, Duration::from_millis(50)).await;
+    lease_expired(&b, ids[1]).await;
+    let bb = claim(&b, "relay-b", 10, Duration::from_secs(30)).await;
+    assert_eq!(bb.events.len(), 2);
+
+    // Relay A wakes up and reports: none of it may land.
+    assert_eq!(mark_processed(&b, a.claim_token, &ids).await, 0);
+    let marks = mark_failed(&b, a.claim_token, &[failed(ids[0], "late", false)]).await;
+    assert!(marks.is_empty(), "{marks:?}");
+    let marks = mark_failed(&b, a.claim_token, &[failed(ids[1], "late", true)]).await;
+    assert!(marks.is_empty(), "{marks:?}");
+    assert_eq!(
+        renew(&b, a.claim_token, &ids, Duration::from_secs(60)).await,
+        0
+    );
+    assert_eq!(
+        mark_processed(&b, Uuid::new_v4(), &ids).await,
+        0,
+        "a made-up token"
+    );
+
+    for id in &ids {
+        let row = b.row(*id).await;
+        assert_eq!(row.status, "PROCESSING");
+        assert_eq!(row.claim_token, Some(bb.claim_token.to_string()));
+        assert_eq!(row.locked_by.as_deref(), Some("relay-b"));
+        assert_eq!(row.retry_count, 1, "only the take-over counted");
+        assert!(!row.processed);
+        assert_ms(row.granted_ms, 30_000.0, "relay B's lease is untouched");
+    }
+    assert_eq!(mark_processed(&b, bb.claim_token, &ids).await, 2);
+    assert_eq!(
+        mark_processed(&b, bb.claim_token, &ids).await,
+        0,
+        "marking twice is a no-op"
+    );
+}
+
+/// A conformance case; see the module docs.
+pub async fn mark_failed_backs_off_exponentially_on_the_database_clock<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let id = enqueue_with_max_retries(&b, 10).await;
+    for n in 1..=5 {
+        let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+        assert_eq!(c.events.len(), 1, "try {n}");
+        assert_eq!(c.events[0].retry_count, n - 1);
+        let marks = mark_failed(
+            &b,
+            c.claim_token,
+            &[failed(id, &format!("broker down {n}"), false)],
+        )
+        .await;
+        assert_eq!(
+            marks,
+            [postbox::store::FailedMark {
+                id,
+                retry_count: n,
+                gave_up: false
+            }]
+        );
+        let row = b.row(id).await;
+        assert_eq!(row.status, "PENDING");
+        assert_eq!(row.retry_count, n);
+        assert_eq!(
+            row.last_error.as_deref(),
+            Some(format!("broker down {n}").as_str())
+        );
+        let expected = (100.0 * 2f64.powi(n)).min(1000.0);
+        assert_ms(row.granted_ms, expected, &format!("backoff after try {n}"));
+        assert_eq!(expected, POLICY.delay(n as u32).as_secs_f64() * 1000.0);
+        assert!(row.left_ms.unwrap() > 0.0);
+        assert!(
+            claim(&b, "r2", 10, Duration::from_secs(30))
+                .await
+                .events
+                .is_empty(),
+            "not due during its backoff"
+        );
+        // Skip the wait instead of sleeping it out.
+        b.exec(&format!(
+            "UPDATE outbox_events SET locked_until = NULL WHERE id = {id}"
+        ))
+        .await;
+    }
+}
+
+/// A conformance case; see the module docs.
+pub async fn the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let id = enqueue_with_max_retries(&b, 100_000).await;
+    for retry_count in [1_013, 1_014, 5_000, 99_990] {
+        b.exec(&format!(
+            "UPDATE outbox_events SET retry_count = {retry_count}, locked_until = NULL, \
+             status = 'PENDING' WHERE id = {id}"
+        ))
+        .await;
+        let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+        assert_eq!(c.events.len(), 1);
+        let marks = mark_failed(&b, c.claim_token, &[failed(id, "down", false)]).await;
+        assert_eq!(marks.len(), 1, "try {retry_count} was recorded");
+        let row = b.row(id).await;
+        assert_eq!(
+            (row.status.as_str(), row.retry_count),
+            ("PENDING", retry_count + 1)
+        );
+        assert_ms(
+            row.granted_ms,
+            1000.0,
+            &format!("backoff after try {retry_count}"),
+        );
+    }
+    assert_eq!(POLICY.delay(u32::MAX), POLICY.cap);
+}
+
+/// A conformance case; see the module docs.
+pub async fn an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 2).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let long = format!("500 Internal Server Error: {}", "é".repeat(20_000));
+    let marks = mark_failed(
+        &b,
+        c.claim_token,
+        &[
+            failed(ids[0], "bad\0gateway\0 body", false),
+            failed(ids[1], &long, false),
+        ],
+    )
+    .await;
+    assert_eq!(marks.len(), 2, "both tries were recorded: {marks:?}");
+    let nul = b.row(ids[0]).await;
+    assert_eq!(nul.status, "PENDING", "backing off, not left to its lease");
+    assert_eq!(nul.last_error.as_deref(), Some("badgateway body"));
+    let capped = b.row(ids[1]).await.last_error.unwrap();
+    assert!(
+        capped.len() <= postbox::store::MAX_ERROR_BYTES,
+        "{}",
+        capped.len()
+    );
+    assert!(
+        capped.starts_with("500 Internal Server Error: éé"),
+        "{capped:.40}"
+    );
+    assert!(capped.ends_with('…'), "a cut is marked");
+}
+
+/// A conformance case; see the module docs.
+pub async fn mark_failed_at_max_retries_goes_failed<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let id = enqueue_with_max_retries(&b, 2).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let marks = mark_failed(&b, c.claim_token, &[failed(id, "first", false)]).await;
+    assert!(!marks[0].gave_up);
+    b.exec(&format!(
+        "UPDATE outbox_events SET locked_until = NULL WHERE id = {id}"
+    ))
+    .await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    assert_eq!(c.events.len(), 1);
+    let marks = mark_failed(&b, c.claim_token, &[failed(id, "second and last", false)]).await;
+    assert_eq!(
+        marks,
+        [postbox::store::FailedMark {
+            id,
+            retry_count: 2,
+            gave_up: true
+        }]
+    );
+    let row = b.row(id).await;
+    assert_eq!(row.status, "FAILED");
+    assert_eq!(row.retry_count, 2);
+    assert_eq!(row.last_error.as_deref(), Some("second and last"));
+    assert_eq!(row.left_ms, None);
+    assert!(
+        claim(&b, "r1", 10, Duration::from_secs(30))
+            .await
+            .events
+            .is_empty()
+    );
+}
+
+/// A conformance case; see the module docs.
+pub async fn a_permanent_error_fails_at_once<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 2).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let marks = mark_failed(
+        &b,
+        c.claim_token,
+        &[
+            failed(ids[0], "400 Bad Request", true),
+            failed(ids[1], "503", false),
+        ],
+    )
+    .await;
+    assert_eq!(marks.len(), 2);
+    let by_id = |id| marks.iter().find(|m| m.id == id).expect("mark");
+    assert!(by_id(ids[0]).gave_up);
+    assert!(!by_id(ids[1]).gave_up);
+    let row = b.row(ids[0]).await;
+    assert_eq!((row.status.as_str(), row.retry_count), ("FAILED", 1));
+    assert_eq!(row.last_error.as_deref(), Some("400 Bad Request"));
+    assert_eq!(b.row(ids[1]).await.status, "PENDING");
+}
+
+/// A conformance case; see the module docs.
+pub async fn renew_extends_the_lease_of_the_token_holder_only<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3).await;
+    let c = claim(&b, "r1", 10, Duration::from_millis(500)).await;
+    assert_eq!(
+        renew(&b, c.claim_token, &ids[..2], Duration::from_secs(60)).await,
+        2
+    );
+    for id in &ids[..2] {
+        let row = b.row(*id).await;
+        assert_ms(row.granted_ms, 60_000.0, "renewed lease");
+        assert!(row.left_ms.unwrap() > 59_000.0);
+    }
+    assert!(
+        b.row(ids[2]).await.left_ms.unwrap() < 1_000.0,
+        "not asked, not renewed"
+    );
+    assert_eq!(
+        renew(&b, Uuid::new_v4(), &ids, Duration::from_secs(60)).await,
+        0
+    );
+    assert!(b.row(ids[2]).await.left_ms.unwrap() < 1_000.0);
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[..1]).await, 1);
+    assert_eq!(
+        renew(&b, c.claim_token, &ids, Duration::from_secs(60)).await,
+        2,
+        "a processed event is not renewed"
+    );
+    assert_eq!(b.row(ids[0]).await.left_ms, None);
+}
+
+/// A conformance case; see the module docs.
+pub async fn status_counts_and_backlog_are_right<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let t = target(&b);
+    let counts = b.store().status_counts(&t).await.unwrap();
+    assert_eq!(
+        (
+            counts.pending,
+            counts.processing,
+            counts.processed,
+            counts.failed,
+            counts.oldest_pending_age
+        ),
+        (0, 0, 0, 0, None)
+    );
+    assert!(counts.processed_exact);
+    // PostgreSQL reports its statistics (0 on a new table); SQLite has none.
+    assert!(counts.dead_tuples.is_none_or(|d| d >= 0));
+    let backlog = b.store().backlog(&t).await.unwrap();
+    assert_eq!(backlog, postbox::store::Backlog::default());
+
+    let ids = enqueue_n(&b, 6).await;
+    let c = claim(&b, "r1", 3, Duration::from_secs(30)).await;
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[..1]).await, 1);
+    mark_failed(&b, c.claim_token, &[failed(ids[1], "bad", true)]).await;
+
+    let counts = b.store().status_counts(&t).await.unwrap();
+    assert_eq!(
+        (
+            counts.pending,
+            counts.processing,
+            counts.processed,
+            counts.failed
+        ),
+        (3, 1, 1, 1)
+    );
+    assert!(
+        counts.processed_exact,
+        "a small table's processed events are counted"
+    );
+    let age = counts
+        .oldest_pending_age
+        .expect("an outstanding event has an age");
+    assert!(age < Duration::from_secs(60), "{age:?}");
+    let backlog = b.store().backlog(&t).await.unwrap();
+    assert_eq!(
+        backlog.next_due_in,
+        Some(Duration::ZERO),
+        "pending events are due now"
+    );
+
+    claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let backlog = b.store().backlog(&t).await.unwrap();
+    let due = backlog.next_due_in.expect("due when the leases run out");
+    assert!(
+        due > Duration::from_secs(28) && due <= Duration::from_secs(30),
+        "{due:?}"
+    );
+    let counts = b.store().status_counts(&t).await.unwrap();
+    assert_eq!((counts.pending, counts.processing), (0, 4));
+}
+
+/// A conformance case; see the module docs.
+pub async fn duplicates_are_reported_and_stored_once<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let outbox = b.store().outbox();
+    let keyed = |key: &str| Event::new("Paid", &1).unwrap().idempotency_key(key);
+    let first = b.enqueue_one(&outbox, keyed("k1")).await.unwrap();
+    assert!(matches!(first, Enqueued::Inserted(_)));
+    assert_eq!(
+        b.enqueue_one(&outbox, keyed("k1")).await.unwrap(),
+        Enqueued::Duplicate
+    );
+
+    let daily = || {
+        Event::new("InvoiceCreated", &1)
+            .unwrap()
+            .aggregate("Invoice", "456")
+    };
+    assert!(
+        b.enqueue_one(&outbox, daily())
+            .await
+            .unwrap()
+            .id()
+            .is_some()
+    );
+    assert_eq!(
+        b.enqueue_one(&outbox, daily()).await.unwrap(),
+        Enqueued::Duplicate
+    );
+
+    let many = b
+        .enqueue(
+            &outbox,
+            vec![keyed("k2"), keyed("k1"), keyed("k2"), daily(), keyed("k3")],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(many[0], Enqueued::Inserted(_)), "{many:?}");
+    assert_eq!(many[1..4], [Enqueued::Duplicate; 3], "{many:?}");
+    assert!(matches!(many[4], Enqueued::Inserted(_)), "{many:?}");
+    assert_eq!(b.row_count().await, 4);
+}
+
+/// A conformance case; see the module docs.
+pub async fn an_unreadable_row_is_reported_alone_and_the_rest_is_claimed<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 5).await;
+    let column = b.spoil_row(ids[2]).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let claimed: Vec<i64> = c.events.iter().map(|e| e.id).collect();
+    assert_eq!(claimed, [ids[0], ids[1], ids[3], ids[4]]);
+    assert_eq!(c.undecodable.len(), 1, "{:?}", c.undecodable);
+    assert_eq!(c.undecodable[0].id, ids[2]);
+    assert!(
+        c.undecodable[0].reason.contains(column),
+        "the reason names the column: {}",
+        c.undecodable[0].reason
+    );
+    // It is claimed like the others, so only this claim's token can fail it.
+    let marks = mark_failed(
+        &b,
+        c.claim_token,
+        &[failed(ids[2], &c.undecodable[0].reason, true)],
+    )
+    .await;
+    assert!(marks[0].gave_up);
+    assert_eq!(b.row(ids[2]).await.status, "FAILED");
+}
+
+/// A conformance case; see the module docs.
+pub async fn an_id_that_is_taken_is_an_error_never_a_duplicate<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let outbox = b.store().outbox();
+    let ids = enqueue_n(&b, 3).await;
+    if b.rewind_ids().await {
+        let keyed = Event::new("Paid", &1).unwrap().idempotency_key("fresh-key");
+        for event in [events(1).remove(0), keyed] {
+            let err = b.enqueue_one(&outbox, event).await.unwrap_err();
+            assert!(matches!(err, Error::IdTaken { .. }), "{err:?}");
+            assert!(err.to_string().contains("id sequence"), "{err}");
+        }
+        let err = b.enqueue(&outbox, events(2)).await.unwrap_err();
+        assert!(matches!(err, Error::IdTaken { .. }), "{err:?}");
+        assert_eq!(b.row_count().await, 3, "nothing was written");
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(
+                b.row(*id).await.event_type,
+                format!("E{i}"),
+                "rows untouched"
+            );
+        }
+    }
+    // An idempotency key that exists is still a duplicate, whatever the ids.
+    b.exec("UPDATE outbox_events SET idempotency_key = 'k' WHERE id = 1")
+        .await;
+    let again = Event::new("Paid", &1).unwrap().idempotency_key("k");
+    assert_eq!(
+        b.enqueue_one(&outbox, again).await.unwrap(),
+        Enqueued::Duplicate
+    );
+}
+
+/// A conformance case; see the module docs.
+pub async fn enqueue_many_returns_results_in_input_order<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let outbox = b.store().outbox();
+    b.enqueue_one(
+        &outbox,
+        Event::new("Seed", &0).unwrap().idempotency_key("dup-7"),
+    )
+    .await
+    .unwrap();
+    let batch: Vec<Event> = (0..40)
+        .map(|i| {
+            let e = Event::new(format!("E{i}"), &i).unwrap();
+            match i % 4 {
+                0 => e.without_idempotency_key(),
+                1 => e.idempotency_key(format!("key-{i}")),
+                2 => e.aggregate("Order", i.to_string()),
+                _ if i == 7 => e.idempotency_key("dup-7"),
+                _ => e.without_idempotency_key(),
+            }
+        })
+        .collect();
+    let results = b.enqueue(&outbox, batch).await.unwrap();
+    assert_eq!(results.len(), 40);
+    let mut last_id = 0;
+    for (i, result) in results.iter().enumerate() {
+        if i == 7 {
+            assert_eq!(*result, Enqueued::Duplicate);
+            continue;
+        }
+        let id = result
+            .id()
+            .unwrap_or_else(|| panic!("event {i} was inserted"));
+        assert_eq!(
+            b.row(id).await.event_type,
+            format!("E{i}"),
+            "result {i} names its row"
+        );
+        assert!(id > last_id, "ids follow the input order");
+        last_id = id;
+    }
+    assert_eq!(b.row_count().await, 40);
+    assert_eq!(
+        b.enqueue(&outbox, Vec::new()).await.unwrap(),
+        Vec::<Enqueued>::new()
+    );
+}
+
+/// A conformance case; see the module docs.
+pub async fn oversized_events_are_refused_and_nothing_is_written<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let outbox = b.store().outbox_builder().payload_limit(1024).build();
+    let long = "x".repeat(101);
+    let cases: Vec<(&str, Event)> = vec![
+        ("payload", Event::new("Big", &"y".repeat(1100)).unwrap()),
+        ("event_type", Event::new(long.clone(), &1).unwrap()),
+        (
+            "aggregate_type",
+            Event::new("T", &1).unwrap().aggregate(long.clone(), "1"),
+        ),
+        (
+            "aggregate_id",
+            Event::new("T", &1).unwrap().aggregate("A", long.clone()),
+        ),
+        (
+            "event_class",
+            Event::new("T", &1).unwrap().event_class("c".repeat(256)),
+        ),
+        (
+            "idempotency_key",
+            Event::new("T", &1)
+                .unwrap()
+                .idempotency_key("k".repeat(256)),
+        ),
+    ];
+    for (field, event) in cases {
+        let err = b.enqueue_one(&outbox, event.clone()).await.unwrap_err();
+        match &err {
+            Error::InvalidEvent { field: f, .. } => assert_eq!(*f, field),
+            other => panic!("{field}: expected InvalidEvent, got {other:?}"),
+        }
+        assert!(err.to_string().contains(field), "{err}");
+        // One bad event refuses the whole batch, before anything is written.
+        let batch = vec![Event::new("Good", &1).unwrap(), event];
+        let err = b.enqueue(&outbox, batch).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidEvent { .. }), "{err:?}");
+    }
+    assert_eq!(b.row_count().await, 0);
+
+    // The limits are inclusive, and count characters, not bytes.
+    let at_limit = "é".repeat(100);
+    let fits = Event::new(at_limit.clone(), &"y".repeat(1022))
+        .unwrap()
+        .aggregate(at_limit.clone(), "1");
+    let id = b.enqueue_one(&outbox, fits).await.unwrap().id().unwrap();
+    assert_eq!(b.row(id).await.event_type.chars().count(), 100);
+    let fits = Event::new("T", &1)
+        .unwrap()
+        .aggregate("A", at_limit)
+        .without_idempotency_key();
+    assert!(b.enqueue_one(&outbox, fits).await.unwrap().id().is_some());
+}
+
+/// A conformance case; see the module docs.
+pub async fn a_refused_event_leaves_the_callers_transaction_usable<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let outbox = b.store().outbox_builder().payload_limit(1024).build();
+    let good = |n: i32| Event::new("Good", &n).unwrap().without_idempotency_key();
+    let bad: Vec<(&str, Event)> = vec![
+        ("payload", Event::new("T", &"y".repeat(2000)).unwrap()),
+        ("payload", Event::new("T", &"nul \0 inside").unwrap()),
+        ("event_type", Event::new("Nul\0Type", &1).unwrap()),
+        ("aggregate_id", good(0).aggregate("Invoice", "4\0 56")),
+        ("event_class", good(0).event_class("a\0b")),
+        ("headers", good(0).header("traceparent", "00-\0")),
+        ("headers", good(0).header("bad\0name", "v")),
+        ("idempotency_key", good(0).idempotency_key("k\0")),
+    ];
+    let mut events = vec![good(1)];
+    let fields: Vec<&str> = bad.iter().map(|(f, _)| *f).collect();
+    events.extend(bad.into_iter().map(|(_, e)| e));
+    events.push(good(2));
+    let results = b.enqueue_each_then_commit(&outbox, events).await;
+    assert!(results[0].as_ref().is_ok_and(|r| r.id().is_some()));
+    for (result, field) in results[1..=fields.len()].iter().zip(&fields) {
+        match result {
+            Err(Error::InvalidEvent { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected InvalidEvent, got {other:?}"),
+        }
+    }
+    assert!(
+        results
+            .last()
+            .unwrap()
+            .as_ref()
+            .is_ok_and(|r| r.id().is_some())
+    );
+    assert_eq!(
+        b.row_count().await,
+        2,
+        "the good events around the refused ones committed"
+    );
+
+    // A backslash followed by the text `u0000` is no NUL, and is stored as given.
+    let lookalike = serde_json::json!({ "path": "C:\\u0000dir", "odd": "\\\\u0000" });
+    let id = b
+        .enqueue_one(&outbox, Event::new("Path", &lookalike).unwrap())
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let claimed = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let e = claimed.events.iter().find(|e| e.id == id).unwrap();
+    assert_eq!(e.payload_as::<serde_json::Value>().unwrap(), lookalike);
+}
+
+/// A conformance case; see the module docs.
+pub async fn an_operator_retry_puts_failed_events_back_in_the_queue<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let t = target(&b);
+    let ids = enqueue_n(&b, 4).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    mark_failed(
+        &b,
+        c.claim_token,
+        &[
+            failed(ids[0], "gone", true),
+            failed(ids[1], "gone too", true),
+            failed(ids[2], "try again later", false),
+        ],
+    )
+    .await;
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[3..]).await, 1);
+
+    // By id: only FAILED events move; a PENDING or PROCESSED one named too is left alone.
+    let only_first = [ids[0], ids[2], ids[3]];
+    let n = b
+        .store()
+        .events_retry_failed(&postbox::store::RetryFailedParams {
+            target: &t,
+            ids: Some(&only_first),
+        })
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let row = b.row(ids[0]).await;
+    assert_eq!((row.status.as_str(), row.retry_count), ("PENDING", 0));
+    assert_eq!(row.left_ms, None, "due at once");
+    assert_eq!(b.row(ids[1]).await.status, "FAILED");
+    assert_eq!(b.row(ids[3]).await.status, "PROCESSED");
+
+    // All of them.
+    let n = b
+        .store()
+        .events_retry_failed(&postbox::store::RetryFailedParams {
+            target: &t,
+            ids: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(b.row(ids[1]).await.status, "PENDING");
+    let claimed: Vec<i64> = claim(&b, "r2", 10, Duration::from_secs(30))
+        .await
+        .events
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(claimed, [ids[0], ids[1]], "retried events are claimable");
+}
+
+/// The names of every case, in the order [`store_conformance!`](crate::store_conformance) runs
+/// them.
+pub const CASES: &[&str] = &[
+    "migrate_is_idempotent",
+    "plain_sql_insert_is_a_valid_pending_event",
+    "enqueued_event_keeps_its_fields",
+    "claim_takes_due_events_in_id_order_up_to_batch_size",
+    "claimed_events_are_not_claimed_again_before_the_lease_expires",
+    "an_expired_lease_is_reclaimed_and_counted_as_recovered",
+    "a_stale_event_on_its_last_try_goes_failed",
+    "late_writes_of_a_fenced_claim_change_nothing",
+    "mark_failed_backs_off_exponentially_on_the_database_clock",
+    "mark_failed_at_max_retries_goes_failed",
+    "a_permanent_error_fails_at_once",
+    "renew_extends_the_lease_of_the_token_holder_only",
+    "status_counts_and_backlog_are_right",
+    "duplicates_are_reported_and_stored_once",
+    "an_id_that_is_taken_is_an_error_never_a_duplicate",
+    "an_unreadable_row_is_reported_alone_and_the_rest_is_claimed",
+    "the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap",
+    "an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped",
+    "enqueue_many_returns_results_in_input_order",
+    "oversized_events_are_refused_and_nothing_is_written",
+    "a_refused_event_leaves_the_callers_transaction_usable",
+    "an_operator_retry_puts_failed_events_back_in_the_queue",
+];
+
+/// One `#[tokio::test]` per store conformance case, in a module `$module`, for `$harness` (a
+/// [`StoreHarness`](crate::store_suite::StoreHarness)).
+#[macro_export]
+macro_rules! store_conformance {
+    ($module:ident, $harness:ty) => {
+        mod $module {
+            #[tokio::test]
+            async fn migrate_is_idempotent() {
+                $crate::store_suite::migrate_is_idempotent::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn plain_sql_insert_is_a_valid_pending_event() {
+                $crate::store_suite::plain_sql_insert_is_a_valid_pending_event::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn enqueued_event_keeps_its_fields() {
+                $crate::store_suite::enqueued_event_keeps_its_fields::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn claim_takes_due_events_in_id_order_up_to_batch_size() {
+                $crate::store_suite::claim_takes_due_events_in_id_order_up_to_batch_size::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn claimed_events_are_not_claimed_again_before_the_lease_expires() {
+                $crate::store_suite::claimed_events_are_not_claimed_again_before_the_lease_expires::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn an_expired_lease_is_reclaimed_and_counted_as_recovered() {
+                $crate::store_suite::an_expired_lease_is_reclaimed_and_counted_as_recovered::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn a_stale_event_on_its_last_try_goes_failed() {
+                $crate::store_suite::a_stale_event_on_its_last_try_goes_failed::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn late_writes_of_a_fenced_claim_change_nothing() {
+                $crate::store_suite::late_writes_of_a_fenced_claim_change_nothing::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn mark_failed_backs_off_exponentially_on_the_database_clock() {
+                $crate::store_suite::mark_failed_backs_off_exponentially_on_the_database_clock::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn mark_failed_at_max_retries_goes_failed() {
+                $crate::store_suite::mark_failed_at_max_retries_goes_failed::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn a_permanent_error_fails_at_once() {
+                $crate::store_suite::a_permanent_error_fails_at_once::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn renew_extends_the_lease_of_the_token_holder_only() {
+                $crate::store_suite::renew_extends_the_lease_of_the_token_holder_only::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn status_counts_and_backlog_are_right() {
+                $crate::store_suite::status_counts_and_backlog_are_right::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn duplicates_are_reported_and_stored_once() {
+                $crate::store_suite::duplicates_are_reported_and_stored_once::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn an_id_that_is_taken_is_an_error_never_a_duplicate() {
+                $crate::store_suite::an_id_that_is_taken_is_an_error_never_a_duplicate::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn an_unreadable_row_is_reported_alone_and_the_rest_is_claimed() {
+                $crate::store_suite::an_unreadable_row_is_reported_alone_and_the_rest_is_claimed::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap() {
+                $crate::store_suite::the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped() {
+                $crate::store_suite::an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn enqueue_many_returns_results_in_input_order() {
+                $crate::store_suite::enqueue_many_returns_results_in_input_order::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn oversized_events_are_refused_and_nothing_is_written() {
+                $crate::store_suite::oversized_events_are_refused_and_nothing_is_written::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn a_refused_event_leaves_the_callers_transaction_usable() {
+                $crate::store_suite::a_refused_event_leaves_the_callers_transaction_usable::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn an_operator_retry_puts_failed_events_back_in_the_queue() {
+                $crate::store_suite::an_operator_retry_puts_failed_events_back_in_the_queue::<$harness>().await;
+            }
+        }
+    };
+}

@@ -1,0 +1,111 @@
+//! The SQLite harness of the store conformance suite.
+
+#![allow(clippy::unwrap_used, reason = "a test suite fails loudly")]
+
+use postbox::{Enqueued, Event, Outbox, Store};
+
+use super::{RowView, StoreHarness, row_view};
+use crate::TestSqlite;
+
+/// The SQLite store on a [`TestSqlite`] file of its own.
+pub struct SqliteHarness {
+    _file: TestSqlite,
+    store: postbox::SqliteStore,
+}
+
+impl StoreHarness for SqliteHarness {
+    async fn new() -> Self {
+        let file = TestSqlite::new();
+        let store = file.store().await;
+        SqliteHarness { _file: file, store }
+    }
+
+    fn store(&self) -> &dyn Store {
+        &self.store
+    }
+
+    async fn enqueue(&self, outbox: &Outbox, events: Vec<Event>) -> postbox::Result<Vec<Enqueued>> {
+        let mut tx = self.store.pool().begin().await?;
+        let done = outbox.enqueue_many(&mut tx, events).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn enqueue_one(&self, outbox: &Outbox, event: Event) -> postbox::Result<Enqueued> {
+        let mut tx = self.store.pool().begin().await?;
+        let done = outbox.enqueue(&mut tx, event).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn enqueue_each_then_commit(
+        &self,
+        outbox: &Outbox,
+        events: Vec<Event>,
+    ) -> Vec<postbox::Result<Enqueued>> {
+        let mut tx = self.store.pool().begin().await.unwrap();
+        let mut results = Vec::new();
+        for event in events {
+            results.push(outbox.enqueue(&mut tx, event).await);
+        }
+        tx.commit()
+            .await
+            .expect("the caller's transaction still commits");
+        results
+    }
+
+    async fn insert_plain(&self, event_type: &str, payload: &str) -> i64 {
+        sqlx::query_scalar(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+             VALUES (?1, 'Invoice', '456', ?2) RETURNING id",
+        )
+        .bind(event_type)
+        .bind(payload)
+        .fetch_one(self.store.pool())
+        .await
+        .expect("plain insert")
+    }
+
+    async fn exec(&self, sql: &str) {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+            .execute(self.store.pool())
+            .await
+            .expect(sql);
+    }
+
+    async fn row(&self, id: i64) -> RowView {
+        let r = sqlx::query(
+            "SELECT status, event_type, retry_count, max_retries, schema_version, headers,
+                    last_error, locked_by, claim_token,
+                    (julianday(locked_until) - julianday(updated_at)) * 86400000.0,
+                    (julianday(locked_until) - julianday('now')) * 86400000.0,
+                    processed_at IS NOT NULL
+             FROM outbox_events WHERE id = ?1",
+        )
+        .bind(id)
+        .fetch_one(self.store.pool())
+        .await
+        .expect("row");
+        row_view(&r)
+    }
+
+    async fn row_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+            .fetch_one(self.store.pool())
+            .await
+            .expect("count")
+    }
+
+    async fn rewind_ids(&self) -> bool {
+        false
+    }
+
+    async fn spoil_row(&self, id: i64) -> &'static str {
+        // Text that is not UTF-8.
+        self.exec(&format!(
+            "UPDATE outbox_events SET aggregate_id = CAST(x'c3ff' AS TEXT) WHERE id = {id}"
+        ))
+        .await;
+        "aggregate_id"
+    }
+}

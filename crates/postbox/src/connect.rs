@@ -1,0 +1,270 @@
+//! Connecting to an outbox database by URL: one entry point for every store this build has.
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::schema::{SchemaName, Target, TenantId};
+#[cfg(feature = "postgres")]
+use crate::store::PgStore;
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
+use crate::store::{
+    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams,
+    RejectedTenant, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams,
+    TenantStatus, Wakeups,
+};
+
+/// Connects to the outbox database `url` names: `postgres://…` or `postgresql://…` for
+/// PostgreSQL, `sqlite:…` or a file path ending in `.db`, `.sqlite` or `.sqlite3` for SQLite
+/// (created if missing). See [`ConnectOptions`] for the schema and the pool size.
+///
+/// The store hands out the producer that writes to the table its relays read
+/// ([`Store::outbox`]), so the two cannot disagree on where events go.
+///
+/// ```no_run
+/// use postbox::Store;
+/// # async fn example() -> postbox::Result<()> {
+/// let store = postbox::connect("postgres://postgres@127.0.0.1/app").await?;
+/// postbox::migrate(&store).await?;
+/// let outbox = store.outbox();
+/// # let _ = outbox; Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<AnyStore> {
+    ConnectOptions::new(url).connect().await
+}
+
+/// How to connect: the URL, and optionally the default schema (PostgreSQL) and pool size.
+///
+/// ```no_run
+/// # async fn example() -> postbox::Result<()> {
+/// let store = postbox::ConnectOptions::new("postgres://postgres@127.0.0.1/app")
+///     .schema("billing".parse()?)
+///     .max_connections(8)
+///     .connect()
+///     .await?;
+/// # let _ = store; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ConnectOptions {
+    url: String,
+    schema: Option<SchemaName>,
+    max_connections: Option<u32>,
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("url", &crate::redact::redact(&self.url))
+            .field("schema", &self.schema)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
+}
+
+/// Which database a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DatabaseKind {
+    /// PostgreSQL: `postgres://…`, `postgresql://…`.
+    Postgres,
+    /// SQLite: `sqlite:…`, or a path ending in `.db`, `.sqlite` or `.sqlite3`.
+    Sqlite,
+}
+
+impl DatabaseKind {
+    /// The kind of database `url` names, or an error that says how to write one.
+    ///
+    /// ```
+    /// use postbox::DatabaseKind;
+    /// assert_eq!(DatabaseKind::of("postgresql://db/app").unwrap(), DatabaseKind::Postgres);
+    /// assert_eq!(DatabaseKind::of("outbox.db").unwrap(), DatabaseKind::Sqlite);
+    /// assert!(DatabaseKind::of("mysql://db/app").is_err());
+    /// ```
+    pub fn of(url: &str) -> Result<DatabaseKind> {
+        let lower = url.trim().to_ascii_lowercase();
+        if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
+            return Ok(DatabaseKind::Postgres);
+        }
+        if lower.starts_with("sqlite:")
+            || [".db", ".sqlite", ".sqlite3"]
+                .iter()
+                .any(|ext| lower.ends_with(ext))
+        {
+            return Ok(DatabaseKind::Sqlite);
+        }
+        Err(Error::invalid_config(
+            "database_url",
+            format!(
+                "{:?} is neither a PostgreSQL URL (postgres://… or postgresql://…) nor SQLite \
+                 (sqlite:… or a file path ending in .db)",
+                crate::redact::redact(url)
+            ),
+        ))
+    }
+}
+
+impl ConnectOptions {
+    /// Options for `url`, with the store's defaults: schema `public` (PostgreSQL), a pool of
+    /// 10 connections on PostgreSQL and 4 on SQLite.
+    pub fn new(url: impl Into<String>) -> Self {
+        ConnectOptions {
+            url: url.into(),
+            schema: None,
+            max_connections: None,
+        }
+    }
+
+    /// The default schema: its outbox, and the tenant registry (PostgreSQL; default `public`).
+    pub fn schema(mut self, schema: SchemaName) -> Self {
+        self.schema = Some(schema);
+        self
+    }
+
+    /// The most connections the store's pool opens.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = Some(max.max(1));
+        self
+    }
+
+    /// Which database the URL names.
+    pub fn kind(&self) -> Result<DatabaseKind> {
+        DatabaseKind::of(&self.url)
+    }
+
+    /// Connects.
+    pub async fn connect(&self) -> Result<AnyStore> {
+        match self.kind()? {
+            #[cfg(feature = "postgres")]
+            DatabaseKind::Postgres => {
+                let options: sqlx::postgres::PgConnectOptions =
+                    self.url.trim().parse().map_err(|e: sqlx::Error| {
+                        Error::invalid_config(
+                            "database_url",
+                            format!(
+                                "{:?} is not a valid PostgreSQL URL: {e}",
+                                crate::redact::redact(&self.url)
+                            ),
+                        )
+                    })?;
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(self.max_connections.unwrap_or(10))
+                    .connect_with(options)
+                    .await?;
+                let schema = self.schema.clone().unwrap_or_else(SchemaName::public);
+                Ok(AnyStore::Postgres(PgStore::with_schema(pool, schema)))
+            }
+            #[cfg(feature = "sqlite")]
+            DatabaseKind::Sqlite => {
+                let url = self.url.trim();
+                let store = if url.to_ascii_lowercase().starts_with("sqlite:") {
+                    SqliteStore::connect(url).await?
+                } else {
+                    SqliteStore::open(url).await?
+                };
+                Ok(AnyStore::Sqlite(store))
+            }
+            #[allow(unreachable_patterns, reason = "a database left out of this build")]
+            kind => Err(Error::invalid_config(
+                "database_url",
+                format!("this build of Postbox has no {kind:?} store (cargo feature)"),
+            )),
+        }
+    }
+}
+
+/// A store on whichever database [`connect`] found at the URL.
+#[non_exhaustive]
+pub enum AnyStore {
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(PgStore),
+    /// SQLite.
+    #[cfg(feature = "sqlite")]
+    Sqlite(SqliteStore),
+}
+
+impl std::fmt::Debug for AnyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.kind() {
+            DatabaseKind::Postgres => "AnyStore::Postgres",
+            DatabaseKind::Sqlite => "AnyStore::Sqlite",
+        })
+    }
+}
+
+impl AnyStore {
+    /// Which database it is.
+    pub fn kind(&self) -> DatabaseKind {
+        match *self {
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(_) => DatabaseKind::Postgres,
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(_) => DatabaseKind::Sqlite,
+        }
+    }
+
+    fn inner(&self) -> &dyn Store {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(s) => s,
+            #[cfg(feature = "sqlite")]
+            AnyStore::Sqlite(s) => s,
+        }
+    }
+}
+
+/// Every call goes to the store inside.
+#[async_trait]
+impl Store for AnyStore {
+    async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>> {
+        self.inner().schema_migrate(schema, registry).await
+    }
+    fn default_schema(&self) -> SchemaName {
+        self.inner().default_schema()
+    }
+    async fn events_claim(&self, params: &ClaimParams<'_>) -> Result<Claimed> {
+        self.inner().events_claim(params).await
+    }
+    async fn leases_renew(&self, params: &RenewParams<'_>) -> Result<u64> {
+        self.inner().leases_renew(params).await
+    }
+    async fn events_mark_processed(&self, params: &MarkProcessedParams<'_>) -> Result<u64> {
+        self.inner().events_mark_processed(params).await
+    }
+    async fn events_mark_failed(&self, params: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>> {
+        self.inner().events_mark_failed(params).await
+    }
+    async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64> {
+        self.inner().events_retry_failed(params).await
+    }
+    async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
+        self.inner().status_counts(target).await
+    }
+    async fn backlog(&self, target: &Target) -> Result<Backlog> {
+        self.inner().backlog(target).await
+    }
+    async fn tenant_add(&self, params: &TenantAddParams<'_>) -> Result<Tenant> {
+        self.inner().tenant_add(params).await
+    }
+    async fn tenant_list(&self) -> Result<Vec<Tenant>> {
+        self.inner().tenant_list().await
+    }
+    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
+        self.inner().tenant_rejected().await
+    }
+    async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant> {
+        self.inner().tenant_set_status(id, status).await
+    }
+    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
+        self.inner().wakeups().await
+    }
+    async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
+        self.inner().outbox_dead_rows(targets).await
+    }
+    async fn outbox_vacuum(&self, target: &Target) -> Result<()> {
+        self.inner().outbox_vacuum(target).await
+    }
+    async fn oldest_transaction_age(&self) -> Result<Option<std::time::Duration>> {
+        self.inner().oldest_transaction_age().await
+    }
+}
