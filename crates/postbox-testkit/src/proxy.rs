@@ -2,10 +2,13 @@
 //! broker away from one sink or relay without touching the shared broker.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,25 +28,50 @@ enum Mode {
 pub struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<Mode>,
+    /// Added to every answer's trip back, in microseconds.
+    latency: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
 impl Proxy {
     /// Starts forwarding to `upstream`, switched on.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound (a test cannot go on without one); see
+    /// [`Proxy::try_start`].
     pub async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy address");
+        Proxy::try_start(upstream).await.expect("bind proxy")
+    }
+
+    /// Starts forwarding to `upstream`, switched on; fails if no loopback port can be bound. For
+    /// tools that run outside a test, such as the chaos kit.
+    pub async fn try_start(upstream: SocketAddr) -> std::io::Result<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Up);
+        let latency = Arc::new(AtomicU64::new(0));
+        let latency_of_answers = Arc::clone(&latency);
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 if *mode_rx.borrow() == Mode::Down {
                     drop(inbound);
                     continue;
                 }
-                tokio::spawn(forward(inbound, upstream, mode_rx.clone()));
+                tokio::spawn(forward(
+                    inbound,
+                    upstream,
+                    mode_rx.clone(),
+                    Arc::clone(&latency_of_answers),
+                ));
             }
         });
-        Proxy { addr, mode, accept }
+        Ok(Proxy {
+            addr,
+            mode,
+            latency,
+            accept,
+        })
     }
 
     /// The proxy's own address, to give the client instead of the broker's.
@@ -70,6 +98,13 @@ impl Proxy {
     pub fn up(&self) {
         self.mode.send_replace(Mode::Up);
     }
+
+    /// Delays every answer by `latency` on its way back, as a broker across a network would
+    /// (zero at start). Answers keep their order and overlap as they would on a real link.
+    pub fn set_latency(&self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.latency.store(micros, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Proxy {
@@ -79,7 +114,12 @@ impl Drop for Proxy {
     }
 }
 
-async fn forward(inbound: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+async fn forward(
+    inbound: TcpStream,
+    upstream: SocketAddr,
+    mut mode: watch::Receiver<Mode>,
+    latency: Arc<AtomicU64>,
+) {
     let Ok(outbound) = TcpStream::connect(upstream).await else {
         return;
     };
@@ -89,7 +129,11 @@ async fn forward(inbound: TcpStream, upstream: SocketAddr, mut mode: watch::Rece
     let (mut broker_read, mut broker_write) = outbound.into_split();
     let requests = tokio::io::copy(&mut client_read, &mut broker_write);
     let answers_mode = mode.clone();
-    let answers = async move {
+    // Answers are read as they come and written back once each one's delay has passed, so a
+    // latency delays them without slowing the link down.
+    let (delayed_tx, mut delayed_rx) =
+        mpsc::unbounded_channel::<(Option<tokio::time::Instant>, Vec<u8>)>();
+    let read_answers = async move {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             let n = match broker_read.read(&mut buf).await {
@@ -99,10 +143,25 @@ async fn forward(inbound: TcpStream, upstream: SocketAddr, mut mode: watch::Rece
             if *answers_mode.borrow() == Mode::Stall {
                 continue;
             }
-            if client_write.write_all(&buf[..n]).await.is_err() {
+            let delay = Duration::from_micros(latency.load(Ordering::Relaxed));
+            let due = (!delay.is_zero()).then(|| tokio::time::Instant::now() + delay);
+            if delayed_tx.send((due, buf[..n].to_vec())).is_err() {
                 return;
             }
         }
+    };
+    let write_answers = async move {
+        while let Some((due, bytes)) = delayed_rx.recv().await {
+            if let Some(due) = due {
+                tokio::time::sleep_until(due).await;
+            }
+            if client_write.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    };
+    let answers = async move {
+        tokio::join!(read_answers, write_answers);
     };
     let ended = async {
         let mut stalled = false;
@@ -122,5 +181,57 @@ async fn forward(inbound: TcpStream, upstream: SocketAddr, mut mode: watch::Rece
         _ = requests => {}
         _ = answers => {}
         _ = ended => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server on a port of its own.
+    async fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind echo");
+        let addr = listener.local_addr().expect("echo address");
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut read, mut write) = stream.into_split();
+                    let _ = tokio::io::copy(&mut read, &mut write).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(stream: &mut TcpStream) -> std::io::Result<Duration> {
+        let started = tokio::time::Instant::now();
+        stream.write_all(b"ping").await?;
+        let mut answer = [0u8; 4];
+        stream.read_exact(&mut answer).await?;
+        assert_eq!(&answer, b"ping");
+        Ok(started.elapsed())
+    }
+
+    #[tokio::test]
+    async fn latency_delays_answers_and_stall_swallows_them() {
+        let proxy = Proxy::try_start(echo().await).await.expect("proxy");
+        let mut stream = TcpStream::connect(proxy.addr()).await.expect("connect");
+        round_trip(&mut stream).await.expect("forwarded");
+
+        proxy.set_latency(Duration::from_millis(150));
+        let slow = round_trip(&mut stream).await.expect("forwarded late");
+        assert!(slow >= Duration::from_millis(150), "{slow:?}");
+
+        proxy.set_latency(Duration::ZERO);
+        proxy.stall();
+        let stalled =
+            tokio::time::timeout(Duration::from_millis(300), round_trip(&mut stream)).await;
+        assert!(stalled.is_err(), "a stalled proxy answers nothing");
+
+        proxy.up();
+        let mut fresh = TcpStream::connect(proxy.addr())
+            .await
+            .expect("connect again");
+        round_trip(&mut fresh).await.expect("forwarded again");
     }
 }
