@@ -35,7 +35,7 @@ fn main() -> ExitCode {
 /// already repeats (sqlx and figment often include their source in their own message), and
 /// ending in what to do about it with this command line, where the library's error says what
 /// is wrong without naming commands.
-fn describe(error: &anyhow::Error) -> String {
+pub(crate) fn describe(error: &anyhow::Error) -> String {
     let mut text = causes(error);
     let hint = error
         .chain()

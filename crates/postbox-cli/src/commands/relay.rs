@@ -25,7 +25,10 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
     } else {
         Create::Never
     };
-    let db = Database::connect(&config.location()?, config.schema_name()?, create).await?;
+    let Some(db) = connect_waiting(config, create, &shutdown).await? else {
+        info!("stopped by a signal before the database answered");
+        return Ok(ExitCode::SUCCESS);
+    };
     if args.migrate {
         for migration in super::migrate::apply(&db).await? {
             info!(migration, "applied");
@@ -99,6 +102,54 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         "relay finished"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Connects to the database, waiting while it is not up yet (a relay started before its
+/// database, or while it restarts), as relays wait for their brokers; `None` when a signal came
+/// first. Only what a wait can cure is waited for: refused or reset connections, a server
+/// starting up or shutting down. Anything else (authentication, no such database, a bad URL)
+/// stops the relay at once.
+async fn connect_waiting(
+    config: &Config,
+    create: Create,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Option<Database>> {
+    let location = config.location()?;
+    let schema = config.schema_name()?;
+    let mut waits = postbox::Backoff {
+        base: std::time::Duration::from_millis(250),
+        cap: std::time::Duration::from_secs(5),
+    }
+    .attempts();
+    loop {
+        match Database::connect(&location, schema.clone(), create).await {
+            Ok(db) => return Ok(Some(db)),
+            Err(e) if database_not_up(&e) => {
+                let wait = waits.next_delay();
+                warn!(database = %location, error = %crate::describe(&e), retry_in = ?wait,
+                    "the database does not answer yet; waiting for it");
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = shutdown.requested() => return Ok(None),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether connecting failed because the database is not up (yet): worth waiting for.
+fn database_not_up(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| match cause.downcast_ref::<sqlx::Error>() {
+            Some(sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut) => true,
+            // cannot_connect_now (starting up), admin_shutdown, crash_shutdown
+            Some(sqlx::Error::Database(db)) => {
+                matches!(db.code().as_deref(), Some("57P03" | "57P01" | "57P02"))
+            }
+            _ => false,
+        })
 }
 
 /// The sink for the start-up log (addresses without passwords, never secrets); logs the routes.

@@ -128,3 +128,43 @@ async fn status_lists_a_tenant_row_it_cannot_serve_and_fails() {
         "{report}"
     );
 }
+
+/// A relay started while its database is away waits for it, saying so, then publishes; one
+/// whose database refuses it for good (no such role) stops at once with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_waits_for_a_database_that_is_not_up_yet() {
+    use postbox_testkit::proxy::Proxy;
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    pg.insert_events("outbox_events", "A", 5, true).await;
+    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("address")).await;
+    proxy.down();
+    let url = pg
+        .db
+        .url()
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port()));
+    let mut cmd = pg.cmd(&["relay", "--drain", "--sink", "null"]);
+    cmd.env("POSTBOX_DATABASE_URL", &url);
+    let relay = crate::support::Running::spawn(cmd);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    proxy.up();
+    let out = tokio::task::spawn_blocking(move || relay.finish(crate::support::DEADLINE))
+        .await
+        .expect("relay");
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the database does not answer yet"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(pg.ids("outbox_events", Some("PROCESSED")).await.len(), 5);
+
+    let mut cmd = pg.cmd(&["relay", "--drain", "--sink", "null"]);
+    let no_role = pg.db.url().replace("postgres@", "no_such_role@");
+    cmd.env("POSTBOX_DATABASE_URL", &no_role);
+    let started = std::time::Instant::now();
+    let out = run(cmd);
+    assert!(!out.status.success());
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(out.stderr.contains("no_such_role"), "{}", out.stderr);
+}
