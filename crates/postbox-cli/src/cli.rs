@@ -133,6 +133,10 @@ pub(crate) enum Command {
     )]
     Retry(RetryArgs),
 
+    /// List events, or show one whole
+    #[command(subcommand)]
+    Events(EventsCommand),
+
     /// Move processed events past their retention to the archive
     #[command(
         long_about = "Move PROCESSED events created more than --older-than ago (default: the \
@@ -360,6 +364,103 @@ pub(crate) struct RetryArgs {
     pub(crate) schema: SchemaArg,
 }
 
+/// `postbox events …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum EventsCommand {
+    /// List events, newest first, by status, type, aggregate, time; the archive too
+    #[command(
+        long_about = "List the events of the default schema (or --tenant) that match every \
+                      filter given, newest first: id, status, type, aggregate, creation time, \
+                      tries and last error, as a table or with --json. --archive reads \
+                      outbox_events_archive too. A filter that matches nothing prints \
+                      \"0 events\"; a filter that cannot match (a time range backwards, an \
+                      unknown status, a glob with [ ]) is refused."
+    )]
+    List(EventsListArgs),
+
+    /// Show one event: every column, headers, last error, the payload pretty-printed
+    Show(EventsShowArgs),
+}
+
+/// Which events: the filters shared by `events list` and `replay`.
+#[derive(Debug, Args)]
+pub(crate) struct FilterArgs {
+    /// Only events with this status (repeat for several): pending, processing, processed,
+    /// failed
+    #[arg(long, value_name = "STATUS")]
+    pub(crate) status: Vec<String>,
+
+    /// Event types matching this glob (`*` any run, `?` one character), e.g. 'Invoice*'
+    #[arg(long = "type", value_name = "GLOB")]
+    pub(crate) event_type: Option<String>,
+
+    /// Aggregate types matching this glob
+    #[arg(long, value_name = "GLOB")]
+    pub(crate) aggregate_type: Option<String>,
+
+    /// This aggregate id exactly
+    #[arg(long, value_name = "ID")]
+    pub(crate) aggregate_id: Option<String>,
+
+    /// Created at or after this time: RFC 3339 (2026-11-30T12:00:00Z), a date (2026-11-30,
+    /// UTC) or an age (2h, 7d: that long ago)
+    #[arg(long, value_name = "TIME")]
+    pub(crate) since: Option<String>,
+
+    /// Created before this time (same forms as --since)
+    #[arg(long, value_name = "TIME")]
+    pub(crate) until: Option<String>,
+
+    /// Read outbox_events_archive too
+    #[arg(long)]
+    pub(crate) archive: bool,
+
+    /// The tenant whose events to read [default: the default schema]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+}
+
+/// `postbox events list`.
+#[derive(Debug, Args)]
+pub(crate) struct EventsListArgs {
+    /// Which events.
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+
+    /// At most this many events
+    #[arg(long, value_name = "N", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) limit: u32,
+
+    /// Print JSON (an array of events, payloads and headers as JSON) instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// `postbox events show`.
+#[derive(Debug, Args)]
+pub(crate) struct EventsShowArgs {
+    /// The event id
+    #[arg(value_name = "ID")]
+    pub(crate) id: i64,
+
+    /// The tenant the event belongs to [default: the default schema]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
 /// `postbox archive`.
 #[derive(Debug, Args)]
 pub(crate) struct ArchiveArgs {
@@ -517,6 +618,8 @@ impl Cli {
             Command::Relay(a) => (Some(&a.schema), Some(&a.tuning), Some(&a.sink)),
             Command::Status(a) => (Some(&a.schema), None, None),
             Command::Retry(a) => (Some(&a.schema), None, None),
+            Command::Events(EventsCommand::List(a)) => (Some(&a.schema), None, None),
+            Command::Events(EventsCommand::Show(a)) => (Some(&a.schema), None, None),
             Command::Archive(a) => (Some(&a.schema), None, None),
             Command::Purge(a) => (Some(&a.schema), None, None),
             Command::Tenants(TenantsCommand::Add(_)) => (None, None, None),

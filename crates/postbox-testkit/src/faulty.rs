@@ -184,6 +184,13 @@ impl postbox::Store for FaultyStore {
         self.inner.events_retry_failed(params).await
     }
 
+    async fn events_list(
+        &self,
+        params: &postbox::store::ListParams<'_>,
+    ) -> postbox::Result<Vec<postbox::store::StoredEvent>> {
+        self.inner.events_list(params).await
+    }
+
     async fn events_archive(
         &self,
         params: &postbox::store::ArchiveParams<'_>,

@@ -240,6 +240,19 @@ impl Store for AnyStore {
     async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64> {
         self.inner().events_retry_failed(params).await
     }
+    async fn events_list(
+        &self,
+        params: &crate::store::ListParams<'_>,
+    ) -> Result<Vec<crate::store::StoredEvent>> {
+        self.inner().events_list(params).await
+    }
+    async fn event_get(
+        &self,
+        target: &Target,
+        id: i64,
+    ) -> Result<Option<crate::store::StoredEvent>> {
+        self.inner().event_get(target, id).await
+    }
     async fn events_archive(
         &self,
         params: &crate::store::ArchiveParams<'_>,

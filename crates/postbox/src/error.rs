@@ -44,6 +44,16 @@ pub enum Error {
         schema: String,
     },
 
+    /// A filter over events (list, replay) was refused before anything was read: a status
+    /// that does not exist, a time range backwards, an empty value.
+    #[error("invalid filter: {field} {reason}")]
+    InvalidFilter {
+        /// The filter's field, e.g. `status`, `since/until`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A configuration value is out of range or inconsistent with another.
     #[error("invalid configuration: {field} {reason}")]
     InvalidConfig {
@@ -117,6 +127,7 @@ impl Error {
                 | Error::InvalidName { .. }
                 | Error::Unsupported(_)
                 | Error::InvalidConfig { .. }
+                | Error::InvalidFilter { .. }
         )
     }
 

@@ -5,6 +5,8 @@ mod archive;
 mod bench;
 mod config;
 mod demo;
+mod events;
+mod filter;
 mod migrate;
 mod progress;
 mod purge;
@@ -35,6 +37,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Relay(args) => relay::run(&loaded.config, args).await,
         Command::Status(args) => status::run(&loaded.config, args).await,
         Command::Retry(args) => retry::run(&loaded.config, args).await,
+        Command::Events(command) => events::run(&loaded.config, command).await,
         Command::Archive(args) => archive::run(&loaded.config, args).await,
         Command::Purge(args) => purge::run(&loaded.config, args).await,
         Command::Tenants(command) => tenants::run(&loaded.config, command).await,

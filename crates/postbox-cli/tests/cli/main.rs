@@ -5,6 +5,7 @@
 mod config;
 mod consumers;
 mod demo;
+mod events;
 #[allow(
     dead_code,
     reason = "copied whole from postbox-sinks' test support; partly used here"

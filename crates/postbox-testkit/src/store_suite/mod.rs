@@ -1325,6 +1325,173 @@ pub async fn purge_removes_old_archived_and_failed_events_only<B: StoreHarness>(
     assert_eq!(purge_all(&b, PurgeKind::Failed, 7, false).await, 0);
 }
 
+/// Lists `filter`'s events of the default target, `limit` at a time, following the pages.
+async fn list_all<B: StoreHarness>(
+    b: &B,
+    filter: &postbox::store::EventFilter,
+    order: postbox::store::Order,
+    limit: u32,
+) -> Vec<i64> {
+    let t = target(b);
+    let mut ids = Vec::new();
+    let mut after = None;
+    loop {
+        let page = b
+            .store()
+            .events_list(&postbox::store::ListParams {
+                target: &t,
+                filter,
+                order,
+                after,
+                limit,
+            })
+            .await
+            .unwrap();
+        assert!(page.len() <= limit as usize);
+        ids.extend(page.iter().map(|e| e.id));
+        match page.last() {
+            Some(last) if page.len() == limit as usize => after = Some(last.id),
+            _ => return ids,
+        }
+    }
+}
+
+/// A conformance case; see the module docs.
+pub async fn events_are_listed_by_filter_and_read_back_whole<B: StoreHarness>() {
+    use postbox::store::{EventFilter, EventStatus, Order};
+    let b = ready::<B>().await;
+    let outbox = b.store().outbox();
+    let event = |ty: &str, agg: &str, id: &str| {
+        Event::new(ty, &serde_json::json!({ "agg": id }))
+            .expect("event")
+            .aggregate(agg, id)
+            .header("traceparent", "00-abc-def-01")
+    };
+    let ids: Vec<i64> = b
+        .enqueue(
+            &outbox,
+            vec![
+                event("InvoiceCreated", "Invoice", "1"),
+                event("InvoiceCreated", "Invoice", "2"),
+                event("InvoicePaid", "Invoice", "2"),
+                event("OrderPlaced", "Order", "9"),
+                event("A_B", "Odd", "x"),
+                event("AxB", "Odd", "y"),
+            ],
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id().expect("inserted"))
+        .collect();
+    let c = claim(&b, "r1", 4, Duration::from_secs(30)).await;
+    mark_processed(&b, c.claim_token, &ids[..2]).await;
+    mark_failed(&b, c.claim_token, &[failed(ids[2], "broker said no", true)]).await;
+    // ids[0] moves to the archive.
+    b.backdate("outbox_events", "created_at", &ids[..1], 40)
+        .await;
+    assert_eq!(archive_all(&b, 30, 100, false).await.0, 1);
+
+    let all = EventFilter::default();
+    let newest: Vec<i64> = ids[1..].iter().rev().copied().collect();
+    assert_eq!(
+        list_all(&b, &all, Order::NewestFirst, 100).await,
+        newest,
+        "hot table only"
+    );
+    assert_eq!(
+        list_all(&b, &all, Order::NewestFirst, 2).await,
+        newest,
+        "in pages"
+    );
+    let mut with_archive = EventFilter::default();
+    with_archive.archive = true;
+    assert_eq!(
+        list_all(&b, &with_archive, Order::OldestFirst, 2).await,
+        ids,
+        "archive too"
+    );
+
+    let mut f = EventFilter::default();
+    f.archive = true;
+    f.event_type = Some("Invoice*".parse().unwrap());
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, ids[..3]);
+    f.aggregate_id = Some("2".into());
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, ids[1..3]);
+    f.statuses = vec![EventStatus::Failed];
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, [ids[2]]);
+    let mut f = EventFilter::default();
+    f.archive = true;
+    f.statuses = vec![EventStatus::Processed];
+    assert_eq!(
+        list_all(&b, &f, Order::OldestFirst, 10).await,
+        ids[..2],
+        "archived are PROCESSED"
+    );
+    f.statuses = vec![EventStatus::Pending, EventStatus::Processing];
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, ids[3..]);
+    // Globs: `_` is literal, `?` is one character, case counts.
+    let mut f = EventFilter::default();
+    f.event_type = Some("A_B".parse().unwrap());
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, [ids[4]]);
+    f.event_type = Some("A?B".parse().unwrap());
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, ids[4..]);
+    f.event_type = Some("invoice*".parse().unwrap());
+    assert!(list_all(&b, &f, Order::OldestFirst, 10).await.is_empty());
+    let mut f = EventFilter::default();
+    f.aggregate_type = Some("Ord*".parse().unwrap());
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, [ids[3]]);
+    // Time ranges, on created_at.
+    let now = chrono::Utc::now();
+    let mut f = EventFilter::default();
+    f.archive = true;
+    f.until = Some(now - chrono::Duration::days(10));
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, [ids[0]]);
+    f.until = None;
+    f.since = Some(now - chrono::Duration::days(10));
+    assert_eq!(list_all(&b, &f, Order::OldestFirst, 10).await, ids[1..]);
+    f.until = Some(now - chrono::Duration::days(20));
+    let err = b
+        .store()
+        .events_list(&postbox::store::ListParams {
+            target: &target(&b),
+            filter: &f,
+            order: Order::NewestFirst,
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidFilter { .. }), "{err}");
+
+    // One event, every column, from the table or the archive.
+    let t = target(&b);
+    let failed_event = b
+        .store()
+        .event_get(&t, ids[2])
+        .await
+        .unwrap()
+        .expect("found");
+    assert_eq!(failed_event.status, "FAILED");
+    assert_eq!(failed_event.event_type, "InvoicePaid");
+    assert_eq!(failed_event.aggregate_id.as_deref(), Some("2"));
+    assert_eq!(failed_event.last_error.as_deref(), Some("broker said no"));
+    assert!(failed_event.archived_at.is_none());
+    let payload: serde_json::Value = serde_json::from_str(&failed_event.payload).unwrap();
+    assert_eq!(payload, serde_json::json!({ "agg": "2" }));
+    let event = failed_event.to_outbox_event().unwrap();
+    assert_eq!(event.headers["traceparent"], "00-abc-def-01");
+    let archived = b
+        .store()
+        .event_get(&t, ids[0])
+        .await
+        .unwrap()
+        .expect("found");
+    assert_eq!(archived.status, "PROCESSED");
+    assert!(archived.archived_at.is_some() && archived.processed_at.is_some());
+    assert!(b.store().event_get(&t, 999_999).await.unwrap().is_none());
+}
+
 /// The names of every case, in the order [`store_conformance!`](crate::store_conformance) runs
 /// them.
 pub const CASES: &[&str] = &[
@@ -1353,6 +1520,7 @@ pub const CASES: &[&str] = &[
     "an_operator_retry_puts_failed_events_back_in_the_queue",
     "retention_archives_old_processed_events_and_nothing_else",
     "purge_removes_old_archived_and_failed_events_only",
+    "events_are_listed_by_filter_and_read_back_whole",
 ];
 
 /// One `#[tokio::test]` per store conformance case, in a module `$module`, for `$harness` (a
@@ -1460,6 +1628,10 @@ macro_rules! store_conformance {
             #[tokio::test]
             async fn purge_removes_old_archived_and_failed_events_only() {
                 $crate::store_suite::purge_removes_old_archived_and_failed_events_only::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn events_are_listed_by_filter_and_read_back_whole() {
+                $crate::store_suite::events_are_listed_by_filter_and_read_back_whole::<$harness>().await;
             }
         }
     };

@@ -19,6 +19,7 @@ use crate::sink::SinkHealth;
 mod migrations;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod reads;
 mod retention;
 mod row;
 #[cfg(feature = "postgres")]
@@ -28,6 +29,7 @@ mod sqlite;
 
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
+pub use reads::{EventFilter, EventStatus, ListParams, Order, StoredEvent};
 pub use retention::{
     ArchiveBatch, ArchiveParams, PurgeBatch, PurgeKind, PurgeParams, archive_all, purge_all,
 };
@@ -416,6 +418,31 @@ pub trait Store: Send + Sync + 'static {
     /// What is still to do in a target. Costs what the outstanding events cost, not the
     /// history: it stops at the first claimable event.
     async fn backlog(&self, target: &Target) -> Result<Backlog>;
+
+    /// A page of the events of [`target`](ListParams::target) that match a filter, in the
+    /// order asked for, from the outbox table and, with [`EventFilter::archive`], from the
+    /// archive; resume after the last id of a page. Each call is one short read. Refuses an
+    /// invalid filter ([`EventFilter::validate`]).
+    async fn events_list(&self, params: &ListParams<'_>) -> Result<Vec<StoredEvent>>;
+
+    /// Event `id` of `target`, from the outbox table or the archive.
+    async fn event_get(&self, target: &Target, id: i64) -> Result<Option<StoredEvent>> {
+        let filter = EventFilter {
+            ids: vec![id],
+            archive: true,
+            ..EventFilter::default()
+        };
+        let mut found = self
+            .events_list(&ListParams {
+                target,
+                filter: &filter,
+                order: Order::NewestFirst,
+                after: None,
+                limit: 1,
+            })
+            .await?;
+        Ok(found.pop())
+    }
 
     /// One batch of retention: moves `PROCESSED` events created more than
     /// [`older_than`](ArchiveParams::older_than) ago to `outbox_events_archive`, walking the

@@ -12,13 +12,13 @@ use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use super::migrations::{self, Migration};
-use super::row::add_claimed_row;
+use super::row::{add_claimed_row, stored_event};
 use super::sql::{PerSchema, render, safe};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark,
-    MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RejectedTenant,
-    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, StatusCounts, Store, Tenant,
-    TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    ListParams, MarkFailedParams, MarkProcessedParams, Order, PurgeBatch, PurgeKind, PurgeParams,
+    RejectedTenant, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, StatusCounts,
+    Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -225,6 +225,80 @@ impl PgStore {
     }
 }
 
+/// One table's part of a list statement: its rows matching the filter, in the page's range.
+/// Only fixed SQL text and the quoted schema are pushed; every value is bound.
+fn list_branch(
+    query: &mut sqlx::QueryBuilder<sqlx::Postgres>,
+    schema: &SchemaName,
+    table: &'static str,
+    p: &ListParams<'_>,
+) {
+    let f = p.filter;
+    query.push(
+        "(SELECT id, status, event_type::text AS event_type, \
+         aggregate_type::text AS aggregate_type, aggregate_id::text AS aggregate_id, \
+         idempotency_key::text AS idempotency_key, event_class::text AS event_class, \
+         schema_version, headers::text AS headers, payload::text AS payload, retry_count, \
+         max_retries, last_error, processed_at, locked_until, locked_by, created_at, \
+         updated_at, ",
+    );
+    query.push(if table == "outbox_events" {
+        "NULL::timestamptz AS archived_at"
+    } else {
+        "archived_at"
+    });
+    query.push(format_args!(" FROM {}.{table} WHERE TRUE", schema.quoted()));
+    if !f.ids.is_empty() {
+        query.push(" AND id = ANY(");
+        query.push_bind(f.ids.clone());
+        query.push(")");
+    }
+    if !f.statuses.is_empty() {
+        let statuses: Vec<&'static str> = f.statuses.iter().map(|s| s.as_str()).collect();
+        query.push(" AND status = ANY(");
+        query.push_bind(statuses);
+        query.push(")");
+    }
+    if let Some(glob) = &f.event_type {
+        query.push(" AND event_type LIKE ");
+        query.push_bind(glob.to_like());
+        query.push(" ESCAPE '\\'");
+    }
+    if let Some(glob) = &f.aggregate_type {
+        query.push(" AND aggregate_type LIKE ");
+        query.push_bind(glob.to_like());
+        query.push(" ESCAPE '\\'");
+    }
+    if let Some(id) = &f.aggregate_id {
+        query.push(" AND aggregate_id = ");
+        query.push_bind(id.clone());
+    }
+    if let Some(since) = f.since {
+        query.push(" AND created_at >= ");
+        query.push_bind(since);
+    }
+    if let Some(until) = f.until {
+        query.push(" AND created_at < ");
+        query.push_bind(until);
+    }
+    let newest_first = p.order == Order::NewestFirst;
+    if let Some(after) = p.after {
+        query.push(if newest_first {
+            " AND id < "
+        } else {
+            " AND id > "
+        });
+        query.push_bind(after);
+    }
+    query.push(if newest_first {
+        " ORDER BY id DESC LIMIT "
+    } else {
+        " ORDER BY id ASC LIMIT "
+    });
+    query.push_bind(i64::from(p.limit));
+    query.push(")");
+}
+
 /// Takes the retention lock of `schema`'s outbox for the rest of `tx`: archiving and purging run
 /// one at a time per table (relays and commands alike). False when another session holds it.
 async fn retention_lock(tx: &mut sqlx::PgConnection, schema: &SchemaName) -> Result<bool> {
@@ -378,6 +452,32 @@ impl Store for PgStore {
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
         Ok(done.rows_affected())
+    }
+
+    async fn events_list(&self, p: &ListParams<'_>) -> Result<Vec<StoredEvent>> {
+        p.filter.validate()?;
+        let schema = &p.target.schema;
+        let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT * FROM (");
+        list_branch(&mut query, schema, "outbox_events", p);
+        if p.filter.reads_archive() {
+            query.push(" UNION ALL ");
+            list_branch(&mut query, schema, "outbox_events_archive", p);
+        }
+        query.push(") AS e ORDER BY id ");
+        query.push(match p.order {
+            Order::NewestFirst => "DESC",
+            Order::OldestFirst => "ASC",
+        });
+        query.push(" LIMIT ");
+        query.push_bind(i64::from(p.limit));
+        let rows = query
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, schema))?;
+        rows.iter()
+            .map(|row| stored_event(row, p.target.tenant.as_ref()).map_err(Error::from))
+            .collect()
     }
 
     async fn events_archive(&self, p: &ArchiveParams<'_>) -> Result<Option<ArchiveBatch>> {

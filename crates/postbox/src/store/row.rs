@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::value::RawValue;
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
-use super::{Claimed, ExhaustedEvent};
+use super::{Claimed, ExhaustedEvent, StoredEvent};
 use crate::event::OutboxEvent;
 use crate::schema::TenantId;
 
@@ -110,10 +110,50 @@ where
     Ok(())
 }
 
+/// Reads a row of a list statement (every column of the table by name, payload and headers as
+/// JSON text, `archived_at` NULL for the outbox table) as a [`StoredEvent`].
+pub(crate) fn stored_event<'r, R>(
+    row: &'r R,
+    tenant: Option<&TenantId>,
+) -> Result<StoredEvent, sqlx::Error>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    i32: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    DateTime<Utc>: Decode<'r, R::Database> + Type<R::Database>,
+    Option<DateTime<Utc>>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(StoredEvent {
+        id: row.try_get("id")?,
+        tenant: tenant.cloned(),
+        status: row.try_get("status")?,
+        event_type: row.try_get("event_type")?,
+        aggregate_type: row.try_get("aggregate_type")?,
+        aggregate_id: row.try_get("aggregate_id")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        event_class: row.try_get("event_class")?,
+        schema_version: row.try_get("schema_version")?,
+        headers: row.try_get("headers")?,
+        payload: row.try_get("payload")?,
+        retry_count: row.try_get("retry_count")?,
+        max_retries: row.try_get("max_retries")?,
+        last_error: row.try_get("last_error")?,
+        processed_at: row.try_get("processed_at")?,
+        locked_until: row.try_get("locked_until")?,
+        locked_by: row.try_get("locked_by")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        archived_at: row.try_get("archived_at")?,
+    })
+}
+
 /// Headers stored as a JSON object; non-string values (possible from plain-SQL producers) are
 /// kept as their JSON text. Anything but an object, or JSON serde cannot read (nested deeper
 /// than 128 levels, numbers out of range), cannot be forwarded faithfully.
-fn headers_from_text(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn headers_from_text(text: &str) -> Result<BTreeMap<String, String>, String> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("headers: {e}"))?;
     match value {

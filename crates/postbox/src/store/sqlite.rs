@@ -10,12 +10,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use uuid::Uuid;
 
 use super::migrations::{self, Migration};
-use super::row::add_claimed_row;
+use super::row::{add_claimed_row, stored_event};
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams,
-    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, ReleaseParams, RenewParams,
-    ReportedSink, RetryFailedParams, StatusCounts, Store, Tenant, TenantAddParams, TenantStatus,
-    Wakeups, ms, secs, storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, FailedMark, ListParams,
+    MarkFailedParams, MarkProcessedParams, Order, PurgeBatch, PurgeKind, PurgeParams,
+    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, StatusCounts, Store, StoredEvent,
+    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -109,6 +109,79 @@ fn ids_json(ids: &[i64]) -> String {
     }
     s.push(']');
     s
+}
+
+/// One table's part of a list statement (see the PostgreSQL store's): fixed SQL text, every
+/// value bound. Globs use `GLOB`, case-sensitive like the globs themselves; times compare through
+/// `julianday`, which reads every date form SQLite knows.
+fn list_branch(
+    query: &mut sqlx::QueryBuilder<sqlx::Sqlite>,
+    table: &'static str,
+    p: &ListParams<'_>,
+) {
+    let f = p.filter;
+    query.push(
+        "SELECT * FROM (SELECT id, status, event_type, aggregate_type, aggregate_id, \
+         idempotency_key, event_class, schema_version, headers, payload, retry_count, \
+         max_retries, last_error, processed_at, locked_until, locked_by, created_at, \
+         updated_at, ",
+    );
+    query.push(if table == "outbox_events" {
+        "NULL AS archived_at"
+    } else {
+        "archived_at"
+    });
+    query.push(format_args!(" FROM {table} WHERE 1"));
+    if !f.ids.is_empty() {
+        query.push(" AND id IN (SELECT value FROM json_each(");
+        query.push_bind(ids_json(&f.ids));
+        query.push("))");
+    }
+    if !f.statuses.is_empty() {
+        let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
+        query.push(" AND status IN (SELECT value FROM json_each(");
+        query.push_bind(serde_json::to_string(&statuses).unwrap_or_default());
+        query.push("))");
+    }
+    if let Some(glob) = &f.event_type {
+        query.push(" AND event_type GLOB ");
+        query.push_bind(glob.to_sqlite_glob().to_owned());
+    }
+    if let Some(glob) = &f.aggregate_type {
+        query.push(" AND aggregate_type GLOB ");
+        query.push_bind(glob.to_sqlite_glob().to_owned());
+    }
+    if let Some(id) = &f.aggregate_id {
+        query.push(" AND aggregate_id = ");
+        query.push_bind(id.clone());
+    }
+    let julian = |t: chrono::DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string();
+    if let Some(since) = f.since {
+        query.push(" AND julianday(created_at) >= julianday(");
+        query.push_bind(julian(since));
+        query.push(")");
+    }
+    if let Some(until) = f.until {
+        query.push(" AND julianday(created_at) < julianday(");
+        query.push_bind(julian(until));
+        query.push(")");
+    }
+    let newest_first = p.order == Order::NewestFirst;
+    if let Some(after) = p.after {
+        query.push(if newest_first {
+            " AND id < "
+        } else {
+            " AND id > "
+        });
+        query.push_bind(after);
+    }
+    query.push(if newest_first {
+        " ORDER BY id DESC LIMIT "
+    } else {
+        " ORDER BY id ASC LIMIT "
+    });
+    query.push_bind(i64::from(p.limit));
+    query.push(")");
 }
 
 fn map_missing_table(err: sqlx::Error) -> Error {
@@ -268,6 +341,32 @@ impl Store for SqliteStore {
             .await
             .map_err(map_missing_table)?;
         Ok(done.rows_affected())
+    }
+
+    async fn events_list(&self, p: &ListParams<'_>) -> Result<Vec<StoredEvent>> {
+        Self::check_target(p.target)?;
+        p.filter.validate()?;
+        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new("SELECT * FROM (");
+        list_branch(&mut query, "outbox_events", p);
+        if p.filter.reads_archive() {
+            query.push(" UNION ALL ");
+            list_branch(&mut query, "outbox_events_archive", p);
+        }
+        query.push(") ORDER BY id ");
+        query.push(match p.order {
+            Order::NewestFirst => "DESC",
+            Order::OldestFirst => "ASC",
+        });
+        query.push(" LIMIT ");
+        query.push_bind(i64::from(p.limit));
+        let rows = query
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_missing_table)?;
+        rows.iter()
+            .map(|row| stored_event(row, None).map_err(Error::from))
+            .collect()
     }
 
     async fn events_archive(&self, p: &ArchiveParams<'_>) -> Result<Option<ArchiveBatch>> {

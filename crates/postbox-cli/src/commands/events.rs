@@ -1,0 +1,210 @@
+//! `postbox events list|show`: a look inside the outbox and its archive.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use postbox::store::{ListParams, Order, StoredEvent};
+
+use crate::cli::EventsCommand;
+use crate::commands::filter;
+use crate::config::Config;
+use crate::database::{Create, Database};
+
+/// Runs one events subcommand.
+pub(crate) async fn run(config: &Config, command: &EventsCommand) -> anyhow::Result<ExitCode> {
+    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    db.ensure_migrated().await?;
+    match command {
+        EventsCommand::List(args) => {
+            let (target, filter) = filter::resolve(&db, &args.filter).await?;
+            let events = db
+                .store
+                .events_list(&ListParams {
+                    target: &target,
+                    filter: &filter,
+                    order: Order::NewestFirst,
+                    after: None,
+                    limit: args.limit,
+                })
+                .await?;
+            if args.json {
+                let events: Vec<_> = events.iter().map(json).collect();
+                println!("{}", serde_json::to_string_pretty(&events)?);
+            } else {
+                print!("{}", table(&events));
+                if events.len() == args.limit as usize {
+                    eprintln!("(the newest {} shown; --limit shows more)", args.limit);
+                }
+            }
+        }
+        EventsCommand::Show(args) => {
+            let target = match args.tenant.as_deref() {
+                None => db.default_target(),
+                Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
+            };
+            let Some(event) = db.store.event_get(&target, args.id).await? else {
+                bail!(
+                    "event {} is not in {} (neither outbox_events nor outbox_events_archive)",
+                    args.id,
+                    target.label()
+                );
+            };
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&json(&event))?);
+            } else {
+                print!("{}", show(&event));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An event as JSON, payload and headers as JSON values (as text when a producer stored
+/// something that is not JSON).
+fn json(event: &StoredEvent) -> serde_json::Value {
+    let mut value = serde_json::to_value(event).unwrap_or_default();
+    for field in ["payload", "headers"] {
+        let text = match field {
+            "payload" => &event.payload,
+            _ => &event.headers,
+        };
+        if let Ok(parsed) = serde_json::from_str::<serde_json::Value>(text) {
+            value[field] = parsed;
+        }
+    }
+    value
+}
+
+/// The list as a table, newest first.
+fn table(events: &[StoredEvent]) -> String {
+    if events.is_empty() {
+        return "0 events\n".to_owned();
+    }
+    let rows: Vec<[String; 7]> = events
+        .iter()
+        .map(|e| {
+            let status = match e.archived_at {
+                Some(_) => format!("{} (archived)", e.status),
+                None => e.status.clone(),
+            };
+            let aggregate = match (&e.aggregate_type, &e.aggregate_id) {
+                (Some(t), Some(id)) => format!("{t}:{id}"),
+                (Some(t), None) => t.clone(),
+                (None, Some(id)) => id.clone(),
+                (None, None) => "-".to_owned(),
+            };
+            let error = e
+                .last_error
+                .as_deref()
+                .map(|err| one_line(err, 60))
+                .unwrap_or_default();
+            [
+                e.id.to_string(),
+                status,
+                e.event_type.clone(),
+                aggregate,
+                e.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                format!("{}/{}", e.retry_count, e.max_retries),
+                error,
+            ]
+        })
+        .collect();
+    let header = [
+        "ID",
+        "STATUS",
+        "TYPE",
+        "AGGREGATE",
+        "CREATED (UTC)",
+        "TRIES",
+        "LAST ERROR",
+    ];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str]| {
+        let mut text = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                let _ = write!(text, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&header);
+    for row in &rows {
+        line(&row.each_ref().map(String::as_str));
+    }
+    out
+}
+
+/// One event, every column, for a human.
+fn show(e: &StoredEvent) -> String {
+    let time = |t: Option<chrono::DateTime<chrono::Utc>>| {
+        t.map_or("-".to_owned(), |t| {
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        })
+    };
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+    let pretty = |text: &str| {
+        serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| serde_json::to_string_pretty(&v).ok())
+            .unwrap_or_else(|| format!("{text}  (not JSON)"))
+    };
+    let mut out = String::new();
+    let fields = [
+        ("id", e.id.to_string()),
+        (
+            "tenant",
+            e.tenant
+                .as_ref()
+                .map_or("-".to_owned(), ToString::to_string),
+        ),
+        ("status", e.status.clone()),
+        ("event_type", e.event_type.clone()),
+        ("aggregate_type", opt(&e.aggregate_type)),
+        ("aggregate_id", opt(&e.aggregate_id)),
+        ("idempotency_key", opt(&e.idempotency_key)),
+        ("event_class", opt(&e.event_class)),
+        ("schema_version", e.schema_version.to_string()),
+        (
+            "retry_count",
+            format!("{} of {}", e.retry_count, e.max_retries),
+        ),
+        ("created_at", time(Some(e.created_at))),
+        ("updated_at", time(Some(e.updated_at))),
+        ("processed_at", time(e.processed_at)),
+        ("locked_until", time(e.locked_until)),
+        ("locked_by", opt(&e.locked_by)),
+        ("archived_at", time(e.archived_at)),
+        ("last_error", opt(&e.last_error)),
+    ];
+    for (name, value) in fields {
+        let _ = writeln!(out, "{name:<16} {value}");
+    }
+    let _ = writeln!(out, "headers\n{}", pretty(&e.headers));
+    let _ = writeln!(out, "payload\n{}", pretty(&e.payload));
+    out
+}
+
+/// `text` on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max - 1).collect();
+        format!("{cut}…")
+    }
+}

@@ -1,0 +1,230 @@
+//! Reading events back: what [`Store::events_list`](super::Store::events_list) takes and
+//! returns. `postbox events list/show` and replays are built on it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::event::OutboxEvent;
+use crate::glob::Glob;
+use crate::schema::{Target, TenantId};
+
+/// An event's status, as stored in the `status` column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventStatus {
+    /// Waiting to be claimed (or for its retry).
+    Pending,
+    /// Claimed by a relay.
+    Processing,
+    /// Published (archived events are all `PROCESSED`).
+    Processed,
+    /// Out of tries, or failed for good.
+    Failed,
+}
+
+impl EventStatus {
+    /// Every status.
+    pub const ALL: [EventStatus; 4] = [
+        EventStatus::Pending,
+        EventStatus::Processing,
+        EventStatus::Processed,
+        EventStatus::Failed,
+    ];
+
+    /// The status as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Pending => "PENDING",
+            EventStatus::Processing => "PROCESSING",
+            EventStatus::Processed => "PROCESSED",
+            EventStatus::Failed => "FAILED",
+        }
+    }
+}
+
+impl fmt::Display for EventStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EventStatus {
+    type Err = Error;
+
+    /// Parses a status, in any case (`failed`, `FAILED`).
+    fn from_str(s: &str) -> Result<Self> {
+        EventStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| Error::InvalidFilter {
+                field: "status",
+                reason: format!(
+                    "{s:?} is not a status; use PENDING, PROCESSING, PROCESSED or FAILED"
+                ),
+            })
+    }
+}
+
+/// Which events to read: every condition given must hold (an empty filter matches every
+/// event). Times are compared with `created_at`.
+///
+/// ```
+/// use postbox::store::{EventFilter, EventStatus};
+///
+/// let mut filter = EventFilter::default();
+/// filter.statuses = vec![EventStatus::Failed];
+/// filter.event_type = Some("Invoice*".parse()?);
+/// filter.archive = true;
+/// filter.validate()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct EventFilter {
+    /// Only these ids (any, when empty).
+    pub ids: Vec<i64>,
+    /// Only these statuses (any, when empty).
+    pub statuses: Vec<EventStatus>,
+    /// Event types matching this glob.
+    pub event_type: Option<Glob>,
+    /// Aggregate types matching this glob.
+    pub aggregate_type: Option<Glob>,
+    /// This aggregate id exactly.
+    pub aggregate_id: Option<String>,
+    /// Created at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Created before this time.
+    pub until: Option<DateTime<Utc>>,
+    /// Read `outbox_events_archive` too (its events are all `PROCESSED`).
+    pub archive: bool,
+}
+
+impl EventFilter {
+    /// Refuses a filter that cannot match anything by construction: a time range that ends
+    /// before it starts, an empty aggregate id.
+    pub fn validate(&self) -> Result<()> {
+        if let (Some(since), Some(until)) = (self.since, self.until)
+            && since >= until
+        {
+            return Err(Error::InvalidFilter {
+                field: "since/until",
+                reason: format!(
+                    "the time range ends ({until}) before it starts ({since}); swap them"
+                ),
+            });
+        }
+        if self.aggregate_id.as_deref() == Some("") {
+            return Err(Error::InvalidFilter {
+                field: "aggregate_id",
+                reason: "is empty".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the archive can hold matching events: it is asked for, and `PROCESSED` is among
+    /// the statuses wanted.
+    pub(crate) fn reads_archive(&self) -> bool {
+        self.archive
+            && (self.statuses.is_empty() || self.statuses.contains(&EventStatus::Processed))
+    }
+}
+
+/// The order events are read in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Highest id first (what `postbox events list` shows).
+    #[default]
+    NewestFirst,
+    /// Lowest id first (what a replay walks).
+    OldestFirst,
+}
+
+/// Parameters of [`Store::events_list`](super::Store::events_list).
+#[derive(Clone, Debug)]
+pub struct ListParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// Which events.
+    pub filter: &'a EventFilter,
+    /// In which order.
+    pub order: Order,
+    /// Resume after this id (in `order`): the last id of the previous page.
+    pub after: Option<i64>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// An event as stored, every column, read back for an operator or a replay. The payload and
+/// headers are the JSON text stored, whatever a producer wrote there.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct StoredEvent {
+    /// The event id.
+    pub id: i64,
+    /// The tenant, `None` for the default schema.
+    pub tenant: Option<TenantId>,
+    /// `PENDING`, `PROCESSING`, `PROCESSED` or `FAILED`.
+    pub status: String,
+    /// The event type.
+    pub event_type: String,
+    /// The aggregate type.
+    pub aggregate_type: Option<String>,
+    /// The aggregate id.
+    pub aggregate_id: Option<String>,
+    /// The idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The producer's type name.
+    pub event_class: Option<String>,
+    /// The payload's schema version.
+    pub schema_version: i32,
+    /// The headers, as stored (JSON text).
+    pub headers: String,
+    /// The payload, as stored (JSON text).
+    pub payload: String,
+    /// Failed tries.
+    pub retry_count: i32,
+    /// The retry limit.
+    pub max_retries: i32,
+    /// Why the last try failed.
+    pub last_error: Option<String>,
+    /// When it was published.
+    pub processed_at: Option<DateTime<Utc>>,
+    /// The lease's end, or the retry's not-before time.
+    pub locked_until: Option<DateTime<Utc>>,
+    /// The relay that holds or held it.
+    pub locked_by: Option<String>,
+    /// When it was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When its row last changed.
+    pub updated_at: DateTime<Utc>,
+    /// When it was archived; `None` while in `outbox_events`.
+    pub archived_at: Option<DateTime<Utc>>,
+}
+
+impl StoredEvent {
+    /// The event as a sink receives it (for a replay). Fails, naming the column, when the
+    /// payload or the headers cannot be read.
+    pub fn to_outbox_event(&self) -> std::result::Result<OutboxEvent, String> {
+        let payload = serde_json::value::RawValue::from_string(self.payload.clone())
+            .map_err(|e| format!("payload is not JSON: {e}"))?;
+        let mut event =
+            OutboxEvent::new(self.id, self.event_type.clone(), &()).map_err(|e| e.to_string())?;
+        event.payload = payload;
+        event.tenant = self.tenant.clone();
+        event.aggregate_type = self.aggregate_type.clone();
+        event.aggregate_id = self.aggregate_id.clone();
+        event.idempotency_key = self.idempotency_key.clone();
+        event.headers = super::row::headers_from_text(&self.headers)?;
+        event.event_class = self.event_class.clone();
+        event.schema_version = self.schema_version;
+        event.retry_count = self.retry_count;
+        event.max_retries = self.max_retries;
+        event.created_at = self.created_at;
+        Ok(event)
+    }
+}
