@@ -137,6 +137,23 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Events(EventsCommand),
 
+    /// Publish chosen events again: by id or filter, archive included, to any sink
+    #[command(
+        long_about = "Publish again the events chosen by id, or by filter (--type and \
+                      --aggregate-type globs, --aggregate-id, --since/--until, --status \
+                      processed and/or failed: both by default), from outbox_events and, with \
+                      --archive (implied by ids), outbox_events_archive; oldest first, to the \
+                      configured sink or routes, or to --sink/--sink-url/--topic. Nothing in the \
+                      outbox changes. Each delivery carries the original event id and the headers \
+                      postbox-replay-of (that id) and postbox-replay-id; its dedup id \
+                      (idempotency key) is '<original>:replay:<replay id>', so consumers that \
+                      drop repeats take it (--keep-dedup-id keeps the original). --dry-run \
+                      counts and shows the first events; --rate limits events per second. Reads \
+                      a page at a time: no transaction stays open. Exit status 1 if any event \
+                      could not be published (they are listed)."
+    )]
+    Replay(ReplayArgs),
+
     /// Move processed events past their retention to the archive
     #[command(
         long_about = "Move PROCESSED events created more than --older-than ago (default: the \
@@ -461,6 +478,53 @@ pub(crate) struct EventsShowArgs {
     pub(crate) schema: SchemaArg,
 }
 
+/// `postbox replay`.
+#[derive(Debug, Args)]
+pub(crate) struct ReplayArgs {
+    /// Ids of the events to replay (the archive is read too)
+    #[arg(value_name = "ID")]
+    pub(crate) ids: Vec<i64>,
+
+    /// Which events.
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+
+    /// Replay every PROCESSED and FAILED event (needed when no id and no filter is given)
+    #[arg(long)]
+    pub(crate) all: bool,
+
+    /// Count the events and show the first ones; publish nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// At most this many events per second
+    #[arg(long, value_name = "EVENTS_PER_SECOND")]
+    pub(crate) rate: Option<f64>,
+
+    /// The replay's id [default: a new UUID]; give an interrupted replay's id to run it again
+    /// without new duplicates for consumers that drop repeats
+    #[arg(long, value_name = "ID")]
+    pub(crate) replay_id: Option<String>,
+
+    /// Deliver with the original dedup id (idempotency key): consumers that drop repeats then
+    /// drop events they already have
+    #[arg(long)]
+    pub(crate) keep_dedup_id: bool,
+
+    /// Events published at once
+    #[arg(long, value_name = "N", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) concurrency: u32,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+
+    /// Where events are published.
+    #[command(flatten)]
+    pub(crate) sink: SinkArgs,
+}
+
 /// `postbox archive`.
 #[derive(Debug, Args)]
 pub(crate) struct ArchiveArgs {
@@ -620,6 +684,7 @@ impl Cli {
             Command::Retry(a) => (Some(&a.schema), None, None),
             Command::Events(EventsCommand::List(a)) => (Some(&a.schema), None, None),
             Command::Events(EventsCommand::Show(a)) => (Some(&a.schema), None, None),
+            Command::Replay(a) => (Some(&a.schema), None, Some(&a.sink)),
             Command::Archive(a) => (Some(&a.schema), None, None),
             Command::Purge(a) => (Some(&a.schema), None, None),
             Command::Tenants(TenantsCommand::Add(_)) => (None, None, None),

@@ -13,6 +13,7 @@ mod migrate;
 mod outbox;
 pub mod redact;
 mod relay;
+pub mod replay;
 mod schema;
 mod sink;
 pub mod store;

@@ -11,6 +11,7 @@ mod migrate;
 mod progress;
 mod purge;
 mod relay;
+mod replay;
 mod retry;
 mod status;
 mod tenants;
@@ -38,6 +39,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => status::run(&loaded.config, args).await,
         Command::Retry(args) => retry::run(&loaded.config, args).await,
         Command::Events(command) => events::run(&loaded.config, command).await,
+        Command::Replay(args) => replay::run(&loaded.config, args).await,
         Command::Archive(args) => archive::run(&loaded.config, args).await,
         Command::Purge(args) => purge::run(&loaded.config, args).await,
         Command::Tenants(command) => tenants::run(&loaded.config, command).await,

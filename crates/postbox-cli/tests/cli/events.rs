@@ -103,3 +103,116 @@ second line', headers = '{\"traceparent\": \"00-abc-01\"}'
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     }
 }
+
+/// `postbox replay` to a real broker: the chosen events, archive included, marked as replays,
+/// the originals untouched; dry runs, and refusals for what cannot be meant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_publishes_chosen_events_to_a_broker_again() {
+    use crate::consumers::RedisStreams;
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    pg.insert_events("outbox_events", "InvoiceCreated", 12, true)
+        .await;
+    pg.insert_events("outbox_events", "OrderPlaced", 3, true)
+        .await;
+    pg.sql(
+        "UPDATE outbox_events SET status = 'PROCESSED', processed_at = now() WHERE id <= 10;
+         UPDATE outbox_events SET status = 'FAILED', last_error = 'gone' WHERE id = 11;
+         UPDATE outbox_events SET idempotency_key = 'inv-' || id WHERE id <= 12;
+         UPDATE outbox_events SET created_at = now() - interval '40 days' WHERE id <= 4;",
+    )
+    .await;
+    pg.ok(&["archive"]);
+    let before = pg.ids("outbox_events", Some("PROCESSED")).await;
+
+    let refused = run(pg.cmd(&["replay"]));
+    assert!(!refused.status.success());
+    assert!(refused.stderr.contains("--all"), "{}", refused.stderr);
+    let refused = run(pg.cmd(&["replay", "--status", "pending"]));
+    assert!(
+        refused.stderr.contains("published by the relays"),
+        "{}",
+        refused.stderr
+    );
+
+    let dry = pg
+        .ok(&["replay", "--type", "Invoice*", "--archive", "--dry-run"])
+        .stdout;
+    assert!(
+        dry.contains("dry run: 11 event(s) of default would be replayed"),
+        "{dry}"
+    );
+    assert!(
+        dry.lines()
+            .nth(1)
+            .is_some_and(|l| l.trim_start().starts_with("1 PROCESSED InvoiceCreated")),
+        "{dry}"
+    );
+    let none = pg.ok(&["replay", "--type", "Nope*", "--dry-run"]).stdout;
+    assert!(none.contains("dry run: 0 event(s)"), "{none}");
+
+    let streams = RedisStreams::start().await;
+    let topic = format!("{}:{{event_type}}", streams.prefix);
+    let out = pg.ok(&[
+        "replay",
+        "--type",
+        "Invoice*",
+        "--archive",
+        "--replay-id",
+        "fix-42",
+        "--sink",
+        "redis",
+        "--topic",
+        &topic,
+        "--rate",
+        "200",
+    ]);
+    assert!(
+        out.stdout
+            .contains("11 event(s) of default replayed (replay id fix-42"),
+        "{}",
+        out.stdout
+    );
+    let ids: Vec<i64> = (1..=11).collect();
+    let got = streams
+        .collector
+        .wait_for_ids(&ids, std::time::Duration::from_secs(20))
+        .await;
+    assert_eq!(got.len(), 11, "each once");
+    for r in &got {
+        let id = r.header("postbox-event-id").expect("event id");
+        assert_eq!(r.header("postbox-replay-of"), Some(id));
+        assert_eq!(r.header("postbox-replay-id"), Some("fix-42"));
+        assert_eq!(
+            r.header("postbox-dedup-id"),
+            Some(format!("inv-{id}:replay:fix-42").as_str()),
+            "{r:?}"
+        );
+    }
+    // By id, with the original dedup id.
+    pg.ok(&[
+        "replay",
+        "2",
+        "--keep-dedup-id",
+        "--sink",
+        "redis",
+        "--topic",
+        &topic,
+    ]);
+    let again = streams
+        .collector
+        .wait_for_ids(&[2, 2], std::time::Duration::from_secs(20))
+        .await;
+    assert!(
+        again
+            .iter()
+            .any(|r| r.header("postbox-dedup-id") == Some("inv-2")),
+        "{again:?}"
+    );
+    assert_eq!(
+        pg.ids("outbox_events", Some("PROCESSED")).await,
+        before,
+        "originals untouched"
+    );
+    streams.cleanup().await;
+}
