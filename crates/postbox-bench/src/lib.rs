@@ -275,11 +275,21 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
                 config.clone().busy_period(Duration::ZERO),
             ),
             (
+                format!(
+                    "no NOTIFY (plain SQL), from idle: head check {} + busy poll {}",
+                    config.head_poll_interval.map_or("off".to_owned(), human),
+                    human(config.busy_poll_interval)
+                ),
+                db.store().outbox_builder().notify(false).build(),
+                config.clone(),
+            ),
+            (
                 format!("poll every {}", human(opts.poll_interval)),
                 db.store().outbox_builder().notify(false).build(),
                 config
                     .clone()
                     .notifications(false)
+                    .head_poll_interval(None)
                     .busy_period(Duration::ZERO)
                     .poll_interval(opts.poll_interval)
                     // Unused without busy polling, but it may not exceed `poll_interval`.

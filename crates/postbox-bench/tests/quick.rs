@@ -47,6 +47,7 @@ async fn quick_bench_runs_on_postgres() {
         [
             "NOTIFY ≤50ms + busy poll 10ms",
             "NOTIFY each commit",
+            "no NOTIFY (plain SQL), from idle: head check 10ms + busy poll 10ms",
             "poll every 100ms"
         ]
     );

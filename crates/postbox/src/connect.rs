@@ -286,6 +286,9 @@ impl Store for AnyStore {
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
         self.inner().wakeups().await
     }
+    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+        self.inner().outbox_heads(targets).await
+    }
     async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
         self.inner().outbox_dead_rows(targets).await
     }

@@ -571,9 +571,12 @@ async fn a_notification_wakes_an_idle_relay_at_once() {
 async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
     let (db, store) = pg().await;
     let sink = RecordingSink::new();
+    // Without the look at the id sequences (`head_poll_interval`, tested in idle.rs), which
+    // would find the row at once.
     let cfg = config()
         .poll_interval(Duration::from_millis(1500))
-        .busy_period(Duration::ZERO);
+        .busy_period(Duration::ZERO)
+        .head_poll_interval(None);
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     let first = enqueue(&db, &db.outbox(), events("First", 1)).await[0];
     wait_until(
@@ -696,7 +699,9 @@ async fn a_busy_relay_finds_events_that_sent_no_notification() {
                 Duration::from_secs(10)
             } else {
                 Duration::ZERO
-            });
+            })
+            // Busy polling alone; the look at the id sequences is tested in idle.rs.
+            .head_poll_interval(None);
         let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
         let outbox = db
             .outbox_builder()

@@ -58,6 +58,15 @@ pub(crate) const KEYS: &[KeyDoc] = &[
                 off (then only NOTIFY and poll_interval find events).",
     },
     KeyDoc {
+        key: "head_poll_interval",
+        default: "\"10ms\"",
+        flag: None,
+        about: "How often an idle relay checks the outbox id sequences for new rows (one cheap \
+                read for every target): how soon the first event of a producer that does not \
+                NOTIFY (plain SQL) is found after a quiet spell. \"0s\" leaves it to \
+                poll_interval. At most poll_interval.",
+    },
+    KeyDoc {
         key: "vacuum_threshold",
         default: "50000",
         flag: None,

@@ -60,6 +60,9 @@ pub(crate) struct Config {
     /// How long an outbox stays busy after its last event.
     #[serde(with = "humantime_serde")]
     pub(crate) busy_period: Duration,
+    /// How often an idle relay checks the id sequences; zero: never.
+    #[serde(with = "humantime_serde")]
+    pub(crate) head_poll_interval: Duration,
     /// Dead rows that make the relay vacuum a table; 0: never.
     pub(crate) vacuum_threshold: u64,
     /// Claim lease.
@@ -144,6 +147,7 @@ impl Default for Config {
             poll_interval: relay.poll_interval,
             busy_poll_interval: relay.busy_poll_interval,
             busy_period: relay.busy_period,
+            head_poll_interval: relay.head_poll_interval.unwrap_or_default(),
             vacuum_threshold: relay.vacuum_threshold.unwrap_or(0),
             lease: relay.lease,
             max_retries: 5,
@@ -177,6 +181,9 @@ impl Config {
             .poll_interval(self.poll_interval)
             .busy_poll_interval(self.busy_poll_interval)
             .busy_period(self.busy_period)
+            .head_poll_interval(
+                (!self.head_poll_interval.is_zero()).then_some(self.head_poll_interval),
+            )
             .vacuum_threshold((self.vacuum_threshold > 0).then_some(self.vacuum_threshold))
             .lease(self.lease)
             .retry(postbox::Backoff {

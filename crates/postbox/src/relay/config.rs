@@ -63,6 +63,12 @@ pub struct RelayConfig {
     /// nothing failed), it gives up with [`Error::Unavailable`], leaving them `PENDING` with no
     /// try spent. Long enough to wait out a broker's restart.
     pub drain_patience: Duration,
+    /// How often an idle relay checks whether rows arrived, in one cheap read of every target's
+    /// id sequence ([`Store::outbox_heads`](crate::Store::outbox_heads)); `None` leaves it to
+    /// notifications and `poll_interval`. This is how soon the first event of a producer that
+    /// does not `NOTIFY` (plain SQL, another language) is found after a quiet spell; the ones
+    /// after it are found by busy polling.
+    pub head_poll_interval: Option<Duration>,
     /// Age past which `PROCESSED` events move to `outbox_events_archive` (counted from their
     /// creation, by the database clock); `None` keeps every event in the hot table. The relays
     /// archive in short batches, one relay at a time per table, every minute. An event's
@@ -89,6 +95,7 @@ impl Default for RelayConfig {
             busy_period: Duration::from_secs(1),
             vacuum_threshold: Some(50_000),
             drain_patience: Duration::from_secs(60),
+            head_poll_interval: Some(Duration::from_millis(10)),
             retention: Some(Duration::from_secs(30 * 86_400)),
             archive_retention: Some(Duration::from_secs(90 * 86_400)),
         }
@@ -97,6 +104,13 @@ impl Default for RelayConfig {
 
 impl RelayConfig {
     // Setters, one per field, so that settings added later do not break callers.
+
+    /// Sets how often an idle relay checks for new rows (field
+    /// [`head_poll_interval`](Self::head_poll_interval)).
+    pub fn head_poll_interval(mut self, head_poll_interval: Option<Duration>) -> Self {
+        self.head_poll_interval = head_poll_interval;
+        self
+    }
 
     /// Sets the age past which processed events are archived (field
     /// [`retention`](Self::retention)).
@@ -226,6 +240,17 @@ impl RelayConfig {
                     "{:?} must be above zero and shorter than lease ({:?}), or a slow publish \
                      would outlive its claim; lower publish_timeout or raise lease",
                     self.publish_timeout, self.lease
+                ),
+            );
+        }
+        if let Some(every) = self.head_poll_interval
+            && (every.is_zero() || every > self.poll_interval)
+        {
+            return bad(
+                "head_poll_interval",
+                format!(
+                    "{every:?} must be above zero and at most poll_interval ({:?}), or unset",
+                    self.poll_interval
                 ),
             );
         }

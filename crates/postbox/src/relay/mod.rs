@@ -177,7 +177,12 @@ impl Relay {
         let mut pipeline = Pipeline::new(Arc::clone(&self.inner));
         // Draining waits for due times it computes itself; hints would only add wake-ups.
         // Without notifications the relay polls only.
-        let mut waker = Waker::start(store, mode == Mode::Forever && cfg.notifications).await;
+        let mut waker = Waker::start(
+            store,
+            mode == Mode::Forever && cfg.notifications,
+            cfg.head_poll_interval.filter(|_| mode == Mode::Forever),
+        )
+        .await;
         let timing = Timing {
             poll_interval: cfg.poll_interval,
             busy_poll_interval: cfg.busy_poll_interval,
@@ -284,9 +289,17 @@ impl Relay {
                     next.wait
                 }
             };
-            match waker.wait(store, wait, &mut stop).await {
+            match waker.wait(store, wait, &mut stop, targets.list()).await {
                 Woken::Stop => break,
                 Woken::Hint => busy_only = false,
+                Woken::Rows(moved) => {
+                    // The rows may not be committed yet: poll those targets busily until they
+                    // are (or the busy period ends).
+                    for target in &moved {
+                        targets.mark_busy(target, cfg.busy_period.max(cfg.busy_poll_interval));
+                    }
+                    busy_only = false;
+                }
                 Woken::Timeout => {}
             }
         }

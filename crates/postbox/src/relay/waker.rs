@@ -4,14 +4,16 @@
 //! [`next_round`]; the [`Waker`] waits for whichever comes first.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{debug, warn};
 
+use crate::error::Result;
+use crate::schema::{SchemaName, Target};
 use crate::store::{Store, Wakeups};
 
 /// Scheduled retries a relay remembers for waking up on time.
@@ -66,29 +68,65 @@ pub(super) fn next_round(
 }
 
 /// What ended a wait.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Woken {
     /// A notification: events may have been committed in any target.
     Hint,
     /// The wait ran out.
     Timeout,
+    /// Rows were inserted in these targets (their heads moved); they may not be committed yet.
+    Rows(Vec<Target>),
     /// Shutdown.
     Stop,
 }
 
-/// The notification listener (where the store has one), reconnected when it breaks.
+/// The notification listener (where the store has one), reconnected when it breaks, and the
+/// watch on the targets' heads.
 pub(super) struct Waker {
     enabled: bool,
     listener: Option<Box<dyn Wakeups>>,
+    heads: Option<Heads>,
+}
+
+/// The last id each target's sequence handed out, checked every `every` while the relay waits:
+/// a moved head means rows were inserted (by any producer, notifying or not).
+struct Heads {
+    every: Duration,
+    last: HashMap<SchemaName, i64>,
+}
+
+impl Heads {
+    /// The targets whose head moved since the last look (none on the first look at a target).
+    async fn moved(&mut self, store: &dyn Store, targets: &[Target]) -> Result<Vec<Target>> {
+        let heads = store.outbox_heads(targets).await?;
+        let mut moved = Vec::new();
+        for (target, head) in targets.iter().zip(heads) {
+            let Some(head) = head else { continue };
+            if let Some(last) = self.last.insert(target.schema.clone(), head)
+                && last != head
+            {
+                moved.push(target.clone());
+            }
+        }
+        Ok(moved)
+    }
 }
 
 impl Waker {
     /// A waker that listens for notifications when `enabled` (running relays with
     /// notifications on); draining relays compute their own wake-ups.
-    pub(super) async fn start(store: &dyn Store, enabled: bool) -> Waker {
+    pub(super) async fn start(
+        store: &dyn Store,
+        enabled: bool,
+        head_poll: Option<Duration>,
+    ) -> Waker {
         let mut waker = Waker {
             enabled,
             listener: None,
+            heads: head_poll.map(|every| Heads {
+                every,
+                last: HashMap::new(),
+            }),
         };
         waker.connect(store).await;
         waker
@@ -104,8 +142,46 @@ impl Waker {
         }
     }
 
-    /// Waits for a notification, `wait`, or shutdown.
+    /// Waits for a notification, new rows in one of `targets`, `wait`, or shutdown.
     pub(super) async fn wait(
+        &mut self,
+        store: &dyn Store,
+        wait: Duration,
+        stop: &mut watch::Receiver<bool>,
+        targets: &[Target],
+    ) -> Woken {
+        let Some(every) = self.heads.as_ref().map(|h| h.every).filter(|e| *e < wait) else {
+            return self.wait_once(store, wait, stop).await;
+        };
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Woken::Timeout;
+            }
+            match self.wait_once(store, every.min(left), stop).await {
+                Woken::Timeout => {}
+                woken => return woken,
+            }
+            let Some(heads) = self.heads.as_mut() else {
+                continue;
+            };
+            match heads.moved(store, targets).await {
+                Ok(moved) if !moved.is_empty() => return Woken::Rows(moved),
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(error = %e,
+                        "cannot read the outbox id sequences; new rows of producers that do not \
+                         NOTIFY are found at the next poll only (grant the relay's role USAGE on \
+                         the outbox_events_id_seq sequences)");
+                    self.heads = None;
+                }
+            }
+        }
+    }
+
+    /// Waits for a notification, `wait`, or shutdown.
+    async fn wait_once(
         &mut self,
         store: &dyn Store,
         wait: Duration,

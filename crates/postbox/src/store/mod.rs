@@ -476,6 +476,15 @@ pub trait Store: Send + Sync + 'static {
     /// A source of wake-up hints, where the database has one.
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>>;
 
+    /// The head of each of `targets`' outbox tables, in the same order: the last id its id
+    /// sequence handed out (PostgreSQL; SQLite's AUTOINCREMENT counter), `None` where it cannot
+    /// tell. One cheap read for every target at once, whatever the tables hold: an idle relay
+    /// checks it often to find rows written by producers that do not `NOTIFY`. A head moves
+    /// when a row is inserted, before its transaction commits, and also for one that rolls back.
+    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+        Ok(vec![None; targets.len()])
+    }
+
     /// Dead row versions in the outbox table of each of `targets`, in the same order, as far as
     /// the database's statistics know (stores without dead rows report zero).
     async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {

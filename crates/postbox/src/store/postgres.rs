@@ -708,6 +708,24 @@ impl Store for PgStore {
         Ok(secs(age))
     }
 
+    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+        let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
+        // The identity column's sequence, read without touching the table: one buffer each.
+        let heads: Vec<Option<i64>> = sqlx::query_scalar(
+            "SELECT CASE WHEN q.seq IS NULL THEN NULL
+                         -- NULL until the sequence's first use: no row yet.
+                         ELSE coalesce(pg_sequence_last_value(q.seq), 0) END
+             FROM unnest($1::text[]) WITH ORDINALITY AS s(name, n),
+                  LATERAL (SELECT to_regclass(quote_ident(s.name) || '.outbox_events_id_seq')
+                          AS seq) AS q
+             ORDER BY s.n",
+        )
+        .bind(&schemas)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(heads)
+    }
+
     async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
         let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
         let rows: Vec<(String, i64)> = sqlx::query_as(

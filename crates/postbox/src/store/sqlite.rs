@@ -457,6 +457,23 @@ impl Store for SqliteStore {
         }))
     }
 
+    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+        let head: Option<i64> =
+            sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_events'")
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(targets
+            .iter()
+            .map(|t| {
+                if t.tenant.is_none() {
+                    Some(head.unwrap_or(0))
+                } else {
+                    None
+                }
+            })
+            .collect())
+    }
+
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
         Self::check_target(target)?;
         let row = sqlx::query(include_str!("../../sql/sqlite/status_counts.sql"))
