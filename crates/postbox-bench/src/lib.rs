@@ -7,6 +7,7 @@
 //! given, dropped afterwards; SQLite: a temporary file).
 
 mod db;
+mod history;
 mod phases;
 mod report;
 mod scratch;
@@ -17,7 +18,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use postbox::RelayConfig;
 
 pub use report::{
-    BenchReport, DrainRun, EnqueueOverhead, LatencyRun, Percentiles, Soak, Throughput,
+    BenchReport, DrainRun, EnqueueOverhead, HistoryRun, HistoryWindow, LatencyRun, Percentiles,
+    Soak, Throughput,
 };
 
 use db::Extra;
@@ -72,6 +74,15 @@ pub struct BenchOptions {
     pub soak_events: u64,
     /// Events per soak window.
     pub soak_window: u64,
+    /// Processed events in the table at the start of the history phase (PostgreSQL); 0 skips
+    /// it.
+    pub history_rows: u64,
+    /// How long the history phase's producers and relays run.
+    pub history_duration: Duration,
+    /// The history phase's producer rate, events/s.
+    pub history_rate: u64,
+    /// The history phase's measurement window.
+    pub history_window: Duration,
     /// Relay batch size.
     pub batch_size: u32,
     /// Dead rows that make the relays vacuum the outbox table (`RelayConfig::vacuum_threshold`);
@@ -96,6 +107,10 @@ impl BenchOptions {
             poll_interval: Duration::from_millis(100),
             soak_events: 1_000_000,
             soak_window: 100_000,
+            history_rows: 1_000_000,
+            history_duration: Duration::from_secs(300),
+            history_rate: 1000,
+            history_window: Duration::from_secs(30),
             batch_size: 100,
             vacuum_threshold: RelayConfig::default().vacuum_threshold,
             progress: true,
@@ -111,6 +126,10 @@ impl BenchOptions {
             latency_duration: Duration::from_millis(500),
             soak_events: 4_000,
             soak_window: 1_000,
+            history_rows: 20_000,
+            history_duration: Duration::from_secs(6),
+            history_rate: 200,
+            history_window: Duration::from_secs(2),
             vacuum_threshold: RelayConfig::default().vacuum_threshold,
             ..Self::full(database_url)
         }
@@ -342,6 +361,26 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         });
     }
 
+    let mut history = None;
+    if opts.history_rows > 0 && scratch.is_postgres() {
+        let relays = opts.relays.iter().copied().max().unwrap_or(1).min(2);
+        let mut dbs = Vec::with_capacity(relays);
+        for _ in 0..relays {
+            dbs.push(scratch.open(4).await?);
+        }
+        scratch.reset().await?;
+        let b = bar(opts, opts.history_duration.as_secs(), "history (seconds)");
+        let plan = history::HistoryPlan {
+            rows: opts.history_rows,
+            duration: opts.history_duration,
+            rate: opts.history_rate,
+            window: opts.history_window,
+            relays,
+        };
+        history = Some(history::run(&db, &dbs, &config, &plan, &b).await?);
+        b.finish_and_clear();
+    }
+
     Ok(BenchReport {
         backend: if scratch.is_postgres() {
             "postgres"
@@ -353,5 +392,6 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         drain,
         latency,
         soak,
+        history,
     })
 }

@@ -176,6 +176,63 @@ pub struct Soak {
     pub peak_rss_kib: u64,
 }
 
+/// One window of the history phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct HistoryWindow {
+    /// End of the window, seconds from the start.
+    pub at_secs: f64,
+    /// Events published per second in the window.
+    pub published_per_second: f64,
+    /// Commit-to-publish median of the window's events, ms.
+    pub latency_p50_ms: f64,
+    /// Commit-to-publish 99th percentile, ms.
+    pub latency_p99_ms: f64,
+    /// Median of 20 claims of 100 (rolled back) at the window's end, ms.
+    pub claim_p50_ms: f64,
+    /// 99th percentile of those claims, ms.
+    pub claim_p99_ms: f64,
+    /// `outbox_events`' heap and TOAST, MiB.
+    pub table_mib: f64,
+    /// Its indexes, MiB.
+    pub indexes_mib: f64,
+    /// `outbox_events_archive`, every partition with its indexes, MiB.
+    pub archive_mib: f64,
+    /// Live rows of `outbox_events` (the statistics' count).
+    pub rows: u64,
+    /// Dead row versions of `outbox_events`.
+    pub dead_rows: u64,
+    /// Resident memory of the benchmark process (relays included), MiB.
+    pub rss_mib: f64,
+}
+
+/// The history phase: a long processed history under retention, steady producers, relays with
+/// every maintenance task on.
+#[derive(Clone, Debug, Serialize)]
+pub struct HistoryRun {
+    /// Processed events in the table at the start (written by plain SQL, then `VACUUM
+    /// ANALYZE`).
+    pub history_rows: u64,
+    /// The relays' `retention` and `archive_retention`, seconds.
+    pub retention_secs: f64,
+    /// Producer rate, events/s.
+    pub rate: u64,
+    /// Relays.
+    pub relays: usize,
+    /// How long producers ran, seconds.
+    pub seconds: f64,
+    /// The windows, in order.
+    pub windows: Vec<HistoryWindow>,
+    /// Published events/s of the last window over the second's (the first archives the due
+    /// half of the history).
+    pub throughput_last_over_first: f64,
+    /// Claim p99 of the last window over the second's.
+    pub claim_p99_last_over_first: f64,
+    /// Table and index size of the last window over the second's.
+    pub table_last_over_first: f64,
+    /// Events in the archive at the end.
+    pub archived_at_end: u64,
+}
+
 /// Everything one `postbox bench` run measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -192,6 +249,8 @@ pub struct BenchReport {
     pub latency: Vec<LatencyRun>,
     /// The soak, when run.
     pub soak: Option<Soak>,
+    /// The history phase, when run (PostgreSQL).
+    pub history: Option<HistoryRun>,
 }
 
 impl BenchReport {
@@ -301,6 +360,56 @@ impl BenchReport {
                 "  last/first: {:.2}   peak RSS: {:.1} MiB",
                 s.last_over_first,
                 s.peak_rss_kib as f64 / 1024.0
+            );
+        }
+        if let Some(h) = &self.history {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "history: {} processed events at the start, retention {:.0}s, {} events/s for {:.0}s, {} relay(s)",
+                h.history_rows, h.retention_secs, h.rate, h.seconds, h.relays
+            );
+            let _ = writeln!(
+                out,
+                "  {:>6}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}  {:>7}",
+                "at s",
+                "events/s",
+                "lat p50",
+                "lat p99",
+                "claim50",
+                "claim99",
+                "table MiB",
+                "index MiB",
+                "arch. MiB",
+                "rows",
+                "dead",
+                "RSS MiB"
+            );
+            for w in &h.windows {
+                let _ = writeln!(
+                    out,
+                    "  {:>6.0}  {:>8.0}  {:>8.2}  {:>8.2}  {:>8.2}  {:>8.2}  {:>9.1}  {:>9.1}  {:>9.1}  {:>9}  {:>8}  {:>7.1}",
+                    w.at_secs,
+                    w.published_per_second,
+                    w.latency_p50_ms,
+                    w.latency_p99_ms,
+                    w.claim_p50_ms,
+                    w.claim_p99_ms,
+                    w.table_mib,
+                    w.indexes_mib,
+                    w.archive_mib,
+                    w.rows,
+                    w.dead_rows,
+                    w.rss_mib
+                );
+            }
+            let _ = writeln!(
+                out,
+                "  last/second window: events/s {:.2}, claim p99 {:.2}, table+indexes {:.2}; {} events archived",
+                h.throughput_last_over_first,
+                h.claim_p99_last_over_first,
+                h.table_last_over_first,
+                h.archived_at_end
             );
         }
         out

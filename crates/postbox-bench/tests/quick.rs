@@ -55,6 +55,20 @@ async fn quick_bench_runs_on_postgres() {
         let p = &run.percentiles;
         assert!(p.samples > 0 && p.p99_ms >= p.p50_ms, "{}", run.mode);
     }
+    if report.backend == "postgres" {
+        let history = report.history.as_ref().expect("history on PostgreSQL");
+        assert!(history.windows.len() >= 2, "{history:?}");
+        assert!(
+            history.archived_at_end > 0,
+            "the due half of the history was archived"
+        );
+        assert!(
+            history
+                .windows
+                .iter()
+                .all(|w| w.claim_p99_ms > 0.0 && w.table_mib > 0.0)
+        );
+    }
     let soak = report.soak.as_ref().expect("soak");
     assert_eq!(soak.windows_per_second.len(), 4);
     assert_eq!(soak.vacuum_threshold, Some(50_000), "the default");

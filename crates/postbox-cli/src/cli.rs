@@ -206,7 +206,8 @@ pub(crate) enum Command {
     )]
     Demo(DemoArgs),
 
-    /// Measure enqueue overhead, drain speed against the raw-SQL ceiling, latency and a soak
+    /// Measure enqueue overhead, drain speed against the raw-SQL ceiling, latency, a soak and a
+    /// month of history
     #[cfg(feature = "bench")]
     #[command(
         long_about = "Benchmark Postbox on this database server, in a scratch database of its \
@@ -220,9 +221,14 @@ pub(crate) enum Command {
                       drained by 1 and 4 relays to the null sink) beside the ceiling (the relay's own claim and mark \
                       statements in a minimal loop, same run); commit-to-publish latency at a \
                       steady rate with debounced NOTIFY and busy polling, with NOTIFY on every \
-                      commit, and with polling only (PostgreSQL); a soak (a large backlog, \
-                      events/s per window, last/first ratio, peak RSS). Relays vacuum the outbox \
-                      table at --vacuum-threshold dead rows.\n\n\
+                      commit, with no NOTIFY at all (plain SQL) from idle, and with polling \
+                      only (PostgreSQL); a soak (a large backlog, events/s per window, last/first \
+                      ratio, peak RSS); history (PostgreSQL: a table that starts with \
+                      --history-rows processed events written by plain SQL and VACUUM ANALYZEd, \
+                      retention a third of --history-duration so archiving runs all along, \
+                      producers at --history-rate, relays with every maintenance task on; per \
+                      window: events/s, latency, claim cost, table, index and archive sizes, \
+                      RSS). Relays vacuum the outbox table at --vacuum-threshold dead rows.\n\n\
                       Progress bars on stderr; a table (or JSON with --json) on stdout. --quick \
                       runs every phase on a tiny scale in seconds: a smoke test, not a \
                       measurement. The machine's noise is real: compare ratios within one run, \
@@ -875,6 +881,23 @@ pub(crate) struct BenchArgs {
     /// Events per soak window [default: 100000; quick: 1000]
     #[arg(long, value_name = "N")]
     pub(crate) soak_window: Option<u64>,
+
+    /// Processed events in the table at the start of the history phase, 0 to skip it
+    /// (PostgreSQL) [default: 1000000; quick: 20000]
+    #[arg(long, value_name = "N")]
+    pub(crate) history_rows: Option<u64>,
+
+    /// How long the history phase runs [default: 5m; quick: 6s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) history_duration: Option<Duration>,
+
+    /// Producer rate of the history phase, events/s [default: 1000; quick: 200]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) history_rate: Option<u64>,
+
+    /// Measurement window of the history phase [default: 30s; quick: 2s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) history_window: Option<Duration>,
 
     /// Relay and ceiling batch size [config: batch_size; default: 100]
     #[arg(long, value_name = "N")]

@@ -1,6 +1,7 @@
 //! `postbox bench`: runs the benchmarks of `postbox-bench` and prints their report.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use postbox_bench::{BenchOptions, run as run_bench};
@@ -58,6 +59,24 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
     if let Some(n) = args.soak_window {
         opts.soak_window = n;
     }
+    if let Some(n) = args.history_rows {
+        opts.history_rows = n;
+    }
+    if let Some(d) = args.history_duration {
+        opts.history_duration = d;
+    }
+    if let Some(r) = args.history_rate {
+        opts.history_rate = r;
+    }
+    if let Some(w) = args.history_window {
+        opts.history_window = w;
+    }
+    anyhow::ensure!(
+        opts.history_rows == 0
+            || (opts.history_window > Duration::ZERO
+                && opts.history_duration >= opts.history_window),
+        "--history-window must be above zero and at most --history-duration"
+    );
     anyhow::ensure!(
         opts.relays.iter().chain(&opts.producers).all(|n| *n > 0) && opts.rate > 0,
         "--relays, --producers and --rate must be above zero"

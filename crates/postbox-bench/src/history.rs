@@ -1,0 +1,314 @@
+//! The `history` phase (PostgreSQL): day 30 in minutes. A table that starts with a long
+//! processed history, written by plain SQL and `VACUUM ANALYZE`d, under a retention short
+//! enough that archiving runs all along; producers at a steady rate; relays publishing with
+//! every maintenance task on (archiving, purging, vacuuming) and autovacuum at PostgreSQL's
+//! defaults. Per window: throughput, commit-to-publish latency, the cost of a claim, the sizes
+//! of the table, its indexes and the archive, and the process's memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+use postbox::{OutboxEvent, PublishError, Relay, RelayConfig, Sink};
+use sqlx::PgPool;
+use tokio::time::Instant;
+
+use crate::BenchError;
+use crate::db::{Db, Extra};
+use crate::report::{HistoryRun, HistoryWindow, rss_kib};
+
+/// What the phase takes.
+pub(crate) struct HistoryPlan {
+    /// Processed events in the table at the start.
+    pub(crate) rows: u64,
+    /// How long producers and relays run.
+    pub(crate) duration: Duration,
+    /// Producer rate, events/s.
+    pub(crate) rate: u64,
+    /// Length of a measurement window.
+    pub(crate) window: Duration,
+    /// Relays.
+    pub(crate) relays: usize,
+}
+
+/// Commit and publish instants per event id.
+#[derive(Default)]
+struct Times {
+    committed: HashMap<i64, Instant>,
+    published: HashMap<i64, Instant>,
+}
+
+struct TimingSink {
+    times: Arc<Mutex<Times>>,
+}
+
+#[async_trait::async_trait]
+impl Sink for TimingSink {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let now = Instant::now();
+        self.times
+            .lock()
+            .map_err(|_| PublishError::retryable("times poisoned"))?
+            .published
+            .entry(event.id)
+            .or_insert(now);
+        Ok(())
+    }
+}
+
+/// Runs the phase on `db` (a reset scratch database) with `relay_dbs` (one pool per relay).
+pub(crate) async fn run(
+    db: &Db,
+    relay_dbs: &[Db],
+    config: &RelayConfig,
+    plan: &HistoryPlan,
+    bar: &ProgressBar,
+) -> Result<HistoryRun, BenchError> {
+    let Db::Pg(pool) = db else {
+        return Err(BenchError::Setup(
+            "the history phase needs PostgreSQL".into(),
+        ));
+    };
+    // Retention a third of the run: the history spans two retentions, so half of it is due at
+    // once and the rest comes due while the run goes on, as do the new events after a while.
+    let retention = plan.duration / 3;
+    write_history(pool, plan.rows, retention * 2).await?;
+    db.create_business_table().await?;
+    let outbox = db.store().outbox();
+
+    let times = Arc::new(Mutex::new(Times::default()));
+    let sink: Arc<dyn Sink> = Arc::new(TimingSink {
+        times: Arc::clone(&times),
+    });
+    let config = config
+        .clone()
+        .retention(Some(retention))
+        .archive_retention(Some(retention));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let relays = relay_dbs.iter().map(|rdb| {
+        let relay = Relay::from_parts(rdb.store(), Arc::clone(&sink), config.clone());
+        let mut stop = stop_rx.clone();
+        async move {
+            relay?
+                .run(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        }
+    });
+    let relays = tokio::spawn(try_join_all(relays));
+
+    let started = Instant::now();
+    let deadline = started + plan.duration;
+    let producers = 4u64;
+    let every = Duration::from_secs_f64(producers as f64 / plan.rate.max(1) as f64);
+    let produce = (0..producers).map(|p| {
+        let db = db.clone();
+        let times = Arc::clone(&times);
+        let outbox = outbox.clone();
+        async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut i = (p + 1) << 40;
+            while Instant::now() < deadline {
+                tick.tick().await;
+                if let Some(id) = db.business_tx(i, 1, Extra::Event(&outbox)).await? {
+                    let at = Instant::now();
+                    times
+                        .lock()
+                        .map_err(|_| BenchError::Check("times poisoned".into()))?
+                        .committed
+                        .insert(id, at);
+                }
+                i += 1;
+            }
+            Ok::<_, BenchError>(())
+        }
+    });
+    let producers = tokio::spawn(try_join_all(produce));
+
+    let mut windows = Vec::new();
+    let mut seen: HashMap<i64, ()> = HashMap::new();
+    let mut window_start = started;
+    while Instant::now() < deadline {
+        tokio::time::sleep_until((window_start + plan.window).min(deadline)).await;
+        let now = Instant::now();
+        let (published, latency) = window_latency(&times, &mut seen)?;
+        let claim = claim_probe(pool).await?;
+        let sizes = sizes(pool).await?;
+        windows.push(HistoryWindow {
+            at_secs: now.duration_since(started).as_secs_f64(),
+            published_per_second: published as f64 / now.duration_since(window_start).as_secs_f64(),
+            latency_p50_ms: latency.0,
+            latency_p99_ms: latency.1,
+            claim_p50_ms: claim.0,
+            claim_p99_ms: claim.1,
+            table_mib: sizes.0,
+            indexes_mib: sizes.1,
+            archive_mib: sizes.2,
+            rows: sizes.3,
+            dead_rows: sizes.4,
+            rss_mib: rss_kib() as f64 / 1024.0,
+        });
+        bar.set_position(now.duration_since(started).as_secs());
+        window_start = now;
+    }
+    producers
+        .await
+        .map_err(|e| BenchError::Check(format!("producers failed: {e}")))??;
+    // Let the relays publish what is left, then stop them.
+    let want = times.lock().map(|t| t.committed.len()).unwrap_or(0);
+    let catch_up = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < catch_up && times.lock().map(|t| t.published.len()).unwrap_or(0) < want {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop_tx.send(true);
+    relays
+        .await
+        .map_err(|e| BenchError::Check(format!("relays failed: {e}")))??;
+    let missing = {
+        let times = times
+            .lock()
+            .map_err(|_| BenchError::Check("times poisoned".into()))?;
+        times
+            .committed
+            .keys()
+            .filter(|id| !times.published.contains_key(id))
+            .count()
+    };
+    if missing > 0 {
+        return Err(BenchError::Check(format!(
+            "{missing} committed events were not published within 30 s of the end"
+        )));
+    }
+    let archived: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events_archive")
+        .fetch_one(pool)
+        .await
+        .map_err(BenchError::db)?;
+    let ratio = |f: fn(&HistoryWindow) -> f64| {
+        // The first window runs while the first half of the history is archived: the steady
+        // state is compared from the second window on.
+        let first = windows.get(1).or(windows.first()).map(f).unwrap_or(0.0);
+        let last = windows.last().map(f).unwrap_or(0.0);
+        if first > 0.0 { last / first } else { 0.0 }
+    };
+    Ok(HistoryRun {
+        history_rows: plan.rows,
+        retention_secs: retention.as_secs_f64(),
+        rate: plan.rate,
+        relays: plan.relays,
+        seconds: plan.duration.as_secs_f64(),
+        throughput_last_over_first: ratio(|w| w.published_per_second),
+        claim_p99_last_over_first: ratio(|w| w.claim_p99_ms),
+        table_last_over_first: ratio(|w| w.table_mib + w.indexes_mib),
+        archived_at_end: u64::try_from(archived).unwrap_or(0),
+        windows,
+    })
+}
+
+/// `rows` processed events, created over the last `span` in id order, written by plain SQL;
+/// then `VACUUM ANALYZE`, as a DBA would run it.
+async fn write_history(pool: &PgPool, rows: u64, span: Duration) -> Result<(), BenchError> {
+    let chunk = 200_000u64;
+    let mut first = 1u64;
+    while first <= rows {
+        let last = (first + chunk - 1).min(rows);
+        sqlx::query(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload, status,
+                                        processed_at, created_at, updated_at)
+             SELECT 'InvoiceCreated', 'Invoice', g::text,
+                    jsonb_build_object('invoice_id', g, 'customer', 'cus_0123456789abcdef',
+                                       'amount_cents', 129900 + g % 1000, 'currency', 'EUR',
+                                       'note', 'history written by plain SQL'),
+                    'PROCESSED', t, t, t
+             FROM generate_series($1::bigint, $2::bigint) AS g,
+                  LATERAL (SELECT now() - $4::float8 * interval '1 second'
+                                  * (1 - g::float8 / $3::float8) AS t) AS c",
+        )
+        .bind(first as i64)
+        .bind(last as i64)
+        .bind(rows as f64)
+        .bind(span.as_secs_f64())
+        .execute(pool)
+        .await
+        .map_err(BenchError::db)?;
+        first = last + 1;
+    }
+    sqlx::query("VACUUM ANALYZE outbox_events")
+        .execute(pool)
+        .await
+        .map_err(BenchError::db)?;
+    Ok(())
+}
+
+/// Published events of the window and their commit-to-publish p50 and p99, ms.
+fn window_latency(
+    times: &Mutex<Times>,
+    seen: &mut HashMap<i64, ()>,
+) -> Result<(u64, (f64, f64)), BenchError> {
+    let times = times
+        .lock()
+        .map_err(|_| BenchError::Check("times poisoned".into()))?;
+    let mut hist = Histogram::<u64>::new(3).map_err(|e| BenchError::Check(e.to_string()))?;
+    let mut count = 0;
+    for (id, published) in &times.published {
+        if seen.insert(*id, ()).is_some() {
+            continue;
+        }
+        count += 1;
+        if let Some(committed) = times.committed.get(id) {
+            let us = published.saturating_duration_since(*committed).as_micros() as u64;
+            hist.record(us.max(1)).ok();
+        }
+    }
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok((count, (ms(0.5), ms(0.99))))
+}
+
+/// The cost of a claim of 100 on the table as it is: 20 claims, each rolled back (nothing is
+/// taken from the relays), p50 and p99 in ms.
+async fn claim_probe(pool: &PgPool) -> Result<(f64, f64), BenchError> {
+    let mut hist = Histogram::<u64>::new(3).map_err(|e| BenchError::Check(e.to_string()))?;
+    for _ in 0..20 {
+        let mut tx = pool.begin().await.map_err(BenchError::db)?;
+        let started = Instant::now();
+        sqlx::query(
+            "SELECT count(*) FROM postbox_claim(100, 30000, 'bench-probe', gen_random_uuid())",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(BenchError::db)?;
+        hist.record(started.elapsed().as_micros().max(1) as u64)
+            .ok();
+        tx.rollback().await.map_err(BenchError::db)?;
+    }
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok((ms(0.5), ms(0.99)))
+}
+
+/// Table, indexes and archive sizes in MiB, live and dead rows of the table.
+async fn sizes(pool: &PgPool) -> Result<(f64, f64, f64, u64, u64), BenchError> {
+    let (table, indexes, archive, live, dead): (i64, i64, Option<i64>, i64, i64) = sqlx::query_as(
+        "SELECT pg_table_size('outbox_events'), pg_indexes_size('outbox_events'),
+                (SELECT sum(pg_total_relation_size(inhrelid))::bigint FROM pg_inherits
+                 WHERE inhparent = 'outbox_events_archive'::regclass),
+                coalesce((SELECT n_live_tup FROM pg_stat_user_tables
+                          WHERE relid = 'outbox_events'::regclass), 0),
+                coalesce((SELECT n_dead_tup FROM pg_stat_user_tables
+                          WHERE relid = 'outbox_events'::regclass), 0)",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(BenchError::db)?;
+    let mib = |b: i64| b as f64 / (1024.0 * 1024.0);
+    Ok((
+        mib(table),
+        mib(indexes),
+        mib(archive.unwrap_or(0)),
+        u64::try_from(live).unwrap_or(0),
+        u64::try_from(dead).unwrap_or(0),
+    ))
+}
