@@ -161,3 +161,97 @@ async fn a_webhook_nobody_listens_to_fails_nothing() {
     let e = postbox::Sink::publish(&error, &event).await.unwrap_err();
     assert!(e.is_unavailable(), "{e}");
 }
+
+/// A route whose endpoint accepts connections and never answers (a hung server) beside a healthy
+/// one: the healthy route's events are all published within seconds, while the hung route's
+/// events wait, with no try spent — its first requests time out (the sink's own timeout, 1 s
+/// here), its breaker opens, and its events stop taking publish slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_route_does_not_hold_up_a_healthy_one() {
+    let db = TestDb::new().await;
+    let store = PgStore::new(db.pool().clone());
+    postbox::migrate(&store).await.unwrap();
+    let healthy = Arc::new(Endpoint::default());
+    healthy.status.store(200, Ordering::SeqCst);
+    let healthy_url = serve(Arc::clone(&healthy)).await;
+    // Accepts, reads nothing, answers nothing.
+    let hung = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hung_url = format!("http://{}/hooks/{{event_type}}", hung.local_addr().unwrap());
+    let _hung = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hung.accept().await {
+            held.push(socket);
+        }
+    });
+
+    let outbox = store.outbox_builder().max_retries(2).build();
+    let mut tx = db.pool().begin().await.unwrap();
+    let events = (0..600).map(|i| {
+        let kind = if i % 2 == 0 { "Stuck" } else { "Fast" };
+        Event::new(kind, &serde_json::json!({ "i": i }))
+            .unwrap()
+            .without_idempotency_key()
+    });
+    outbox.enqueue_many(&mut tx, events).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let routing = postbox_sinks::RoutingConfig {
+        sinks: [
+            (
+                "stuck".to_owned(),
+                serde_json::json!({"kind": "webhook", "url": hung_url, "publish_timeout": "1s"}),
+            ),
+            (
+                "fast".to_owned(),
+                serde_json::json!({"kind": "webhook", "url": healthy_url, "publish_timeout": "1s"}),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        routes: vec![
+            serde_json::json!({"event_type": "Stuck", "sink": "stuck"}),
+            serde_json::json!({"event_type": "Fast", "sink": "fast"}),
+        ],
+        routing: None,
+    };
+    let setup = SinkSetup::Routed(Box::new(routing.check(Duration::from_secs(2)).unwrap()));
+    let opened = setup.open().await.unwrap();
+    let config = RelayConfig::default()
+        .poll_interval(Duration::from_millis(100))
+        .publish_timeout(Duration::from_secs(2))
+        .lease(Duration::from_secs(5));
+    let relay = Relay::from_parts(
+        Arc::new(PgStore::new(db.pool().clone())),
+        opened.sink,
+        config,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let handle = relay.start();
+    wait_until(
+        "the healthy route's 300 events are published",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED' AND event_type = 'Fast'",
+            )
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+                == 300
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    let stats = handle.stop().await.unwrap();
+    let spent: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events WHERE status = 'FAILED' OR retry_count > 0",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(spent, 0, "the hung route spent no try: {stats:?}");
+    // Without the breaker, the 300 hung events would take the 64 publish slots a second at a
+    // time: about 5 s.
+    assert!(took < Duration::from_millis(3500), "{took:?}");
+}
