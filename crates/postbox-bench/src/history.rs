@@ -131,12 +131,11 @@ pub(crate) async fn run(
     let producers = tokio::spawn(try_join_all(produce));
 
     let mut windows = Vec::new();
-    let mut seen: HashMap<i64, ()> = HashMap::new();
     let mut window_start = started;
     while Instant::now() < deadline {
         tokio::time::sleep_until((window_start + plan.window).min(deadline)).await;
         let now = Instant::now();
-        let (published, latency) = window_latency(&times, &mut seen)?;
+        let (published, latency) = window_latency(&times)?;
         let claim = claim_probe(pool).await?;
         let sizes = sizes(pool).await?;
         windows.push(HistoryWindow {
@@ -245,22 +244,18 @@ async fn write_history(pool: &PgPool, rows: u64, span: Duration) -> Result<(), B
 }
 
 /// Published events of the window and their commit-to-publish p50 and p99, ms.
-fn window_latency(
-    times: &Mutex<Times>,
-    seen: &mut HashMap<i64, ()>,
-) -> Result<(u64, (f64, f64)), BenchError> {
-    let times = times
+fn window_latency(times: &Mutex<Times>) -> Result<(u64, (f64, f64)), BenchError> {
+    let mut times = times
         .lock()
         .map_err(|_| BenchError::Check("times poisoned".into()))?;
     let mut hist = Histogram::<u64>::new(3).map_err(|e| BenchError::Check(e.to_string()))?;
-    let mut count = 0;
-    for (id, published) in &times.published {
-        if seen.insert(*id, ()).is_some() {
-            continue;
-        }
-        count += 1;
-        if let Some(committed) = times.committed.get(id) {
-            let us = published.saturating_duration_since(*committed).as_micros() as u64;
+    // Taken, not read: the bench's own bookkeeping must stay as flat as the relay's memory it
+    // reports (a map of every event of the run would grow the process by tens of MiB).
+    let published = std::mem::take(&mut times.published);
+    let count = published.len() as u64;
+    for (id, published) in published {
+        if let Some(committed) = times.committed.remove(&id) {
+            let us = published.saturating_duration_since(committed).as_micros() as u64;
             hist.record(us.max(1)).ok();
         }
     }
