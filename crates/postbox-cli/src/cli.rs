@@ -257,8 +257,8 @@ pub(crate) struct RelayArgs {
     #[arg(long)]
     pub(crate) drain: bool,
 
-    /// Run the migrations first (by default the relay refuses to start on a database without
-    /// outbox tables, and says to run `postbox migrate`)
+    /// Run the migrations first (by default a relay waits for the outbox tables, saying to run
+    /// `postbox migrate`, and a --drain stops at once)
     #[arg(long)]
     pub(crate) migrate: bool,
 
@@ -273,6 +273,12 @@ pub(crate) struct RelayArgs {
     /// Relay tuning.
     #[command(flatten)]
     pub(crate) tuning: RelayTuning,
+
+    /// Serve /metrics, /healthz, /readyz, the admin API and page on this address, e.g.
+    /// 127.0.0.1:9187 [config: admin_listen; default: off]. The API needs POSTBOX_ADMIN_TOKEN;
+    /// a non-loopback address is refused without it
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) admin_listen: Option<std::net::SocketAddr>,
 }
 
 /// The sink kinds this build has, with their help, for `--sink`.
@@ -718,6 +724,9 @@ impl Cli {
             o.backoff_cap = t.backoff_cap;
             o.publish_timeout = t.publish_timeout;
             o.concurrency = t.concurrency;
+        }
+        if let Command::Relay(a) = &self.command {
+            o.admin_listen = a.admin_listen;
         }
         o
     }

@@ -17,6 +17,7 @@ pub mod replay;
 mod schema;
 mod sink;
 pub mod store;
+pub mod trace;
 
 pub use backoff::Backoff;
 pub use connect::{AnyStore, ConnectOptions, DatabaseKind, connect};
@@ -28,7 +29,7 @@ pub use migrate::migrate;
 pub use outbox::{
     DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
 };
-pub use relay::{Relay, RelayConfig, RelayHandle, RelayStats};
+pub use relay::{FailedNotice, Notice, Relay, RelayConfig, RelayHandle, RelayStats};
 pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink, SinkHealth};
 #[cfg(feature = "postgres")]

@@ -1,8 +1,8 @@
 //! The event filters of `events list` and `replay`, from the command line to the library's
 //! [`EventFilter`], refused with a message naming the flag before anything is read.
 
-use anyhow::{Context, bail};
-use chrono::{DateTime, NaiveDate, Utc};
+use anyhow::Context;
+use chrono::{DateTime, Utc};
 use postbox::Target;
 use postbox::store::{EventFilter, EventStatus};
 
@@ -64,20 +64,7 @@ pub(crate) fn parse(args: &FilterArgs) -> anyhow::Result<EventFilter> {
 
 /// A point in time: RFC 3339, a date (midnight UTC), or an age before `now`.
 fn time(text: &str, now: DateTime<Utc>) -> anyhow::Result<DateTime<Utc>> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Ok(t.with_timezone(&Utc));
-    }
-    if let Ok(day) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        return Ok(day.and_time(chrono::NaiveTime::MIN).and_utc());
-    }
-    if let Ok(age) = humantime::parse_duration(text) {
-        let age = chrono::Duration::from_std(age).context("an age that long")?;
-        return now.checked_sub_signed(age).context("an age that long");
-    }
-    bail!(
-        "{text:?} is not a time: use RFC 3339 (2026-11-30T12:00:00Z), a date (2026-11-30, UTC) \
-         or an age (2h, 7d)"
-    )
+    postbox::store::parse_time(text, now).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

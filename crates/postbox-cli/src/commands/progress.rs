@@ -25,6 +25,29 @@ impl Progress {
         Progress { bar }
     }
 
+    /// Starts a bar of `total` events (it grows if more come), `message` before it.
+    pub(crate) fn bounded(message: String, total: u64) -> Self {
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:30}] {human_pos}/{human_len} event(s) ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_message(message);
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress { bar }
+    }
+
+    /// Sets the count of events done (raising the total if it passed it).
+    pub(crate) fn set(&self, done: u64) {
+        if self.bar.length().is_some_and(|len| done > len) {
+            self.bar.set_length(done);
+        }
+        self.bar.set_position(done);
+    }
+
     /// Counts `n` more events.
     pub(crate) fn add(&self, n: u64) {
         self.bar.inc(n);

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail};
+use anyhow::{Context, anyhow, bail};
 use postbox::Relay;
 use tracing::{info, warn};
 
@@ -34,7 +34,6 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
             info!(migration, "applied");
         }
     }
-    db.ensure_migrated().await?;
 
     // Checked when the configuration loaded; an error here would be a bug.
     let plan = sinks::plan(config).map_err(|e| anyhow!("invalid sink configuration: {e:?}"))?;
@@ -42,6 +41,17 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
     let opened = sinks::open(plan).await?;
     let stdout_broken = opened.stdout.map(|s| s.broken());
     let relay = Relay::from_parts(Arc::clone(&db.store), opened.sink, config.relay_config())?;
+    // Before the migrations are checked, so that /readyz can say they are missing.
+    let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
+    let admin = start_admin(config, &db, &relay, admin_stopped).await?;
+
+    if args.drain {
+        db.ensure_migrated().await?;
+    } else if !wait_migrated(&db, &shutdown).await? {
+        info!("stopped by a signal before the outbox tables were created");
+        stop_admin(admin_stop, admin).await;
+        return Ok(ExitCode::SUCCESS);
+    }
     info!(
         relay = relay.id(),
         database = %db.location,
@@ -67,16 +77,23 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
             }
         }
     };
-    let stats = if args.drain {
-        match relay.drain(stop).await {
-            Err(e @ postbox::Error::Unavailable { .. }) => {
-                eprintln!("error: drain gave up: {e}");
-                return Ok(ExitCode::from(EXIT_UNAVAILABLE));
-            }
-            result => result?,
+    let result = if args.drain {
+        let progress = drain_progress(&db, &relay).await;
+        let result = relay.drain(stop).await;
+        if let Some(progress) = progress {
+            progress.abort();
         }
+        result
     } else {
-        relay.run(stop).await?
+        relay.run(stop).await
+    };
+    stop_admin(admin_stop, admin).await;
+    let stats = match result {
+        Err(e @ postbox::Error::Unavailable { .. }) if args.drain => {
+            eprintln!("error: drain gave up: {e}");
+            return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+        }
+        result => result?,
     };
 
     if let Some(error) = broken_rx.borrow_and_update().clone() {
@@ -102,6 +119,113 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         "relay finished"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The admin server (metrics, probes, API, page) when `admin_listen` is set, or only the
+/// alerts when `alert_webhook` is; it runs until `stopped` turns true. Failing to bind stops
+/// the relay: it must not run without the endpoints it was asked for.
+async fn start_admin(
+    config: &Config,
+    db: &Database,
+    relay: &Relay,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+    use postbox_admin::{Admin, Token};
+    if config.admin_listen.is_none() && config.alert_webhook.is_none() {
+        return Ok(None);
+    }
+    let stop = async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let mut builder = Admin::builder(Arc::clone(&db.store)).relay(relay.clone());
+    if config.alert_webhook.is_some() || config.admin_listen.is_some() {
+        let alerts = postbox_admin::alerts::Alerts::new(config.alert_config())
+            .context("invalid alert configuration")?;
+        builder = builder.alerts(alerts);
+    }
+    let Some(addr) = config.admin_listen else {
+        return Ok(Some(tokio::spawn(async move {
+            builder.run_without_server(stop).await;
+            Ok(())
+        })));
+    };
+    builder = builder.metrics(postbox_admin::install_metrics()?);
+    if let Some(token) = &config.admin_token {
+        builder = builder.token(Token::new(token.expose()).context("admin_token")?);
+    }
+    let admin = builder
+        .bind(addr)
+        .await
+        .context("cannot start the admin server (admin_listen)")?;
+    info!(addr = %admin.local_addr(), "admin server: /metrics /healthz /readyz /api /");
+    Ok(Some(tokio::spawn(async move {
+        admin.serve(stop).await.map_err(anyhow::Error::new)
+    })))
+}
+
+/// A progress bar of the drain on a terminal (nothing when stderr is not one): events finished
+/// (published or FAILED) of those outstanding at the start.
+async fn drain_progress(db: &Database, relay: &Relay) -> Option<tokio::task::JoinHandle<()>> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let mut total = 0;
+    for target in db.targets(None).await.ok()? {
+        if let Ok(counts) = db.store.status_counts(&target).await {
+            total += u64::try_from(counts.pending + counts.processing).unwrap_or(0);
+        }
+    }
+    let relay = relay.clone();
+    Some(tokio::spawn(async move {
+        let progress = super::progress::Progress::bounded("draining".to_owned(), total);
+        loop {
+            let stats = relay.stats();
+            progress.set(stats.published + stats.gave_up);
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }))
+}
+
+/// Stops the admin server after the relay.
+async fn stop_admin(
+    stop: tokio::sync::watch::Sender<bool>,
+    admin: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+) {
+    let _ = stop.send(true);
+    if let Some(admin) = admin {
+        match admin.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %format!("{e:#}"), "admin server failed"),
+            Err(e) => warn!(error = %e, "admin server task failed"),
+        }
+    }
+}
+
+/// Waits until the outbox tables exist (a relay deployed beside its first migration), saying
+/// every 30 s what to run; `false` when a signal came first. Other errors stop the relay.
+async fn wait_migrated(db: &Database, shutdown: &Shutdown) -> anyhow::Result<bool> {
+    let mut said = None::<tokio::time::Instant>;
+    loop {
+        match db.store.status_counts(&db.default_target()).await {
+            Ok(_) => return Ok(true),
+            Err(postbox::Error::NotMigrated { schema }) => {
+                if said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(30)) {
+                    warn!(database = %db.location, schema,
+                        "the outbox tables do not exist yet; waiting for them: run `postbox migrate` (or start the relay with --migrate)");
+                    said = Some(tokio::time::Instant::now());
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                    () = shutdown.requested() => return Ok(false),
+                }
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot read the outbox in {}", db.location)));
+            }
+        }
+    }
 }
 
 /// Connects to the database, waiting while it is not up yet (a relay started before its

@@ -2,7 +2,8 @@
 
 use std::process::ExitCode;
 
-use postbox::store::RetryFailedParams;
+use postbox::Target;
+use postbox::store::{EventFilter, EventStatus, ListParams, Order, RetryFailedParams};
 
 use crate::cli::RetryArgs;
 use crate::config::Config;
@@ -17,13 +18,17 @@ pub(crate) async fn run(config: &Config, args: &RetryArgs) -> anyhow::Result<Exi
         Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
     };
     let ids = (!args.all).then_some(args.ids.as_slice());
-    let n = db
-        .store
-        .events_retry_failed(&RetryFailedParams {
-            target: &target,
-            ids,
-        })
-        .await?;
+    let n = match ids {
+        Some(ids) => {
+            db.store
+                .events_retry_failed(&RetryFailedParams {
+                    target: &target,
+                    ids: Some(ids),
+                })
+                .await?
+        }
+        None => retry_all(&db, &target).await?,
+    };
     println!(
         "{n} FAILED event(s) of {} put back to PENDING; a relay publishes them at its next poll",
         target.label()
@@ -38,4 +43,48 @@ pub(crate) async fn run(config: &Config, args: &RetryArgs) -> anyhow::Result<Exi
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// FAILED events retried per statement by `--all`: each page a short transaction, however many
+/// there are.
+const RETRY_PAGE: u32 = 1000;
+
+/// Every FAILED event of `target`, oldest first, a page at a time, with a progress line on a
+/// terminal. Events that fail again meanwhile are not retried twice: the walk goes by id.
+async fn retry_all(db: &Database, target: &Target) -> anyhow::Result<u64> {
+    let mut filter = EventFilter::default();
+    filter.statuses.push(EventStatus::Failed);
+    let progress =
+        super::progress::Progress::start(format!("retrying FAILED events of {}", target.label()));
+    let mut after = None;
+    let mut total = 0;
+    loop {
+        let page = db
+            .store
+            .events_list(&ListParams {
+                target,
+                filter: &filter,
+                order: Order::OldestFirst,
+                after,
+                limit: RETRY_PAGE,
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id);
+        let ids: Vec<i64> = page.iter().map(|e| e.id).collect();
+        let n = db
+            .store
+            .events_retry_failed(&RetryFailedParams {
+                target,
+                ids: Some(&ids),
+            })
+            .await?;
+        total += n;
+        progress.add(n);
+        if page.len() < RETRY_PAGE as usize {
+            break;
+        }
+    }
+    progress.finish();
+    Ok(total)
 }

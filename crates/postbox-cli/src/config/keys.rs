@@ -195,6 +195,55 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "HMAC-SHA256 key of the webhook sink's X-Postbox-Signature header. Never logged \
                 or shown by `postbox config`; prefer POSTBOX_WEBHOOK_SECRET to the file.",
     },
+    KeyDoc {
+        key: "admin_listen",
+        default: "(none: off)",
+        flag: Some("--admin-listen"),
+        about: "Address where `postbox relay` serves /metrics (Prometheus), /healthz, /readyz, \
+                the admin API (/api, bearer token) and the admin page (/), e.g. \
+                \"127.0.0.1:9187\". A non-loopback address needs admin_token.",
+    },
+    KeyDoc {
+        key: "admin_token",
+        default: "(none: /api answers 401)",
+        flag: None,
+        about: "Bearer token of the admin API and page, at least 16 characters. Never logged or \
+                shown by `postbox config`; set POSTBOX_ADMIN_TOKEN rather than the file.",
+    },
+    KeyDoc {
+        key: "alert_webhook",
+        default: "(none: alerts are log lines only)",
+        flag: None,
+        about: "http(s) URL that alerts are POSTed to as Slack-compatible JSON ({\"text\": …}): \
+                an event gone FAILED, a sink down for alert_sink_down_after, an outstanding \
+                event older than alert_backlog_age. Needs admin_listen.",
+    },
+    KeyDoc {
+        key: "alert_sink_down_after",
+        default: "\"5m\"",
+        flag: None,
+        about: "How long a sink must be down before it alerts.",
+    },
+    KeyDoc {
+        key: "alert_backlog_age",
+        default: "\"15m\"",
+        flag: None,
+        about: "Age of the oldest outstanding (PENDING or PROCESSING) event that alerts; \"0s\" \
+                turns the check off.",
+    },
+    KeyDoc {
+        key: "alert_repeat_after",
+        default: "\"1h\"",
+        flag: None,
+        about: "A condition that lasts (a sink still down, more events FAILED) alerts again \
+                after this long, with the count of what happened meanwhile.",
+    },
+    KeyDoc {
+        key: "alert_max_per_hour",
+        default: "20",
+        flag: None,
+        about: "At most this many alerts an hour in all; the rest are logged only.",
+    },
 ];
 
 /// The configuration-key section of `--help`.

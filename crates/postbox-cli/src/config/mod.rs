@@ -38,7 +38,14 @@ const FLAGS_SOURCE: &str = "command-line flag";
 /// Keys whose `POSTBOX_*` variable is taken as written, never parsed as a number, array or
 /// quoted string the way figment parses the others: a secret `0123` stays `0123`, a topic
 /// `{event_type}` stays a template.
-const RAW_ENV_KEYS: &[&str] = &["sink_url", "topic", "exchange", "webhook_secret"];
+const RAW_ENV_KEYS: &[&str] = &[
+    "sink_url",
+    "topic",
+    "exchange",
+    "webhook_secret",
+    "admin_token",
+    "alert_webhook",
+];
 
 /// The effective configuration. Field docs: see [`KEYS`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -120,6 +127,26 @@ pub(crate) struct Config {
     /// The `[routing]` table, as written.
     #[serde(default, skip_serializing)]
     pub(crate) routing: Option<RawTable>,
+    /// Where the relay serves metrics, probes, the admin API and page (`None`: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) admin_listen: Option<std::net::SocketAddr>,
+    /// The admin API's bearer token; never serialized (so never shown).
+    #[serde(default, skip_serializing)]
+    pub(crate) admin_token: Option<Secret>,
+    /// Where alerts are posted (Slack-compatible JSON); it may hold a secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) alert_webhook: Option<SecretUrl>,
+    /// A sink down this long alerts.
+    #[serde(with = "humantime_serde")]
+    pub(crate) alert_sink_down_after: Duration,
+    /// An outstanding event this old alerts; zero: never.
+    #[serde(with = "humantime_serde")]
+    pub(crate) alert_backlog_age: Duration,
+    /// A lasting condition alerts again after this long.
+    #[serde(with = "humantime_serde")]
+    pub(crate) alert_repeat_after: Duration,
+    /// At most this many alerts an hour.
+    pub(crate) alert_max_per_hour: u32,
 }
 
 /// A table of `postbox.toml` kept as written, parsed later into what it describes (a sink, a
@@ -140,6 +167,7 @@ impl std::fmt::Debug for RawTable {
 impl Default for Config {
     fn default() -> Self {
         let relay = postbox::RelayConfig::default();
+        let alerts = postbox_admin::alerts::AlertConfig::default();
         Config {
             database_url: None,
             schema: "public".to_owned(),
@@ -169,6 +197,13 @@ impl Default for Config {
             sinks: BTreeMap::new(),
             routes: Vec::new(),
             routing: None,
+            admin_listen: None,
+            admin_token: None,
+            alert_webhook: None,
+            alert_sink_down_after: alerts.sink_down_after,
+            alert_backlog_age: alerts.backlog_age_over.unwrap_or_default(),
+            alert_repeat_after: alerts.repeat_after,
+            alert_max_per_hour: alerts.max_per_hour,
         }
     }
 }
@@ -197,6 +232,18 @@ impl Config {
             .archive_retention(
                 (!self.archive_retention.is_zero()).then_some(self.archive_retention),
             )
+    }
+
+    /// The alert settings.
+    pub(crate) fn alert_config(&self) -> postbox_admin::alerts::AlertConfig {
+        let mut alerts = postbox_admin::alerts::AlertConfig::default();
+        alerts.webhook = self.alert_webhook.as_ref().map(|u| u.expose().to_owned());
+        alerts.sink_down_after = self.alert_sink_down_after;
+        alerts.backlog_age_over =
+            (!self.alert_backlog_age.is_zero()).then_some(self.alert_backlog_age);
+        alerts.repeat_after = self.alert_repeat_after;
+        alerts.max_per_hour = self.alert_max_per_hour;
+        alerts
     }
 
     /// The age past which processed events are archived; `None` when retention is off.
@@ -261,6 +308,9 @@ pub(crate) struct Overrides {
     /// `--concurrency`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) concurrency: Option<usize>,
+    /// `--admin-listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) admin_listen: Option<std::net::SocketAddr>,
     /// `--log-format`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) log_format: Option<LogFormat>,
@@ -496,6 +546,37 @@ fn validate(loaded: &Loaded) -> anyhow::Result<()> {
     }
     if let Err(e) = Location::parse(c.database_url.as_ref()) {
         return bad("database_url", format!("{e:#}"));
+    }
+    if let Some(token) = &c.admin_token
+        && let Err(e) = postbox_admin::Token::new(token.expose())
+    {
+        return bad("admin_token", e.to_string());
+    }
+    if let Some(addr) = c.admin_listen
+        && !addr.ip().is_loopback()
+        && c.admin_token.is_none()
+    {
+        return bad(
+            "admin_listen",
+            format!(
+                "{addr} is not a loopback address, and admin_token is not set: anyone who can \
+                 reach it could act on events; set POSTBOX_ADMIN_TOKEN, or listen on 127.0.0.1"
+            ),
+        );
+    }
+    if let Err(e) = postbox_admin::alerts::Alerts::new(c.alert_config()) {
+        let key = if c.alert_max_per_hour == 0 {
+            "alert_max_per_hour"
+        } else {
+            "alert_webhook"
+        };
+        return bad(key, e.to_string());
+    }
+    if c.alert_sink_down_after.is_zero() {
+        return bad("alert_sink_down_after", "must be above zero".into());
+    }
+    if c.alert_repeat_after.is_zero() {
+        return bad("alert_repeat_after", "must be above zero".into());
     }
     c.relay_config()
         .validate()

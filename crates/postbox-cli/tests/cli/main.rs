@@ -2,6 +2,7 @@
 //! skipped: a test fails if PostgreSQL is down). The sink tests need the brokers on 127.0.0.1 too:
 //! NATS with JetStream (4222), RabbitMQ (5672, guest/guest), Redis (6379), Mosquitto (1883).
 
+mod admin;
 mod config;
 mod consumers;
 mod demo;

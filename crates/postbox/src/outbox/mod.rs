@@ -161,9 +161,18 @@ impl Outbox {
     fn check<'e>(&self, event: &'e Event, today: NaiveDate) -> Result<Checked<'e>> {
         let key = event.resolved_idempotency_key(today);
         event.validate(self.inner.payload_limit, key.as_deref())?;
+        // The current trace, unless the caller named one (feature `otel`; else never).
+        let headers = match crate::trace::current_traceparent() {
+            Some(tp) if !event.headers.contains_key(crate::trace::TRACEPARENT) => {
+                let mut headers = event.headers.clone();
+                headers.insert(crate::trace::TRACEPARENT.to_owned(), tp);
+                serde_json::to_string(&headers)?
+            }
+            _ => serde_json::to_string(&event.headers)?,
+        };
         Ok(Checked {
             event,
-            headers: serde_json::to_string(&event.headers)?,
+            headers,
             max_retries: event.max_retries.unwrap_or(self.inner.max_retries),
             key,
         })

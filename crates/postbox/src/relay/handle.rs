@@ -1,12 +1,9 @@
 //! A relay running in the background of an embedding service: watch its stats, stop it.
 
-use std::sync::Arc;
-
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::RelayStats;
-use super::stats::LiveStats;
 use crate::error::Result;
 
 /// A relay started with [`Relay::start`](super::Relay::start) on the current tokio runtime.
@@ -22,19 +19,23 @@ use crate::error::Result;
 pub struct RelayHandle {
     pub(super) stop: watch::Sender<bool>,
     pub(super) task: JoinHandle<Result<RelayStats>>,
-    pub(super) live: Arc<LiveStats>,
-    pub(super) sink: Arc<dyn crate::sink::Sink>,
+    pub(super) relay: super::Relay,
 }
 
 impl RelayHandle {
     /// What the relay did so far.
     pub fn stats(&self) -> RelayStats {
-        self.live.snapshot()
+        self.relay.stats()
+    }
+
+    /// The relay itself: its id, its notices ([`Relay::subscribe`](super::Relay::subscribe)).
+    pub fn relay(&self) -> &super::Relay {
+        &self.relay
     }
 
     /// What the sink says of its destinations: which are down, since when.
     pub fn sinks(&self) -> Vec<crate::sink::SinkHealth> {
-        self.sink.health()
+        self.relay.sinks()
     }
 
     /// Whether the relay has stopped (asked to, or on an error an operator must fix).
@@ -51,12 +52,11 @@ impl RelayHandle {
 
     /// Waits until the relay stops on its own (a drain that finished, an error).
     pub async fn wait(self) -> Result<RelayStats> {
-        let live = self.live;
         match self.task.await {
             Ok(result) => result,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             // The runtime is shutting down and took the relay with it.
-            Err(_) => Ok(live.snapshot()),
+            Err(_) => Ok(self.relay.stats()),
         }
     }
 }

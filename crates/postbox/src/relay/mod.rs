@@ -15,6 +15,7 @@ mod config;
 mod handle;
 mod lease;
 mod maintenance;
+mod notice;
 mod pipeline;
 mod publish;
 mod stats;
@@ -31,6 +32,7 @@ use tracing::{error, info, warn};
 
 pub use config::RelayConfig;
 pub use handle::RelayHandle;
+pub use notice::{FailedNotice, Notice};
 pub use stats::RelayStats;
 
 use crate::backoff::Backoff;
@@ -71,6 +73,7 @@ pub(crate) struct Inner {
     id: String,
     retries: RetrySchedule,
     live: Arc<LiveStats>,
+    notices: tokio::sync::broadcast::Sender<Notice>,
 }
 
 /// Whether the loop stops when the work runs out.
@@ -102,6 +105,7 @@ impl Relay {
                 id,
                 retries: RetrySchedule::default(),
                 live: Arc::default(),
+                notices: tokio::sync::broadcast::channel(notice::CAPACITY).0,
             }),
         })
     }
@@ -114,6 +118,30 @@ impl Relay {
     /// What this relay did so far, across its runs.
     pub fn stats(&self) -> RelayStats {
         self.inner.live.snapshot()
+    }
+
+    /// What the sink says of its destinations: which are down, since when (empty for a sink
+    /// that does not track its destinations, such as in-process handlers).
+    pub fn sinks(&self) -> Vec<crate::sink::SinkHealth> {
+        self.inner.sink.health()
+    }
+
+    /// Notices of what an operator should hear about as it happens (an event that went
+    /// `FAILED`), for an alert sink. A subscriber that falls more than a few hundred notices
+    /// behind misses the oldest ones (and is told how many); the relay never waits for one.
+    ///
+    /// ```no_run
+    /// # async fn example(relay: postbox::Relay) {
+    /// let mut notices = relay.subscribe();
+    /// while let Ok(notice) = notices.recv().await {
+    ///     if let postbox::Notice::Failed(failed) = notice {
+    ///         eprintln!("event {} FAILED: {}", failed.event_id, failed.error);
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Notice> {
+        self.inner.notices.subscribe()
     }
 
     /// Relays until `shutdown` completes; then stops claiming, finishes the batch in flight, and
@@ -141,8 +169,7 @@ impl Relay {
         RelayHandle {
             stop,
             task,
-            live: Arc::clone(&self.inner.live),
-            sink: Arc::clone(&self.inner.sink),
+            relay: self.clone(),
         }
     }
 

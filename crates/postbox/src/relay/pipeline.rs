@@ -23,7 +23,7 @@ use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use super::lease::LeaseKeeper;
-use super::{Inner, RelayStats, publish};
+use super::{FailedNotice, Inner, Notice, RelayStats, publish};
 use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::event::OutboxEvent;
@@ -45,6 +45,8 @@ const UNAVAILABLE_PAUSE: Duration = Duration::from_secs(1);
 struct Done {
     claim: u64,
     id: i64,
+    /// When the event's transaction inserted it (the database clock).
+    created_at: chrono::DateTime<chrono::Utc>,
     result: std::result::Result<(), PublishError>,
 }
 
@@ -160,6 +162,7 @@ impl Pipeline {
         let inner = Arc::clone(&self.inner);
         let cfg = &inner.config;
         let tenant = target.label();
+        let started = Instant::now();
         let claimed = inner
             .store
             .events_claim(&ClaimParams {
@@ -169,6 +172,8 @@ impl Pipeline {
                 relay_id: &inner.id,
             })
             .await?;
+        metrics::histogram!("postbox_claim_seconds", "tenant" => tenant.to_owned())
+            .record(started.elapsed().as_secs_f64());
         let mut stats = RelayStats {
             recovered: claimed.recovered,
             gave_up: claimed.exhausted.len() as u64,
@@ -176,6 +181,10 @@ impl Pipeline {
             ..RelayStats::default()
         };
         let count = claimed.events.len() + claimed.exhausted.len() + claimed.undecodable.len();
+        if count > 0 {
+            metrics::histogram!("postbox_batch_size", "tenant" => tenant.to_owned())
+                .record(count as f64);
+        }
         if claimed.recovered > 0 {
             info!(tenant, relay = %inner.id, count = claimed.recovered,
                 "recovered {} stale events (a relay did not finish within its lease)", claimed.recovered);
@@ -183,7 +192,14 @@ impl Pipeline {
                 .increment(claimed.recovered);
         }
         for e in &claimed.exhausted {
-            alert_failed(tenant, e.id, &e.event_type, e.retry_count, &e.last_error);
+            alert_failed(
+                &inner,
+                tenant,
+                e.id,
+                &e.event_type,
+                e.retry_count,
+                &e.last_error,
+            );
         }
         let token = claimed.claim_token;
         if !claimed.undecodable.is_empty() {
@@ -205,7 +221,14 @@ impl Pipeline {
                     .iter()
                     .find(|t| t.id == mark.id)
                     .map_or("", |t| t.error.as_str());
-                alert_failed(tenant, mark.id, "(unreadable)", mark.retry_count, reason);
+                alert_failed(
+                    &inner,
+                    tenant,
+                    mark.id,
+                    "(unreadable)",
+                    mark.retry_count,
+                    reason,
+                );
             }
         }
         self.add(stats);
@@ -268,6 +291,7 @@ impl Pipeline {
                 Done {
                     claim,
                     id: event.id,
+                    created_at: event.created_at,
                     result,
                 }
             }));
@@ -330,6 +354,15 @@ impl Pipeline {
             Ok(()) => {
                 open.all_unavailable = false;
                 open.done.push(done.id);
+                // From the insert (database clock) to the destination's acknowledgement (this
+                // host's clock): the two agree as far as their clocks are synchronised.
+                let latency = (chrono::Utc::now() - done.created_at)
+                    .to_std()
+                    .unwrap_or_default();
+                self.stats.latency_total += latency;
+                self.inner.live.add_latency(latency);
+                metrics::histogram!("postbox_publish_latency_seconds", "tenant" => open.target.label().to_owned())
+                    .record(latency.as_secs_f64());
                 // A destination answered: the target's claims go on.
                 self.paused.remove(&open.target.schema);
             }
@@ -404,8 +437,11 @@ impl Pipeline {
                 claim_token: token,
                 ids: &done,
             };
+            let started = Instant::now();
             let marked =
                 with_patience(cfg.lease, || inner.store.events_mark_processed(&processed)).await?;
+            metrics::histogram!("postbox_mark_seconds", "tenant" => tenant.to_owned())
+                .record(started.elapsed().as_secs_f64());
             stats.published += marked;
             stats.fenced += done.len() as u64 - marked;
             metrics::counter!("postbox_events_published_total", "tenant" => tenant.to_owned())
@@ -420,6 +456,8 @@ impl Pipeline {
             let released = with_patience(cfg.lease, || inner.store.events_release(&params)).await?;
             stats.deferred += released;
             stats.fenced += releases.len() as u64 - released;
+            metrics::counter!("postbox_events_deferred_total", "tenant" => tenant.to_owned())
+                .increment(released);
             for r in &releases {
                 inner.retries.note(r.delay);
             }
@@ -444,7 +482,7 @@ impl Pipeline {
                 if mark.gave_up {
                     stats.gave_up += 1;
                     let event_type = event_types.get(&mark.id).map_or("", String::as_str);
-                    alert_failed(tenant, mark.id, event_type, mark.retry_count, error);
+                    alert_failed(&inner, tenant, mark.id, event_type, mark.retry_count, error);
                 } else {
                     let retry_in = cfg
                         .retry
@@ -462,6 +500,8 @@ impl Pipeline {
             }
         }
         if stats.fenced > 0 {
+            metrics::counter!("postbox_events_fenced_total", "tenant" => tenant.to_owned())
+                .increment(stats.fenced);
             warn!(tenant, relay = %inner.id, count = stats.fenced,
                 "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
         }
@@ -528,8 +568,16 @@ where
     }
 }
 
-/// The operator alert for an event that went `FAILED`.
-pub(super) fn alert_failed(tenant: &str, id: i64, event_type: &str, retry_count: i32, error: &str) {
+/// The operator alert for an event that went `FAILED`: a log line, a metric, and a notice to
+/// the relay's subscribers (an alert sink).
+pub(super) fn alert_failed(
+    inner: &Inner,
+    tenant: &str,
+    id: i64,
+    event_type: &str,
+    retry_count: i32,
+    error: &str,
+) {
     error!(
         tenant,
         event_id = id,
@@ -539,4 +587,12 @@ pub(super) fn alert_failed(tenant: &str, id: i64, event_type: &str, retry_count:
         "event FAILED and will not be retried; fix the cause, then retry it (an operator's retry puts it back in the queue)"
     );
     metrics::counter!("postbox_events_failed_total", "tenant" => tenant.to_owned()).increment(1);
+    // No subscriber is not an error: the log line above is the alert then.
+    let _ = inner.notices.send(Notice::Failed(FailedNotice::new(
+        tenant,
+        id,
+        event_type,
+        retry_count,
+        error,
+    )));
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use tracing::Instrument;
 
 use crate::event::OutboxEvent;
 use crate::sink::{PublishError, Sink};
@@ -15,7 +16,8 @@ pub(super) async fn publish_one(
     event: &OutboxEvent,
     timeout: Duration,
 ) -> Result<(), PublishError> {
-    let attempt = AssertUnwindSafe(sink.publish(event)).catch_unwind();
+    let span = crate::trace::publish_span(event);
+    let attempt = AssertUnwindSafe(sink.publish(event).instrument(span)).catch_unwind();
     match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(result)) => result,
         Ok(Err(panic)) => Err(PublishError::retryable(format!(

@@ -22,6 +22,9 @@ pub struct RelayStats {
     pub fenced: u64,
     /// Events put back, without spending a try, because their destination was down.
     pub deferred: u64,
+    /// The sum of the published events' latencies, from their insert (the database clock) to
+    /// the destination's acknowledgement; divided by `published`, the mean latency.
+    pub latency_total: Duration,
 }
 
 impl RelayStats {
@@ -32,6 +35,7 @@ impl RelayStats {
         self.recovered += other.recovered;
         self.fenced += other.fenced;
         self.deferred += other.deferred;
+        self.latency_total += other.latency_total;
     }
 }
 
@@ -44,6 +48,7 @@ pub(super) struct LiveStats {
     recovered: AtomicU64,
     fenced: AtomicU64,
     deferred: AtomicU64,
+    latency_micros: AtomicU64,
 }
 
 impl LiveStats {
@@ -55,6 +60,13 @@ impl LiveStats {
         self.recovered.fetch_add(s.recovered, Ordering::Relaxed);
         self.fenced.fetch_add(s.fenced, Ordering::Relaxed);
         self.deferred.fetch_add(s.deferred, Ordering::Relaxed);
+        self.add_latency(s.latency_total);
+    }
+
+    /// Adds published events' latencies.
+    pub(super) fn add_latency(&self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.latency_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
     pub(super) fn snapshot(&self) -> RelayStats {
@@ -65,6 +77,7 @@ impl LiveStats {
             recovered: self.recovered.load(Ordering::Relaxed),
             fenced: self.fenced.load(Ordering::Relaxed),
             deferred: self.deferred.load(Ordering::Relaxed),
+            latency_total: Duration::from_micros(self.latency_micros.load(Ordering::Relaxed)),
         }
     }
 }

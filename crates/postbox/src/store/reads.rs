@@ -134,6 +134,35 @@ impl EventFilter {
     }
 }
 
+/// A point in time as an operator writes it in a filter: RFC 3339
+/// (`2026-11-30T12:00:00Z`), a date (`2026-11-30`, midnight UTC), or an age before `now`
+/// (`2h`, `7d`). The error says what is accepted.
+///
+/// ```
+/// use chrono::{DateTime, Utc};
+/// let now: DateTime<Utc> = "2026-11-30T12:00:00Z".parse().unwrap();
+/// let t = postbox::store::parse_time("2h", now).unwrap();
+/// assert_eq!(t.to_rfc3339(), "2026-11-30T10:00:00+00:00");
+/// ```
+pub fn parse_time(text: &str, now: DateTime<Utc>) -> std::result::Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    if let Ok(day) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(day.and_time(chrono::NaiveTime::MIN).and_utc());
+    }
+    if let Ok(age) = humantime::parse_duration(text) {
+        return chrono::Duration::from_std(age)
+            .ok()
+            .and_then(|age| now.checked_sub_signed(age))
+            .ok_or_else(|| format!("{text:?} is an age too long"));
+    }
+    Err(format!(
+        "{text:?} is not a time: use RFC 3339 (2026-11-30T12:00:00Z), a date (2026-11-30, UTC) \
+         or an age (2h, 7d)"
+    ))
+}
+
 /// The order events are read in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Order {

@@ -1,0 +1,434 @@
+//! The JSON admin API, under `/api`, behind the token: status, events, tenants. Write routes
+//! are audited in the log (target `postbox::audit`).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use chrono::Utc;
+use postbox::store::{
+    EventFilter, EventStatus, ListParams, Order, RetryFailedParams, StatusCounts, StoredEvent,
+};
+use postbox::{SinkHealth, Target, TenantId, TenantStatus};
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+use crate::error::ApiError;
+use crate::monitor::Point;
+use crate::server::Shared;
+
+/// Most events one list returns.
+const MAX_LIMIT: u32 = 1000;
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+/// The targets served: the default outbox and every tenant (or the one named).
+pub(crate) async fn targets(
+    shared: &Shared,
+    tenant: Option<&str>,
+) -> Result<Vec<Target>, ApiError> {
+    let default = Target::default_schema(shared.store.default_schema());
+    let tenants = match shared.store.tenant_list().await {
+        Ok(tenants) => tenants,
+        Err(postbox::Error::Unsupported(_) | postbox::Error::NotMigrated { .. })
+            if tenant.is_none() =>
+        {
+            Vec::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(tenant) = tenant else {
+        let mut all = vec![default];
+        all.extend(tenants.iter().map(|t| t.target()));
+        return Ok(all);
+    };
+    if tenant == "default" {
+        return Ok(vec![default]);
+    }
+    let id: TenantId = tenant
+        .parse()
+        .map_err(|e: postbox::Error| ApiError::bad_request(format!("parameter tenant: {e}")))?;
+    tenants
+        .into_iter()
+        .find(|t| t.id == id)
+        .map(|t| vec![t.target()])
+        .ok_or_else(|| ApiError::not_found(format!("no tenant {tenant:?} in the registry")))
+}
+
+/// One target, for the routes about one tenant's events.
+async fn target(shared: &Shared, tenant: Option<&str>) -> Result<Target, ApiError> {
+    let mut all = targets(shared, Some(tenant.unwrap_or("default"))).await?;
+    all.pop()
+        .ok_or_else(|| ApiError::not_found("no such tenant"))
+}
+
+/// `GET /api/status`.
+#[derive(Serialize)]
+pub(crate) struct Status {
+    targets: Vec<TargetStatus>,
+    relay: Option<RelayStatus>,
+    /// What every relay last reported of its sinks (from the database).
+    reported_sinks: Vec<postbox::store::ReportedSink>,
+    history: Vec<Point>,
+}
+
+#[derive(Serialize)]
+struct TargetStatus {
+    tenant: String,
+    schema: String,
+    #[serde(flatten)]
+    counts: StatusCounts,
+}
+
+#[derive(Serialize)]
+struct RelayStatus {
+    id: String,
+    published: u64,
+    failed_tries: u64,
+    gave_up: u64,
+    recovered: u64,
+    fenced: u64,
+    deferred: u64,
+    sinks: Vec<SinkHealth>,
+}
+
+pub(crate) async fn status(State(shared): State<Arc<Shared>>) -> ApiResult<Status> {
+    let mut out = Vec::new();
+    for target in targets(&shared, None).await? {
+        let counts = shared.store.status_counts(&target).await?;
+        out.push(TargetStatus {
+            tenant: target.label().to_owned(),
+            schema: target.schema.as_str().to_owned(),
+            counts,
+        });
+    }
+    let relay = shared.relay.as_ref().map(|relay| {
+        let stats = relay.stats();
+        RelayStatus {
+            id: relay.id().to_owned(),
+            published: stats.published,
+            failed_tries: stats.failed_tries,
+            gave_up: stats.gave_up,
+            recovered: stats.recovered,
+            fenced: stats.fenced,
+            deferred: stats.deferred,
+            sinks: relay.sinks(),
+        }
+    });
+    let reported_sinks = shared.store.sinks_reported().await.unwrap_or_default();
+    let history = shared
+        .history
+        .lock()
+        .map(|h| h.points())
+        .unwrap_or_default();
+    Ok(Json(Status {
+        targets: out,
+        relay,
+        reported_sinks,
+        history,
+    }))
+}
+
+/// The query of `GET /api/events`: the filters of `postbox events list`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListQuery {
+    tenant: Option<String>,
+    /// Comma-separated statuses.
+    status: Option<String>,
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    aggregate_type: Option<String>,
+    aggregate_id: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    #[serde(default)]
+    archive: bool,
+    /// `newest` (default) or `oldest`.
+    order: Option<String>,
+    /// Ids past this one, in the order asked for (the next page).
+    after: Option<i64>,
+    limit: Option<u32>,
+}
+
+impl ListQuery {
+    fn filter(&self) -> Result<EventFilter, ApiError> {
+        let mut filter = EventFilter::default();
+        for status in self.status.iter().flat_map(|s| s.split(',')) {
+            let status: EventStatus = status.trim().parse()?;
+            if !filter.statuses.contains(&status) {
+                filter.statuses.push(status);
+            }
+        }
+        filter.event_type = self
+            .event_type
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| ApiError::bad_request(format!("parameter type: {e}")))?;
+        filter.aggregate_type = self
+            .aggregate_type
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| ApiError::bad_request(format!("parameter aggregate_type: {e}")))?;
+        filter.aggregate_id = self.aggregate_id.clone();
+        let now = Utc::now();
+        filter.since = self
+            .since
+            .as_deref()
+            .map(|t| postbox::store::parse_time(t, now))
+            .transpose()
+            .map_err(|e| ApiError::bad_request(format!("parameter since: {e}")))?;
+        filter.until = self
+            .until
+            .as_deref()
+            .map(|t| postbox::store::parse_time(t, now))
+            .transpose()
+            .map_err(|e| ApiError::bad_request(format!("parameter until: {e}")))?;
+        filter.archive = self.archive;
+        filter.validate()?;
+        Ok(filter)
+    }
+
+    fn order(&self) -> Result<Order, ApiError> {
+        match self.order.as_deref() {
+            None | Some("newest") => Ok(Order::NewestFirst),
+            Some("oldest") => Ok(Order::OldestFirst),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "parameter order: {other:?} is not an order; use newest or oldest"
+            ))),
+        }
+    }
+
+    fn limit(&self) -> Result<u32, ApiError> {
+        match self.limit {
+            None => Ok(50),
+            Some(n @ 1..=MAX_LIMIT) => Ok(n),
+            Some(n) => Err(ApiError::bad_request(format!(
+                "parameter limit: {n} is out of range; use 1 to {MAX_LIMIT}"
+            ))),
+        }
+    }
+}
+
+/// A page of events.
+#[derive(Serialize)]
+pub(crate) struct EventPage {
+    events: Vec<StoredEvent>,
+    /// The `after` of the next page; `None` on the last.
+    next_after: Option<i64>,
+}
+
+/// `GET /api/events`.
+pub(crate) async fn list_events(
+    State(shared): State<Arc<Shared>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> ApiResult<EventPage> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let filter = query.filter()?;
+    let limit = query.limit()?;
+    let target = target(&shared, query.tenant.as_deref()).await?;
+    let events = shared
+        .store
+        .events_list(&ListParams {
+            target: &target,
+            filter: &filter,
+            order: query.order()?,
+            after: query.after,
+            limit,
+        })
+        .await?;
+    let next_after = (events.len() == limit as usize)
+        .then(|| events.last().map(|e| e.id))
+        .flatten();
+    Ok(Json(EventPage { events, next_after }))
+}
+
+/// The query of the routes about one event.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TenantQuery {
+    tenant: Option<String>,
+}
+
+/// An event id from the path, refused with a clear message when it is not one.
+fn event_id(id: &str) -> Result<i64, ApiError> {
+    id.parse::<i64>().ok().filter(|id| *id > 0).ok_or_else(|| {
+        ApiError::bad_request(format!("{id:?} is not an event id (a positive integer)"))
+    })
+}
+
+/// `GET /api/events/{id}`.
+pub(crate) async fn show_event(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    query: Result<Query<TenantQuery>, QueryRejection>,
+) -> ApiResult<StoredEvent> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let id = event_id(&id)?;
+    let target = target(&shared, query.tenant.as_deref()).await?;
+    shared
+        .store
+        .event_get(&target, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no event {id} in tenant {}", target.label())))
+}
+
+/// What a retry did.
+#[derive(Serialize)]
+pub(crate) struct Retried {
+    retried: u64,
+}
+
+/// `POST /api/events/{id}/retry`: one `FAILED` event back to the queue.
+pub(crate) async fn retry_event(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    query: Result<Query<TenantQuery>, QueryRejection>,
+) -> ApiResult<Retried> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let id = event_id(&id)?;
+    let target = target(&shared, query.tenant.as_deref()).await?;
+    let Some(event) = shared.store.event_get(&target, id).await? else {
+        return Err(ApiError::not_found(format!(
+            "no event {id} in tenant {}",
+            target.label()
+        )));
+    };
+    if event.status != "FAILED" {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "event {id} is {}, not FAILED: only FAILED events are retried",
+                event.status
+            ),
+        ));
+    }
+    let retried = shared
+        .store
+        .events_retry_failed(&RetryFailedParams {
+            target: &target,
+            ids: Some(&[id]),
+        })
+        .await?;
+    info!(target: "postbox::audit", action = "retry", tenant = target.label(), event_id = id, retried, "admin API: event retried");
+    Ok(Json(Retried { retried }))
+}
+
+/// The body of `POST /api/events/retry`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryBody {
+    tenant: Option<String>,
+    /// These `FAILED` events; or
+    ids: Option<Vec<i64>>,
+    /// every `FAILED` event of the tenant (must be `true`, to be asked for on purpose).
+    #[serde(default)]
+    all: bool,
+}
+
+/// Most ids one retry request names.
+const MAX_IDS: usize = 10_000;
+
+/// `POST /api/events/retry`.
+pub(crate) async fn retry_events(
+    State(shared): State<Arc<Shared>>,
+    body: Result<Json<RetryBody>, JsonRejection>,
+) -> ApiResult<Retried> {
+    let Json(body) = body.map_err(json_rejection)?;
+    let ids = match (&body.ids, body.all) {
+        (Some(_), true) | (None, false) => {
+            return Err(ApiError::bad_request(
+                "give either \"ids\": [...] or \"all\": true",
+            ));
+        }
+        (Some(ids), false) if ids.is_empty() || ids.len() > MAX_IDS => {
+            return Err(ApiError::bad_request(format!(
+                "\"ids\" holds {} ids; give 1 to {MAX_IDS}",
+                ids.len()
+            )));
+        }
+        (Some(ids), false) => Some(ids.as_slice()),
+        (None, true) => None,
+    };
+    let target = target(&shared, body.tenant.as_deref()).await?;
+    let retried = shared
+        .store
+        .events_retry_failed(&RetryFailedParams {
+            target: &target,
+            ids,
+        })
+        .await?;
+    info!(target: "postbox::audit", action = "retry", tenant = target.label(),
+        ids = ?ids.map(<[i64]>::len), all = body.all, retried, "admin API: FAILED events retried");
+    Ok(Json(Retried { retried }))
+}
+
+/// A tenant, as listed.
+#[derive(Serialize)]
+pub(crate) struct TenantView {
+    id: String,
+    schema: String,
+    status: TenantStatus,
+    created_at: chrono::DateTime<Utc>,
+}
+
+impl From<postbox::Tenant> for TenantView {
+    fn from(t: postbox::Tenant) -> Self {
+        TenantView {
+            id: t.id.as_str().to_owned(),
+            schema: t.schema.as_str().to_owned(),
+            status: t.status,
+            created_at: t.created_at,
+        }
+    }
+}
+
+/// `GET /api/tenants`.
+pub(crate) async fn tenants(State(shared): State<Arc<Shared>>) -> ApiResult<Vec<TenantView>> {
+    let tenants = shared.store.tenant_list().await?;
+    Ok(Json(tenants.into_iter().map(TenantView::from).collect()))
+}
+
+/// `POST /api/tenants/{id}/suspend`.
+pub(crate) async fn suspend_tenant(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<TenantView> {
+    set_tenant(&shared, &id, TenantStatus::Suspended).await
+}
+
+/// `POST /api/tenants/{id}/resume`.
+pub(crate) async fn resume_tenant(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+) -> ApiResult<TenantView> {
+    set_tenant(&shared, &id, TenantStatus::Active).await
+}
+
+async fn set_tenant(shared: &Shared, id: &str, status: TenantStatus) -> ApiResult<TenantView> {
+    let id: TenantId = id
+        .parse()
+        .map_err(|e: postbox::Error| ApiError::bad_request(format!("tenant id: {e}")))?;
+    let tenant = shared.store.tenant_set_status(&id, status).await?;
+    info!(target: "postbox::audit", action = "tenant_status", tenant = id.as_str(), status = ?status, "admin API: tenant status set");
+    Ok(Json(tenant.into()))
+}
+
+/// Every unknown path under the token.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; see the admin API in docs/operations.md")
+}
+
+/// A JSON body that could not be read: its status (400, 413, 415, 422→400) and axum's reason.
+fn json_rejection(e: JsonRejection) -> ApiError {
+    let status = match e.status() {
+        StatusCode::UNPROCESSABLE_ENTITY => StatusCode::BAD_REQUEST,
+        other => other,
+    };
+    ApiError::new(status, format!("request body: {}", e.body_text()))
+}

@@ -1,0 +1,495 @@
+//! The admin server over a real relay on PostgreSQL: metrics scraped and parsed, probes before
+//! and after migrating, every API route with no token, a wrong one and the right one, bad
+//! input, retries from the API, and alerts on a local webhook.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests fail loudly on the first unexpected error"
+)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use postbox::{Backoff, Event, PgStore, Relay, RelayConfig, RelayHandle, Store};
+use postbox_admin::alerts::{AlertConfig, Alerts};
+use postbox_admin::{Admin, AdminError, Token};
+use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
+use tokio::sync::oneshot;
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+fn config() -> RelayConfig {
+    RelayConfig::default()
+        .poll_interval(Duration::from_millis(50))
+        .lease(Duration::from_secs(5))
+        .retry(Backoff {
+            base: Duration::from_millis(20),
+            cap: Duration::from_millis(100),
+        })
+        .publish_timeout(Duration::from_secs(2))
+}
+
+/// A relay and an admin server on a fresh database.
+struct Setup {
+    db: TestDb,
+    store: Arc<dyn Store>,
+    sink: RecordingSink,
+    relay: Option<RelayHandle>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<Result<(), AdminError>>,
+}
+
+impl Setup {
+    async fn new(migrate: bool, alerts: Option<Alerts>) -> Setup {
+        let db = TestDb::new().await;
+        let store = PgStore::new(db.pool().clone());
+        if migrate {
+            postbox::migrate(&store).await.unwrap();
+        }
+        let store: Arc<dyn Store> = Arc::new(store);
+        let sink = RecordingSink::new();
+        let relay =
+            Relay::from_parts(Arc::clone(&store), Arc::new(sink.clone()), config()).unwrap();
+        let mut builder = Admin::builder(Arc::clone(&store))
+            .relay(relay.clone())
+            .metrics(postbox_admin::install_metrics().unwrap())
+            .token(Token::new(TOKEN).unwrap())
+            .refresh(Duration::from_millis(200));
+        if let Some(alerts) = alerts {
+            builder = builder.alerts(alerts);
+        }
+        let admin = builder.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = admin.local_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(admin.serve(async move {
+            let _ = stopped.await;
+        }));
+        // On a database without tables only the server runs.
+        let relay = migrate.then(|| relay.start());
+        Setup {
+            db,
+            store,
+            sink,
+            relay,
+            addr,
+            stop: Some(stop),
+            server,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn enqueue(&self, event_type: &str, n: usize) -> Vec<i64> {
+        let outbox = self.store.outbox();
+        let mut tx = self.db.pool().begin().await.unwrap();
+        let events: Vec<Event> = (0..n)
+            .map(|i| Event::new(event_type, &serde_json::json!({ "i": i })).unwrap())
+            .collect();
+        let done = outbox.enqueue_many(&mut tx, events).await.unwrap();
+        tx.commit().await.unwrap();
+        done.into_iter().map(|e| e.id().unwrap()).collect()
+    }
+
+    async fn status_of(&self, id: i64) -> String {
+        sqlx::query_scalar("SELECT status FROM outbox_events WHERE id = $1")
+            .bind(id)
+            .fetch_one(self.db.pool())
+            .await
+            .unwrap()
+    }
+
+    async fn stop(mut self) {
+        if let Some(relay) = self.relay.take() {
+            relay.stop().await.unwrap();
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.server.await.unwrap().unwrap();
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn get(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut request = client().get(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+async fn post(url: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+    let mut request = client().post(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn metrics_are_scraped_and_parsed_while_events_flow() {
+    let s = Setup::new(true, None).await;
+    let ids = s.enqueue("OrderPlaced", 25).await;
+    wait_until("25 events published", Duration::from_secs(10), || async {
+        ids.iter().all(|id| s.sink.published_ids().contains(id))
+    })
+    .await;
+    // The gauges refresh every 200 ms here.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (code, text) = get(&s.url("/metrics"), None).await;
+    assert_eq!(code, 200);
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+    let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match &s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => *v,
+                prometheus_parse::Value::Histogram(h) => h.last().map_or(0.0, |b| b.count),
+                prometheus_parse::Value::Summary(_) => f64::NAN,
+            })
+    };
+    let published = value("postbox_events_published_total", &[("tenant", "default")]).unwrap();
+    assert!(published >= 25.0, "published {published}\n{text}");
+    let latencies = value("postbox_publish_latency_seconds", &[("tenant", "default")]).unwrap();
+    assert!(latencies >= 25.0, "latency samples {latencies}\n{text}");
+    assert!(value("postbox_claim_seconds", &[("tenant", "default")]).unwrap() >= 1.0);
+    assert!(value("postbox_mark_seconds", &[("tenant", "default")]).unwrap() >= 1.0);
+    assert!(value("postbox_batch_size", &[("tenant", "default")]).unwrap() >= 1.0);
+    assert_eq!(
+        value(
+            "postbox_events",
+            &[("tenant", "default"), ("status", "PENDING")]
+        ),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        value(
+            "postbox_oldest_pending_age_seconds",
+            &[("tenant", "default")]
+        )
+        .is_some()
+    );
+    assert_eq!(value("postbox_build_info", &[]), Some(1.0));
+    // Help text comes from the recorder's descriptions.
+    assert!(
+        scrape
+            .docs
+            .get("postbox_publish_latency_seconds")
+            .is_some_and(|d| d.contains("acknowledgement")),
+        "{:?}",
+        scrape.docs
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_says_what_is_missing_before_migrating_and_is_ready_after() {
+    let s = Setup::new(false, None).await;
+    assert_eq!(
+        get(&s.url("/healthz"), None).await,
+        (200, "ok\n".to_owned())
+    );
+    let (code, body) = get(&s.url("/readyz"), None).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("not migrated"), "{body}");
+    let store = PgStore::new(s.db.pool().clone());
+    postbox::migrate(&store).await.unwrap();
+    let (code, body) = get(&s.url("/readyz"), None).await;
+    assert_eq!((code, body.as_str()), (200, "ready\n"));
+    s.stop().await;
+}
+
+/// Every API route: without a token and with a wrong one a bare 401 (the same for unknown
+/// paths), with the right one what the route does.
+#[tokio::test]
+async fn every_api_route_wants_the_token() {
+    let s = Setup::new(true, None).await;
+    let id = s.enqueue("OrderPlaced", 1).await[0];
+    wait_until("published", Duration::from_secs(10), || async {
+        s.sink.published_ids().contains(&id)
+    })
+    .await;
+    let routes: Vec<(&str, String, Option<&str>, u16)> = vec![
+        ("GET", "/api/status".into(), None, 200),
+        ("GET", "/api/events".into(), None, 200),
+        ("GET", format!("/api/events/{id}"), None, 200),
+        ("POST", format!("/api/events/{id}/retry"), None, 409),
+        (
+            "POST",
+            "/api/events/retry".into(),
+            Some(r#"{"all": true}"#),
+            200,
+        ),
+        ("GET", "/api/tenants".into(), None, 200),
+        ("POST", "/api/tenants/acme/suspend".into(), None, 404),
+        ("POST", "/api/tenants/acme/resume".into(), None, 404),
+        ("GET", "/api/nothing-here".into(), None, 404),
+        ("GET", "/secret".into(), None, 404),
+    ];
+    for (method, path, body, expected) in routes {
+        let url = s.url(&path);
+        for token in [None, Some("wrong-token-0123456789"), Some(TOKEN)] {
+            let (code, text) = match method {
+                "GET" => get(&url, token).await,
+                _ => post(&url, token, body).await,
+            };
+            if token == Some(TOKEN) {
+                assert_eq!(code, expected, "{method} {path}: {text}");
+            } else {
+                assert_eq!(code, 401, "{method} {path} with {token:?}: {text}");
+                assert_eq!(text, r#"{"error":"unauthorized"}"#, "{method} {path}");
+                assert!(!text.contains("OrderPlaced"));
+            }
+        }
+    }
+    // What the routes answer, with the token.
+    let (_, body) = get(&s.url(&format!("/api/events/{id}")), Some(TOKEN)).await;
+    let event: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(event["status"], "PROCESSED");
+    assert_eq!(event["event_type"], "OrderPlaced");
+    let (_, body) = get(&s.url("/api/status"), Some(TOKEN)).await;
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["targets"][0]["tenant"], "default");
+    assert_eq!(status["targets"][0]["pending"], 0);
+    // The public routes need none.
+    assert_eq!(get(&s.url("/"), None).await.0, 200);
+    assert_eq!(get(&s.url("/app.js"), None).await.0, 200);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_4xx_naming_what_is_wrong() {
+    let s = Setup::new(true, None).await;
+    let t = Some(TOKEN);
+    let cases = [
+        ("/api/events?limit=0", 400, "limit"),
+        ("/api/events?limit=5000", 400, "limit"),
+        ("/api/events?status=LOST", 400, "status"),
+        ("/api/events?since=yesterday", 400, "since"),
+        ("/api/events?since=1h&until=2h", 400, "since/until"),
+        ("/api/events?order=sideways", 400, "order"),
+        ("/api/events?type=%5B", 400, "type"),
+        ("/api/events?bogus=1", 400, "bogus"),
+        ("/api/events?tenant=no%20such", 400, "tenant"),
+        ("/api/events?tenant=nosuch", 404, "nosuch"),
+        ("/api/events/123456", 404, "no event 123456"),
+        ("/api/events/abc", 400, "not an event id"),
+        ("/api/events/-4", 400, "not an event id"),
+    ];
+    for (path, code, needle) in cases {
+        let (got, body) = get(&s.url(path), t).await;
+        assert_eq!(got, code, "{path}: {body}");
+        assert!(body.contains(needle), "{path}: {body}");
+    }
+    let retry = s.url("/api/events/retry");
+    let (code, body) = post(&retry, t, Some("{not json")).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("request body"), "{body}");
+    let (code, body) = post(&retry, t, Some(r#"{"ids": [1], "all": true}"#)).await;
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = post(&retry, t, Some(r#"{"ids": "1"}"#)).await;
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = post(&retry, t, Some(r#"{"idz": [1]}"#)).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("idz"), "{body}");
+    let big = format!(r#"{{"ids": [{}]}}"#, vec!["1"; 100_000].join(","));
+    let (code, _) = post(&retry, t, Some(&big)).await;
+    assert_eq!(code, 413);
+    let (code, body) = post(&retry, t, None).await;
+    assert_eq!(code, 415, "{body}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_event_is_retried_from_the_api() {
+    let s = Setup::new(true, None).await;
+    s.sink.script("Flaky", Behaviour::FailPermanently);
+    let id = s.enqueue("Flaky", 1).await[0];
+    wait_until("the event is FAILED", Duration::from_secs(10), || async {
+        s.status_of(id).await == "FAILED"
+    })
+    .await;
+    let (_, body) = get(&s.url("/api/events?status=FAILED"), Some(TOKEN)).await;
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(page["events"][0]["id"], id);
+    s.sink.unscript("Flaky");
+    let (code, body) = post(
+        &s.url(&format!("/api/events/{id}/retry")),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!((code, body.as_str()), (200, r#"{"retried":1}"#));
+    wait_until(
+        "the retried event is published",
+        Duration::from_secs(10),
+        || async { s.sink.published_ids().contains(&id) },
+    )
+    .await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_non_loopback_address_needs_a_token_and_a_taken_port_is_an_error() {
+    let db = TestDb::new().await;
+    let store: Arc<dyn Store> = Arc::new(PgStore::new(db.pool().clone()));
+    let err = Admin::builder(Arc::clone(&store))
+        .bind("0.0.0.0:0".parse().unwrap())
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, AdminError::NoToken(_)), "{err}");
+    assert!(err.to_string().contains("POSTBOX_ADMIN_TOKEN"), "{err}");
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = Admin::builder(store)
+        .bind(taken.local_addr().unwrap())
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, AdminError::Bind { .. }), "{err}");
+}
+
+/// A webhook of our own that records what it is sent.
+async fn webhook() -> (SocketAddr, Arc<Mutex<Vec<serde_json::Value>>>) {
+    use axum::routing::post;
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&got);
+    let app = axum::Router::new().route(
+        "/hook",
+        post(move |axum::Json(body): axum::Json<serde_json::Value>| {
+            let record = Arc::clone(&record);
+            async move {
+                record.lock().unwrap().push(body);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, got)
+}
+
+#[tokio::test]
+async fn failed_events_send_one_alert_to_the_webhook_not_one_each() {
+    let (hook, got) = webhook().await;
+    let mut config = AlertConfig::default();
+    config.webhook = Some(format!("http://{hook}/hook"));
+    let s = Setup::new(true, Some(Alerts::new(config).unwrap())).await;
+    s.sink.script("Rejected", Behaviour::FailPermanently);
+    let ids = s.enqueue("Rejected", 10).await;
+    wait_until("10 events FAILED", Duration::from_secs(10), || async {
+        let mut all = true;
+        for id in &ids {
+            all &= s.status_of(*id).await == "FAILED";
+        }
+        all
+    })
+    .await;
+    wait_until("an alert arrives", Duration::from_secs(10), || async {
+        !got.lock().unwrap().is_empty()
+    })
+    .await;
+    // A few refresh rounds: nothing more comes (the rest wait for alert_repeat_after).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let alerts = got.lock().unwrap().clone();
+    assert_eq!(alerts.len(), 1, "{alerts:#?}");
+    assert_eq!(alerts[0]["kind"], "event_failed");
+    assert_eq!(alerts[0]["subject"], "default");
+    let text = alerts[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("Rejected") && text.contains("FAILED"),
+        "{text}"
+    );
+    s.stop().await;
+}
+
+/// The page in headless Chromium (Debian's chromium and chromium-driver, driven by Selenium):
+/// it asks for the token, shows the backlog and the FAILED event, and its Retry button puts the
+/// event back in the queue.
+#[tokio::test]
+async fn the_page_shows_a_person_the_failed_event_and_retries_it() {
+    let s = Setup::new(true, None).await;
+    s.enqueue("OrderPlaced", 30).await;
+    s.sink.script("InvoiceRejected", Behaviour::FailPermanently);
+    let id = s.enqueue("InvoiceRejected", 1).await[0];
+    wait_until("the event is FAILED", Duration::from_secs(10), || async {
+        s.status_of(id).await == "FAILED"
+    })
+    .await;
+    s.sink.unscript("InvoiceRejected");
+    let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("admin-page.png");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/page.py");
+    let base = s.url("");
+    let id_text = id.to_string();
+    let shot = screenshot.display().to_string();
+    let out = tokio::process::Command::new("python3")
+        .args([
+            script,
+            base.as_str(),
+            TOKEN,
+            id_text.as_str(),
+            shot.as_str(),
+        ])
+        .output()
+        .await
+        .expect("python3 runs the browser test (scripts/install-deps installs selenium)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the browser test failed:\n{stderr}");
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["asks_for_token"], true, "{seen}");
+    assert_eq!(
+        seen["rows_without_token"], 0,
+        "no data without the token: {seen}"
+    );
+    assert!(
+        !seen["address_after_sign_in"]
+            .as_str()
+            .unwrap()
+            .contains(TOKEN),
+        "the token stays out of the address bar: {seen}"
+    );
+    let backlog = seen["backlog"][0].as_str().unwrap();
+    assert!(backlog.starts_with("default"), "{seen}");
+    let failed_row = seen["failed_row"].as_str().unwrap();
+    assert!(
+        failed_row.contains("InvoiceRejected") && failed_row.contains("Retry"),
+        "{seen}"
+    );
+    assert!(
+        seen["rates"].as_str().unwrap().contains("events/s"),
+        "{seen}"
+    );
+    assert!(
+        seen["notice"].as_str().unwrap().contains(&id_text),
+        "{seen}"
+    );
+    wait_until(
+        "the retried event is published",
+        Duration::from_secs(10),
+        || async { s.sink.published_ids().contains(&id) },
+    )
+    .await;
+    assert!(std::fs::metadata(&screenshot).unwrap().len() > 10_000);
+    s.stop().await;
+}
