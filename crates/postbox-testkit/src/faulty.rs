@@ -184,6 +184,13 @@ impl postbox::Store for FaultyStore {
         self.inner.events_retry_failed(params).await
     }
 
+    async fn events_retry_slow_lane(
+        &self,
+        params: &postbox::store::SlowLaneParams<'_>,
+    ) -> postbox::Result<u64> {
+        self.inner.events_retry_slow_lane(params).await
+    }
+
     async fn events_list(
         &self,
         params: &postbox::store::ListParams<'_>,

@@ -177,7 +177,14 @@ fn show(e: &StoredEvent) -> String {
         ("schema_version", e.schema_version.to_string()),
         (
             "retry_count",
-            format!("{} of {}", e.retry_count, e.max_retries),
+            // Tries past max_retries are the slow lane's (one each, after the event went FAILED).
+            match e.retry_count - e.max_retries {
+                slow if slow > 0 => format!(
+                    "{} ({} of {}, then {slow} in the slow lane)",
+                    e.retry_count, e.max_retries, e.max_retries
+                ),
+                _ => format!("{} of {}", e.retry_count, e.max_retries),
+            },
         ),
         ("created_at", time(Some(e.created_at))),
         ("updated_at", time(Some(e.updated_at))),

@@ -137,6 +137,20 @@ pub(crate) const KEYS: &[KeyDoc] = &[
                 up (exit status 3); their events stay PENDING with no try spent.",
     },
     KeyDoc {
+        key: "dead_letter_retry_interval",
+        default: "\"1h\"",
+        flag: None,
+        about: "The slow lane of FAILED events: this long after its last try, a FAILED event \
+                gets one more try (up to dead_letter_max_retries times) before it waits for an \
+                operator. \"0s\" turns the slow lane off.",
+    },
+    KeyDoc {
+        key: "dead_letter_max_retries",
+        default: "24",
+        flag: None,
+        about: "Slow-lane tries a FAILED event gets at most; 0 turns the slow lane off.",
+    },
+    KeyDoc {
         key: "log_format",
         default: "\"text\"",
         flag: Some("--log-format"),

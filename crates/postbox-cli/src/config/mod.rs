@@ -97,6 +97,11 @@ pub(crate) struct Config {
     /// Age past which archived events are deleted; zero: never.
     #[serde(with = "humantime_serde")]
     pub(crate) archive_retention: Duration,
+    /// How long after its last try a FAILED event gets a slow-lane try; zero: never.
+    #[serde(with = "humantime_serde")]
+    pub(crate) dead_letter_retry_interval: Duration,
+    /// Slow-lane tries of a FAILED event; zero: none.
+    pub(crate) dead_letter_max_retries: u32,
     /// Log format.
     pub(crate) log_format: LogFormat,
     /// Log filter.
@@ -186,6 +191,8 @@ impl Default for Config {
             drain_patience: relay.drain_patience,
             retention: relay.retention.unwrap_or_default(),
             archive_retention: relay.archive_retention.unwrap_or_default(),
+            dead_letter_retry_interval: relay.dead_letter_retry_interval.unwrap_or_default(),
+            dead_letter_max_retries: relay.dead_letter_max_retries,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             payload_limit: ByteSize(postbox::DEFAULT_PAYLOAD_LIMIT),
@@ -232,6 +239,11 @@ impl Config {
             .archive_retention(
                 (!self.archive_retention.is_zero()).then_some(self.archive_retention),
             )
+            .dead_letter_retry_interval(
+                (!self.dead_letter_retry_interval.is_zero())
+                    .then_some(self.dead_letter_retry_interval),
+            )
+            .dead_letter_max_retries(self.dead_letter_max_retries)
     }
 
     /// The alert settings.

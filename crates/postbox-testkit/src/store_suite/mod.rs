@@ -1492,6 +1492,69 @@ pub async fn events_are_listed_by_filter_and_read_back_whole<B: StoreHarness>() 
     assert!(b.store().event_get(&t, 999_999).await.unwrap().is_none());
 }
 
+/// A conformance case; see the module docs.
+pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let t = target(&b);
+    let slow = |after: Duration, max_tries: u32| {
+        let store = b.store();
+        let t = t.clone();
+        async move {
+            store
+                .events_retry_slow_lane(&postbox::store::SlowLaneParams {
+                    target: &t,
+                    after,
+                    max_tries,
+                    batch_size: 1000,
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let ids = enqueue_n(&b, 3).await;
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    mark_failed(
+        &b,
+        c.claim_token,
+        &[
+            failed(ids[0], "refused", true),
+            failed(ids[1], "refused", true),
+        ],
+    )
+    .await;
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[2..]).await, 1);
+    // Not yet due: they failed less than an hour ago.
+    assert_eq!(slow(Duration::from_secs(3600), 24).await, 0);
+    assert_eq!(b.row(ids[0]).await.status, "FAILED");
+    // Due (SQLite's clock has millisecond steps).
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(slow(Duration::ZERO, 24).await, 2);
+    let row = b.row(ids[0]).await;
+    assert_eq!(
+        (row.status.as_str(), row.retry_count, row.left_ms),
+        ("PENDING", 5, None),
+        "one more try, due at once: retry_count at max_retries"
+    );
+    assert_eq!(b.row(ids[2]).await.status, "PROCESSED", "never touched");
+    // The try fails (not even permanently): FAILED again at once, one slow-lane try counted.
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    assert_eq!(c.events.len(), 2);
+    let marks = mark_failed(&b, c.claim_token, &[failed(ids[0], "still down", false)]).await;
+    assert!(marks[0].gave_up);
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[1..2]).await, 1);
+    let row = b.row(ids[0]).await;
+    assert_eq!((row.status.as_str(), row.retry_count), ("FAILED", 6));
+    // One slow-lane try allowed: it had it. Two: one more.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(slow(Duration::ZERO, 1).await, 0);
+    assert_eq!(slow(Duration::ZERO, 2).await, 1);
+    assert_eq!(
+        b.row(ids[0]).await.retry_count,
+        6,
+        "raised to max_retries at least, never lowered"
+    );
+}
+
 /// The names of every case, in the order [`store_conformance!`](crate::store_conformance) runs
 /// them.
 pub const CASES: &[&str] = &[
@@ -1518,6 +1581,7 @@ pub const CASES: &[&str] = &[
     "oversized_events_are_refused_and_nothing_is_written",
     "a_refused_event_leaves_the_callers_transaction_usable",
     "an_operator_retry_puts_failed_events_back_in_the_queue",
+    "the_slow_lane_gives_failed_events_one_more_try_at_a_time",
     "retention_archives_old_processed_events_and_nothing_else",
     "purge_removes_old_archived_and_failed_events_only",
     "events_are_listed_by_filter_and_read_back_whole",
@@ -1600,6 +1664,10 @@ macro_rules! store_conformance {
             #[tokio::test]
             async fn an_unreadable_row_is_reported_alone_and_the_rest_is_claimed() {
                 $crate::store_suite::an_unreadable_row_is_reported_alone_and_the_rest_is_claimed::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time() {
+                $crate::store_suite::the_slow_lane_gives_failed_events_one_more_try_at_a_time::<$harness>().await;
             }
             #[tokio::test]
             async fn an_id_that_is_taken_is_an_error_never_a_duplicate() {

@@ -77,6 +77,13 @@ pub struct RelayConfig {
     /// Age past which archived events are deleted (counted from their archiving); `None` keeps
     /// the archive forever.
     pub archive_retention: Option<Duration>,
+    /// The slow lane of `FAILED` events (the dead-letter state): this long after its last try,
+    /// a `FAILED` event gets one more try, up to
+    /// [`dead_letter_max_retries`](Self::dead_letter_max_retries) times, before it waits for an
+    /// operator. `None` turns the slow lane off.
+    pub dead_letter_retry_interval: Option<Duration>,
+    /// Slow-lane tries a `FAILED` event gets at most; `0` turns the slow lane off.
+    pub dead_letter_max_retries: u32,
 }
 
 impl Default for RelayConfig {
@@ -98,6 +105,8 @@ impl Default for RelayConfig {
             head_poll_interval: Some(Duration::from_millis(10)),
             retention: Some(Duration::from_secs(30 * 86_400)),
             archive_retention: Some(Duration::from_secs(90 * 86_400)),
+            dead_letter_retry_interval: Some(Duration::from_secs(3600)),
+            dead_letter_max_retries: 24,
         }
     }
 }
@@ -123,6 +132,20 @@ impl RelayConfig {
     /// [`archive_retention`](Self::archive_retention)).
     pub fn archive_retention(mut self, archive_retention: Option<Duration>) -> Self {
         self.archive_retention = archive_retention;
+        self
+    }
+
+    /// Sets how long after its last try a `FAILED` event gets a slow-lane try (field
+    /// [`dead_letter_retry_interval`](Self::dead_letter_retry_interval)).
+    pub fn dead_letter_retry_interval(mut self, interval: Option<Duration>) -> Self {
+        self.dead_letter_retry_interval = interval;
+        self
+    }
+
+    /// Sets how many slow-lane tries a `FAILED` event gets (field
+    /// [`dead_letter_max_retries`](Self::dead_letter_max_retries)).
+    pub fn dead_letter_max_retries(mut self, max: u32) -> Self {
+        self.dead_letter_max_retries = max;
         self
     }
 
@@ -252,6 +275,12 @@ impl RelayConfig {
                     "{every:?} must be above zero and at most poll_interval ({:?}), or unset",
                     self.poll_interval
                 ),
+            );
+        }
+        if self.dead_letter_retry_interval.is_some_and(|r| r.is_zero()) {
+            return bad(
+                "dead_letter_retry_interval",
+                "must be above zero (or unset, to turn the slow lane off)".into(),
             );
         }
         if self.retention.is_some_and(|r| r.is_zero()) {

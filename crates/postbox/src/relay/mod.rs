@@ -223,6 +223,8 @@ impl Relay {
         let mut vacuum = maintenance::Vacuum::new(cfg.vacuum_threshold);
         let mut health = maintenance::HealthReports::new();
         let mut retention = maintenance::Retention::new(cfg.retention, cfg.archive_retention);
+        let mut slow_lane =
+            maintenance::SlowLane::new(cfg.dead_letter_retry_interval, cfg.dead_letter_max_retries);
         let mut stall = Stall::new();
         let mut gave_up = None;
         info!(relay = %inner.id, ?mode, "relay started");
@@ -243,6 +245,7 @@ impl Relay {
             busy_only = false;
             vacuum.tick(&inner.store, targets.list());
             retention.tick(&inner.store, targets.list());
+            slow_lane.tick(&inner.store, targets.list());
             health.tick(&inner.store, &inner.sink, &inner.id);
             let full = match round {
                 Ok(full) => {
@@ -337,6 +340,7 @@ impl Relay {
         stats.add(pipeline.take_stats());
         vacuum.stop();
         retention.stop();
+        slow_lane.stop();
         health.stop(&inner.store, &inner.id).await;
         info!(relay = %inner.id, ?stats, "relay stopped");
         gave_up.map_or(Ok(stats), Err)

@@ -342,6 +342,19 @@ pub struct RetryFailedParams<'a> {
     pub ids: Option<&'a [i64]>,
 }
 
+/// Parameters of [`Store::events_retry_slow_lane`].
+#[derive(Clone, Debug)]
+pub struct SlowLaneParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// How long after its last try a `FAILED` event gets another.
+    pub after: Duration,
+    /// Slow-lane tries an event gets at most (tries past its `max_retries`).
+    pub max_tries: u32,
+    /// Events released at most in this call.
+    pub batch_size: u32,
+}
+
 /// Parameters of [`Store::tenant_add`].
 #[derive(Clone, Debug)]
 pub struct TenantAddParams<'a> {
@@ -414,6 +427,16 @@ pub trait Store: Send + Sync + 'static {
     /// Counts the events of a target by status, without reading its processed history (see
     /// [`StatusCounts::processed`]).
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts>;
+
+    /// The slow lane: `FAILED` events whose last try is older than `after` and that had fewer
+    /// than `max_tries` slow-lane tries go back to `PENDING` for one more try (their
+    /// `retry_count` raised to `max_retries`, so one failure makes them `FAILED` again; then
+    /// `retry_count - max_retries` is the number of slow-lane tries they had). Returns how many.
+    /// A store without it answers [`Error::Unsupported`].
+    async fn events_retry_slow_lane(&self, params: &SlowLaneParams<'_>) -> Result<u64> {
+        let _ = params;
+        Err(crate::Error::Unsupported("the slow lane of FAILED events"))
+    }
 
     /// What is still to do in a target. Costs what the outstanding events cost, not the
     /// history: it stops at the first claimable event.

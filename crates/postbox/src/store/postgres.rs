@@ -17,8 +17,9 @@ use super::sql::{PerSchema, render, safe};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark,
     ListParams, MarkFailedParams, MarkProcessedParams, Order, PurgeBatch, PurgeKind, PurgeParams,
-    RejectedTenant, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, StatusCounts,
-    Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    RejectedTenant, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams,
+    StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs,
+    storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -81,6 +82,7 @@ struct PgSql {
     status_counts: std::sync::Arc<str>,
     backlog: std::sync::Arc<str>,
     retry_failed: std::sync::Arc<str>,
+    retry_slow_lane: std::sync::Arc<str>,
     vacuum: std::sync::Arc<str>,
     archive: std::sync::Arc<str>,
     archive_count: std::sync::Arc<str>,
@@ -103,6 +105,10 @@ impl PgSql {
             status_counts: render(include_str!("../../sql/postgres/status_counts.sql"), schema),
             backlog: render(include_str!("../../sql/postgres/backlog.sql"), schema),
             retry_failed: render(include_str!("../../sql/postgres/retry_failed.sql"), schema),
+            retry_slow_lane: render(
+                include_str!("../../sql/postgres/retry_slow_lane.sql"),
+                schema,
+            ),
             vacuum: render(include_str!("../../sql/postgres/vacuum.sql"), schema),
             archive: render(include_str!("../../sql/postgres/archive.sql"), schema),
             archive_count: render(include_str!("../../sql/postgres/archive_count.sql"), schema),
@@ -448,6 +454,18 @@ impl Store for PgStore {
         let sql = self.sql.get(&p.target.schema);
         let done = sqlx::query(safe(&sql.retry_failed))
             .bind(p.ids)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        Ok(done.rows_affected())
+    }
+
+    async fn events_retry_slow_lane(&self, p: &SlowLaneParams<'_>) -> Result<u64> {
+        let sql = self.sql.get(&p.target.schema);
+        let done = sqlx::query(safe(&sql.retry_slow_lane))
+            .bind(p.after.as_secs_f64())
+            .bind(i32::try_from(p.max_tries).unwrap_or(i32::MAX))
+            .bind(i64::from(p.batch_size))
             .execute(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;

@@ -14,8 +14,8 @@ use super::row::{add_claimed_row, stored_event};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, FailedMark, ListParams,
     MarkFailedParams, MarkProcessedParams, Order, PurgeBatch, PurgeKind, PurgeParams,
-    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, StatusCounts, Store, StoredEvent,
-    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts,
+    Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -337,6 +337,18 @@ impl Store for SqliteStore {
         Self::check_target(p.target)?;
         let done = sqlx::query(include_str!("../../sql/sqlite/retry_failed.sql"))
             .bind(p.ids.map(ids_json))
+            .execute(&self.pool)
+            .await
+            .map_err(map_missing_table)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn events_retry_slow_lane(&self, p: &SlowLaneParams<'_>) -> Result<u64> {
+        Self::check_target(p.target)?;
+        let done = sqlx::query(include_str!("../../sql/sqlite/retry_slow_lane.sql"))
+            .bind(p.after.as_secs_f64())
+            .bind(i64::from(p.max_tries))
+            .bind(i64::from(p.batch_size))
             .execute(&self.pool)
             .await
             .map_err(map_missing_table)?;

@@ -1,0 +1,91 @@
+//! The slow lane of FAILED events (the dead-letter state): relays give a FAILED event one more
+//! try every `dead_letter_retry_interval`, `dead_letter_max_retries` times, then leave it to an
+//! operator.
+
+#![cfg(feature = "postgres")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests fail loudly on the first unexpected error"
+)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Running, config, enqueue, events, pg, row};
+use postbox::Relay;
+use postbox_testkit::{Behaviour, RecordingSink, wait_until};
+
+#[tokio::test]
+async fn failed_events_get_their_slow_lane_tries_then_wait_for_an_operator() {
+    let (db, store) = pg().await;
+    let sink = RecordingSink::new();
+    sink.script("Refused", Behaviour::FailPermanently);
+    sink.script("Healed", Behaviour::FailPermanently);
+    let refused = enqueue(&db, &db.outbox(), events("Refused", 1)).await[0];
+    let healed = enqueue(&db, &db.outbox(), events("Healed", 1)).await[0];
+    let relay = Relay::from_parts(
+        Arc::new(store),
+        Arc::new(sink.clone()),
+        config()
+            .dead_letter_retry_interval(Some(Duration::from_millis(300)))
+            .dead_letter_max_retries(3),
+    )
+    .unwrap();
+    let running = Running::start(relay);
+    wait_until("both FAILED", Duration::from_secs(10), || async {
+        row(&db, "public", refused).await.status == "FAILED"
+            && row(&db, "public", healed).await.status == "FAILED"
+    })
+    .await;
+    // The destination of one is fixed: its next slow-lane try publishes it.
+    sink.unscript("Healed");
+    wait_until(
+        "the healed event is published by the slow lane",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&healed) },
+    )
+    .await;
+    // The other has its three slow-lane tries (1 + 3 publishes in all), then stays FAILED.
+    wait_until(
+        "the refused event used its slow lane",
+        Duration::from_secs(15),
+        || async { row(&db, "public", refused).await.retry_count == 5 + 3 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let r = row(&db, "public", refused).await;
+    assert_eq!(
+        (r.status.as_str(), r.retry_count),
+        ("FAILED", 8),
+        "no fourth slow-lane try"
+    );
+    assert_eq!(sink.attempts(refused), 4);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn the_slow_lane_can_be_turned_off() {
+    let (db, store) = pg().await;
+    let sink = RecordingSink::new();
+    sink.script("Refused", Behaviour::FailPermanently);
+    let id = enqueue(&db, &db.outbox(), events("Refused", 1)).await[0];
+    let relay = Relay::from_parts(
+        Arc::new(store),
+        Arc::new(sink.clone()),
+        config()
+            .dead_letter_retry_interval(Some(Duration::from_millis(100)))
+            .dead_letter_max_retries(0),
+    )
+    .unwrap();
+    let running = Running::start(relay);
+    wait_until("FAILED", Duration::from_secs(10), || async {
+        row(&db, "public", id).await.status == "FAILED"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(sink.attempts(id), 1);
+    assert_eq!(row(&db, "public", id).await.status, "FAILED");
+    running.stop().await;
+}
