@@ -240,6 +240,12 @@ async fn every_api_route_wants_the_token() {
             Some(r#"{"all": true}"#),
             200,
         ),
+        (
+            "POST",
+            "/api/replay".into(),
+            Some(r#"{"dry_run": true}"#),
+            200,
+        ),
         ("GET", "/api/tenants".into(), None, 200),
         ("POST", "/api/tenants/acme/suspend".into(), None, 404),
         ("POST", "/api/tenants/acme/resume".into(), None, 404),
@@ -346,6 +352,64 @@ async fn a_failed_event_is_retried_from_the_api() {
         || async { s.sink.published_ids().contains(&id) },
     )
     .await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_replay_from_the_api_publishes_the_chosen_events_again_marked_as_replays() {
+    let s = Setup::new(true, None).await;
+    let invoices = s.enqueue("InvoicePaid", 3).await;
+    let others = s.enqueue("OrderPlaced", 2).await;
+    wait_until("published", Duration::from_secs(10), || async {
+        s.sink.published_ids().len() == 5
+    })
+    .await;
+    let url = s.url("/api/replay");
+    let (code, body) = post(
+        &url,
+        Some(TOKEN),
+        Some(r#"{"type": "Invoice*", "dry_run": true}"#),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let dry: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(dry["matched"], 3, "{body}");
+    assert_eq!(dry["sample"], serde_json::json!(invoices), "{body}");
+    assert_eq!(
+        s.sink.published_ids().len(),
+        5,
+        "a dry run publishes nothing"
+    );
+
+    let (code, body) = post(&url, Some(TOKEN), Some(r#"{"type": "Invoice*"}"#)).await;
+    assert_eq!(code, 200, "{body}");
+    let done: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(done["published"], 3, "{body}");
+    let replayed: Vec<_> = s
+        .sink
+        .published()
+        .into_iter()
+        .filter(|e| e.headers.contains_key("postbox-replay-of"))
+        .collect();
+    assert_eq!(replayed.len(), 3);
+    assert!(
+        replayed
+            .iter()
+            .all(|e| invoices.contains(&e.id) && !others.contains(&e.id))
+    );
+    assert!(
+        replayed
+            .iter()
+            .all(|e| e.headers.get("postbox-replay-id").map(String::as_str)
+                == done["replay_id"].as_str())
+    );
+
+    // Pending events are the relays' to publish; a replay refuses them, naming the parameter.
+    let (code, body) = post(&url, Some(TOKEN), Some(r#"{"status": "PENDING"}"#)).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("status"), "{body}");
+    let (code, body) = post(&url, Some(TOKEN), Some(r#"{"rate": -1}"#)).await;
+    assert_eq!(code, 400, "{body}");
     s.stop().await;
 }
 

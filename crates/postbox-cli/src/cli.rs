@@ -677,6 +677,11 @@ pub(crate) struct ConfigArgs {
     /// Relay tuning, to preview its effect.
     #[command(flatten)]
     pub(crate) tuning: RelayTuning,
+
+    /// Also say how events of this type are retried: which [[retry_policies]] table applies,
+    /// its tries, backoff and slow lane
+    #[arg(long, value_name = "TYPE")]
+    pub(crate) event_type: Option<String>,
 }
 
 impl Cli {

@@ -29,7 +29,9 @@ pub use migrate::migrate;
 pub use outbox::{
     DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
 };
-pub use relay::{FailedNotice, Notice, Relay, RelayConfig, RelayHandle, RelayStats};
+pub use relay::{
+    EffectivePolicy, FailedNotice, Notice, Relay, RelayConfig, RelayHandle, RelayStats, RetryPolicy,
+};
 pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink, SinkHealth};
 #[cfg(feature = "postgres")]

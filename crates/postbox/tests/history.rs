@@ -189,7 +189,7 @@ async fn costs(db: &TestDb) -> Costs {
             "mark_failed",
             include_str!("../sql/postgres/mark_failed.sql"),
             &format!(
-                "{}, array_fill('down'::text, ARRAY[{n}]), array_fill(true, ARRAY[{n}]), {token}, 1000, 300000",
+                "{}, array_fill('down'::text, ARRAY[{n}]), array_fill(true, ARRAY[{n}]), {token}, 1000, 300000, array_fill(NULL::int, ARRAY[{n}])",
                 array(rest)
             ),
         )
@@ -206,6 +206,16 @@ async fn costs(db: &TestDb) -> Costs {
                 "{}, array_fill('unavailable'::text, ARRAY[{r}]), array_fill(1000::float8, ARRAY[{r}]), {token}",
                 array(released)
             ),
+        )
+        .await,
+    ));
+    out.push((
+        "retry_slow_lane",
+        buffers(
+            &mut conn,
+            "retry_slow_lane",
+            include_str!("../sql/postgres/retry_slow_lane.sql"),
+            "0, 24, 1000, ARRAY['Skipped*']::text[]",
         )
         .await,
     ));

@@ -89,3 +89,69 @@ async fn the_slow_lane_can_be_turned_off() {
     assert_eq!(row(&db, "public", id).await.status, "FAILED");
     running.stop().await;
 }
+
+/// Retry policies per event type: validation-type events fail at once and skip the slow lane,
+/// flaky ones get more tries on a backoff of their own, the rest keep the event's own limit.
+#[tokio::test]
+async fn retry_policies_apply_per_event_type() {
+    use postbox::{Backoff, RetryPolicy};
+    let (db, store) = pg().await;
+    let sink = RecordingSink::new();
+    for t in ["ValidationFailed", "FlakyPartner", "OrderPlaced"] {
+        sink.script(t, Behaviour::Fail);
+    }
+    let validation = enqueue(&db, &db.outbox(), events("ValidationFailed", 1)).await[0];
+    let flaky = enqueue(&db, &db.outbox(), events("FlakyPartner", 1)).await[0];
+    let plain = enqueue(&db, &db.outbox(), events("OrderPlaced", 1)).await[0];
+    let config = config()
+        .dead_letter_retry_interval(Some(Duration::from_millis(200)))
+        .dead_letter_max_retries(1)
+        .retry_policy(
+            RetryPolicy::new("Validation*".parse().unwrap())
+                .max_retries(1)
+                .slow_lane(false),
+        )
+        .retry_policy(
+            RetryPolicy::new("Flaky*".parse().unwrap())
+                .max_retries(8)
+                .backoff(Backoff {
+                    base: Duration::from_millis(5),
+                    cap: Duration::from_millis(20),
+                }),
+        );
+    assert_eq!(config.policy_for("FlakyPartner").max_retries, Some(8));
+    assert!(!config.policy_for("ValidationFailed").slow_lane);
+    assert!(config.policy_for("OrderPlaced").matched.is_none());
+    let relay = Relay::from_parts(Arc::new(store), Arc::new(sink.clone()), config).unwrap();
+    let running = Running::start(relay);
+    // Each gets its tries, then its one slow-lane try where it has the slow lane.
+    wait_until(
+        "every event used its tries",
+        Duration::from_secs(15),
+        || async {
+            sink.attempts(validation) == 1
+                && sink.attempts(flaky) == 8 + 1
+                && sink.attempts(plain) == 5 + 1
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        (
+            sink.attempts(validation),
+            sink.attempts(flaky),
+            sink.attempts(plain)
+        ),
+        (1, 9, 6),
+        "no more tries once FAILED with the slow lane used"
+    );
+    for (id, tries) in [(validation, 1), (flaky, 9), (plain, 6)] {
+        let r = row(&db, "public", id).await;
+        assert_eq!(
+            (r.status.as_str(), r.retry_count),
+            ("FAILED", tries),
+            "event {id}"
+        );
+    }
+    running.stop().await;
+}

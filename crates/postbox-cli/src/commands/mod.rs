@@ -48,6 +48,6 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(&loaded.config, args).await,
-        Command::Config(_) => config::run(&loaded),
+        Command::Config(a) => config::run(&loaded, a.event_type.as_deref()),
     }
 }

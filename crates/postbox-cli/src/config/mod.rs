@@ -132,6 +132,9 @@ pub(crate) struct Config {
     /// The `[routing]` table, as written.
     #[serde(default, skip_serializing)]
     pub(crate) routing: Option<RawTable>,
+    /// `[[retry_policies]]` tables: retries per event type, the first match applying.
+    #[serde(default, skip_serializing)]
+    pub(crate) retry_policies: Vec<RetryPolicyTable>,
     /// Where the relay serves metrics, probes, the admin API and page (`None`: off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) admin_listen: Option<std::net::SocketAddr>,
@@ -152,6 +155,30 @@ pub(crate) struct Config {
     pub(crate) alert_repeat_after: Duration,
     /// At most this many alerts an hour.
     pub(crate) alert_max_per_hour: u32,
+}
+
+/// One `[[retry_policies]]` table: how events whose type `event_type` matches are retried.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryPolicyTable {
+    /// The event types (a glob: `*` and `?`).
+    pub(crate) event_type: postbox::Glob,
+    /// Tries before FAILED, instead of the event's own `max_retries`.
+    #[serde(default)]
+    pub(crate) max_retries: Option<u32>,
+    /// The backoff unit, instead of `backoff_base`.
+    #[serde(default, with = "humantime_serde::option")]
+    pub(crate) backoff_base: Option<Duration>,
+    /// The longest backoff, instead of `backoff_cap`.
+    #[serde(default, with = "humantime_serde::option")]
+    pub(crate) backoff_cap: Option<Duration>,
+    /// Whether FAILED events of these types get the slow lane.
+    #[serde(default = "slow_lane_default")]
+    pub(crate) slow_lane: bool,
+}
+
+fn slow_lane_default() -> bool {
+    true
 }
 
 /// A table of `postbox.toml` kept as written, parsed later into what it describes (a sink, a
@@ -204,6 +231,7 @@ impl Default for Config {
             sinks: BTreeMap::new(),
             routes: Vec::new(),
             routing: None,
+            retry_policies: Vec::new(),
             admin_listen: None,
             admin_token: None,
             alert_webhook: None,
@@ -218,7 +246,7 @@ impl Default for Config {
 impl Config {
     /// The settings of the relay.
     pub(crate) fn relay_config(&self) -> postbox::RelayConfig {
-        postbox::RelayConfig::default()
+        let mut relay = postbox::RelayConfig::default()
             .batch_size(self.batch_size)
             .poll_interval(self.poll_interval)
             .busy_poll_interval(self.busy_poll_interval)
@@ -243,7 +271,21 @@ impl Config {
                 (!self.dead_letter_retry_interval.is_zero())
                     .then_some(self.dead_letter_retry_interval),
             )
-            .dead_letter_max_retries(self.dead_letter_max_retries)
+            .dead_letter_max_retries(self.dead_letter_max_retries);
+        for p in &self.retry_policies {
+            let mut policy = postbox::RetryPolicy::new(p.event_type.clone()).slow_lane(p.slow_lane);
+            if let Some(max) = p.max_retries {
+                policy = policy.max_retries(max);
+            }
+            if p.backoff_base.is_some() || p.backoff_cap.is_some() {
+                policy = policy.backoff(postbox::Backoff {
+                    base: p.backoff_base.unwrap_or(self.backoff_base),
+                    cap: p.backoff_cap.unwrap_or(self.backoff_cap),
+                });
+            }
+            relay = relay.retry_policy(policy);
+        }
+        relay
     }
 
     /// The alert settings.

@@ -133,6 +133,19 @@ async fn a_non_loopback_admin_address_needs_a_token_and_a_weak_token_is_refused(
         "{}",
         out.stderr
     );
+    // `postbox config` says they are set, never what they are.
+    let hook = "https://hooks.example.com/services/T0/B0/s3cr3tp4th";
+    let mut cmd = pg.cmd(&["config"]);
+    cmd.env("POSTBOX_ADMIN_TOKEN", TOKEN)
+        .env("POSTBOX_ALERT_WEBHOOK", hook);
+    let out = run(cmd);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        !out.stdout.contains(TOKEN) && !out.stdout.contains("s3cr3tp4th"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("admin_token"), "{}", out.stdout);
     let mut cmd = pg.cmd(&["relay", "--admin-listen", "127.0.0.1:0"]);
     cmd.env("POSTBOX_ADMIN_TOKEN", "short");
     let out = run(cmd);
@@ -201,4 +214,57 @@ fn the_deploy_files_name_real_commands_and_keys() {
             );
         }
     }
+}
+
+/// A destination that is down shows in /metrics and /readyz, and both recover when it is back.
+/// (Multi-threaded: the endpoint serves while the test thread polls.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_outage_shows_in_metrics_and_readiness_until_it_is_back() {
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    let hook = free_port();
+    let addr = free_port();
+    let url = format!("http://{hook}/hook");
+    let relay = Running::spawn(pg.cmd(&[
+        "relay",
+        "--sink",
+        "webhook",
+        "--sink-url",
+        &url,
+        "--poll-interval",
+        "100ms",
+        "--admin-listen",
+        &addr.to_string(),
+    ]));
+    pg.insert_events("outbox_events", "OrderPlaced", 3, true)
+        .await;
+    let down = |b: &str| {
+        b.lines()
+            .any(|l| l.starts_with("postbox_sink_up{") && l.ends_with(" 0"))
+    };
+    wait_for(addr, "/metrics", "the sink is down", |s, b| {
+        s == 200 && down(b)
+    });
+    let body = wait_for(addr, "/readyz", "not ready while down", |s, _| s == 503);
+    assert!(body.contains("down since"), "{body}");
+
+    // The endpoint comes up: the events go out, the sink is up, the relay ready.
+    let app = axum::Router::new().route("/hook", axum::routing::post(|| async { "ok" }));
+    let listener = tokio::net::TcpListener::bind(hook)
+        .await
+        .expect("bind the hook");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    wait_for(addr, "/metrics", "the sink is up again", |s, b| {
+        s == 200
+            && b.lines()
+                .any(|l| l.starts_with("postbox_sink_up{") && l.ends_with(" 1"))
+            && b.lines().any(|l| {
+                l.starts_with("postbox_events_published_total{tenant=\"default\"}")
+                    && l.ends_with(" 3")
+            })
+    });
+    wait_for(addr, "/readyz", "ready again", |s, _| s == 200);
+    relay.signal("TERM");
+    let out = relay.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
 }

@@ -107,3 +107,89 @@ fn every_subcommand_has_help() {
         assert!(root.contains(key), "{key} not in --help");
     }
 }
+
+#[test]
+fn config_says_which_retry_policy_an_event_type_gets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("postbox.toml"),
+        r#"
+[[retry_policies]]
+event_type = "Validation*"
+max_retries = 1
+slow_lane = false
+
+[[retry_policies]]
+event_type = "Partner.*"
+max_retries = 20
+backoff_cap = "1h"
+"#,
+    )
+    .expect("write postbox.toml");
+    let out = run(postbox(
+        dir.path(),
+        &["config", "--event-type", "Partner.OrderSent"],
+    ));
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(
+            "1: event_type \"Validation*\": tries 1, backoff min(5m, 1s x 2^n), slow lane off"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "# event type \"Partner.OrderSent\": [[retry_policies]] event_type = \"Partner.*\""
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("tries 20, backoff min(1h, 1s x 2^n), slow lane on"),
+        "{}",
+        out.stdout
+    );
+    let out = run(postbox(
+        dir.path(),
+        &["config", "--event-type", "OrderPlaced"],
+    ));
+    assert!(
+        out.stdout.contains("no [[retry_policies]] table matches"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("the event's own max_retries"),
+        "{}",
+        out.stdout
+    );
+
+    // A bad table is refused, naming what is wrong.
+    for (table, needle) in [
+        ("event_type = \"A[\"\n", "event_type"),
+        (
+            "event_type = \"A*\"\nmax_retries = 0\n",
+            "max_retries must be 1 or more",
+        ),
+        (
+            "event_type = \"A*\"\nbackoff_base = \"1h\"\nbackoff_cap = \"1s\"\n",
+            "backoff base",
+        ),
+        ("event_type = \"A*\"\nretries = 3\n", "retries"),
+    ] {
+        std::fs::write(
+            dir.path().join("postbox.toml"),
+            format!("[[retry_policies]]\n{table}"),
+        )
+        .expect("write postbox.toml");
+        let out = run(postbox(dir.path(), &["config"]));
+        assert!(!out.status.success(), "{table}");
+        assert!(
+            out.stderr.contains("retry_policies") && out.stderr.contains(needle),
+            "{table}: {}",
+            out.stderr
+        );
+    }
+}

@@ -201,6 +201,7 @@ fn failed(id: i64, error: &str, permanent: bool) -> FailedTry {
         id,
         error: error.to_owned(),
         permanent,
+        max_retries: None,
     }
 }
 
@@ -1506,6 +1507,7 @@ pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHa
                     after,
                     max_tries,
                     batch_size: 1000,
+                    exclude: &[],
                 })
                 .await
                 .unwrap()
@@ -1553,6 +1555,85 @@ pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHa
         6,
         "raised to max_retries at least, never lowered"
     );
+
+    // A type a retry policy keeps out of the slow lane stays FAILED (the events are `E<i>`).
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    mark_failed(&b, c.claim_token, &[failed(ids[0], "again", false)]).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let skip = |pattern: &str| vec![pattern.parse::<postbox::Glob>().unwrap()];
+    for (exclude, released) in [(skip("E*"), 0), (skip("E0"), 0), (skip("X*"), 1)] {
+        let n = b
+            .store()
+            .events_retry_slow_lane(&postbox::store::SlowLaneParams {
+                target: &t,
+                after: Duration::ZERO,
+                max_tries: 24,
+                batch_size: 1000,
+                exclude: &exclude,
+            })
+            .await
+            .unwrap();
+        assert_eq!(n, released, "exclude {:?}", exclude[0].as_str());
+    }
+}
+
+/// A conformance case; see the module docs.
+pub async fn a_retry_policy_overrides_the_events_max_retries<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3).await; // max_retries 5 each
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    let with_max = |id: i64, max: Option<i32>| FailedTry {
+        max_retries: max,
+        ..failed(id, "nope", false)
+    };
+    let marks = mark_failed(
+        &b,
+        c.claim_token,
+        &[
+            with_max(ids[0], Some(1)),
+            with_max(ids[1], None),
+            with_max(ids[2], Some(9)),
+        ],
+    )
+    .await;
+    let gave_up: Vec<bool> = ids
+        .iter()
+        .map(|id| {
+            marks
+                .iter()
+                .find(|m| m.id == *id)
+                .is_some_and(|m| m.gave_up)
+        })
+        .collect();
+    assert_eq!(
+        gave_up,
+        [true, false, false],
+        "a policy of one try fails at once"
+    );
+    assert_eq!(b.row(ids[0]).await.status, "FAILED");
+    assert_eq!(b.row(ids[1]).await.status, "PENDING");
+    // A policy may also allow more tries than the column: at the column's limit it goes on.
+    for _ in 0..6 {
+        // Due now, not after its backoff.
+        b.exec(&format!(
+            "UPDATE outbox_events SET locked_until = NULL WHERE id = {}",
+            ids[2]
+        ))
+        .await;
+        let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+        assert!(
+            c.events.iter().any(|e| e.id == ids[2]),
+            "event {} is claimed again",
+            ids[2]
+        );
+        mark_failed(&b, c.claim_token, &[with_max(ids[2], Some(9))]).await;
+    }
+    let row = b.row(ids[2]).await;
+    assert_eq!(
+        (row.status.as_str(), row.retry_count),
+        ("PENDING", 7),
+        "past the column's 5"
+    );
 }
 
 /// The names of every case, in the order [`store_conformance!`](crate::store_conformance) runs
@@ -1582,6 +1663,7 @@ pub const CASES: &[&str] = &[
     "a_refused_event_leaves_the_callers_transaction_usable",
     "an_operator_retry_puts_failed_events_back_in_the_queue",
     "the_slow_lane_gives_failed_events_one_more_try_at_a_time",
+    "a_retry_policy_overrides_the_events_max_retries",
     "retention_archives_old_processed_events_and_nothing_else",
     "purge_removes_old_archived_and_failed_events_only",
     "events_are_listed_by_filter_and_read_back_whole",
@@ -1668,6 +1750,10 @@ macro_rules! store_conformance {
             #[tokio::test]
             async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time() {
                 $crate::store_suite::the_slow_lane_gives_failed_events_one_more_try_at_a_time::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn a_retry_policy_overrides_the_events_max_retries() {
+                $crate::store_suite::a_retry_policy_overrides_the_events_max_retries::<$harness>().await;
             }
             #[tokio::test]
             async fn an_id_that_is_taken_is_an_error_never_a_duplicate() {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+pub use super::policy::{EffectivePolicy, RetryPolicy};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 
@@ -84,6 +85,9 @@ pub struct RelayConfig {
     pub dead_letter_retry_interval: Option<Duration>,
     /// Slow-lane tries a `FAILED` event gets at most; `0` turns the slow lane off.
     pub dead_letter_max_retries: u32,
+    /// Retry policies per event type, the first match applying
+    /// ([`policy_for`](Self::policy_for)); events no policy matches get the settings above.
+    pub retry_policies: Vec<RetryPolicy>,
 }
 
 impl Default for RelayConfig {
@@ -107,6 +111,7 @@ impl Default for RelayConfig {
             archive_retention: Some(Duration::from_secs(90 * 86_400)),
             dead_letter_retry_interval: Some(Duration::from_secs(3600)),
             dead_letter_max_retries: 24,
+            retry_policies: Vec::new(),
         }
     }
 }
@@ -147,6 +152,48 @@ impl RelayConfig {
     pub fn dead_letter_max_retries(mut self, max: u32) -> Self {
         self.dead_letter_max_retries = max;
         self
+    }
+
+    /// Adds a retry policy (field [`retry_policies`](Self::retry_policies)); policies added
+    /// first win.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry_policies.push(policy);
+        self
+    }
+
+    /// What applies to events of `event_type`: the first matching policy over the relay's own
+    /// settings.
+    pub fn policy_for(&self, event_type: &str) -> EffectivePolicy {
+        let slow_lane_on =
+            self.dead_letter_retry_interval.is_some() && self.dead_letter_max_retries > 0;
+        match self
+            .retry_policies
+            .iter()
+            .find(|p| p.event_type.matches(event_type))
+        {
+            Some(p) => EffectivePolicy {
+                matched: Some(p.event_type.clone()),
+                max_retries: p.max_retries,
+                backoff: p.backoff.unwrap_or(self.retry),
+                slow_lane: slow_lane_on && p.slow_lane,
+            },
+            None => EffectivePolicy {
+                matched: None,
+                max_retries: None,
+                backoff: self.retry,
+                slow_lane: slow_lane_on,
+            },
+        }
+    }
+
+    /// The globs of the event types the slow lane skips: those whose first matching policy
+    /// turns it off (exact for types no earlier policy also matches).
+    pub(crate) fn slow_lane_excluded(&self) -> Vec<crate::glob::Glob> {
+        self.retry_policies
+            .iter()
+            .filter(|p| !p.slow_lane)
+            .map(|p| p.event_type.clone())
+            .collect()
     }
 
     /// Sets how long a drain waits for destinations that are down (field
@@ -276,6 +323,31 @@ impl RelayConfig {
                     self.poll_interval
                 ),
             );
+        }
+        for (i, p) in self.retry_policies.iter().enumerate() {
+            if p.max_retries == Some(0) || p.max_retries.is_some_and(|m| i32::try_from(m).is_err())
+            {
+                return bad(
+                    "retry_policies",
+                    format!(
+                        "policy {} ({}): max_retries must be 1 or more (and fit 32 bits)",
+                        i + 1,
+                        p.event_type.as_str()
+                    ),
+                );
+            }
+            if let Some(b) = p.backoff
+                && (b.base.is_zero() || b.cap < b.base)
+            {
+                return bad(
+                    "retry_policies",
+                    format!(
+                        "policy {} ({}): the backoff base must be above zero and at most its cap",
+                        i + 1,
+                        p.event_type.as_str()
+                    ),
+                );
+            }
         }
         if self.dead_letter_retry_interval.is_some_and(|r| r.is_zero()) {
             return bad(

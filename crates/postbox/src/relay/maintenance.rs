@@ -272,15 +272,22 @@ const SLOW_LANE_BATCH: u32 = 1000;
 pub(super) struct SlowLane {
     interval: Option<Duration>,
     max_tries: u32,
+    /// Event types whose retry policy turns the slow lane off.
+    exclude: Arc<[crate::glob::Glob]>,
     last_run: Option<Instant>,
     task: Option<JoinHandle<()>>,
 }
 
 impl SlowLane {
-    pub(super) fn new(interval: Option<Duration>, max_tries: u32) -> Self {
+    pub(super) fn new(
+        interval: Option<Duration>,
+        max_tries: u32,
+        exclude: Vec<crate::glob::Glob>,
+    ) -> Self {
         SlowLane {
             interval: interval.filter(|_| max_tries > 0),
             max_tries,
+            exclude: exclude.into(),
             last_run: None,
             task: None,
         }
@@ -302,6 +309,7 @@ impl SlowLane {
         let store = Arc::clone(store);
         let targets = targets.to_vec();
         let max_tries = self.max_tries;
+        let exclude = Arc::clone(&self.exclude);
         self.task = Some(tokio::spawn(async move {
             for target in &targets {
                 let params = SlowLaneParams {
@@ -309,6 +317,7 @@ impl SlowLane {
                     after: interval,
                     max_tries,
                     batch_size: SLOW_LANE_BATCH,
+                    exclude: &exclude,
                 };
                 match store.events_retry_slow_lane(&params).await {
                     Ok(0) | Err(Error::Unsupported(_)) => {}

@@ -17,6 +17,7 @@ mod lease;
 mod maintenance;
 mod notice;
 mod pipeline;
+mod policy;
 mod publish;
 mod stats;
 mod targets;
@@ -30,7 +31,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-pub use config::RelayConfig;
+pub use config::{EffectivePolicy, RelayConfig, RetryPolicy};
 pub use handle::RelayHandle;
 pub use notice::{FailedNotice, Notice};
 pub use stats::RelayStats;
@@ -113,6 +114,11 @@ impl Relay {
     /// This relay's id, as written to `locked_by`.
     pub fn id(&self) -> &str {
         &self.inner.id
+    }
+
+    /// The sink this relay publishes to (for a replay to the same destinations).
+    pub fn sink(&self) -> Arc<dyn Sink> {
+        Arc::clone(&self.inner.sink)
     }
 
     /// What this relay did so far, across its runs.
@@ -223,8 +229,11 @@ impl Relay {
         let mut vacuum = maintenance::Vacuum::new(cfg.vacuum_threshold);
         let mut health = maintenance::HealthReports::new();
         let mut retention = maintenance::Retention::new(cfg.retention, cfg.archive_retention);
-        let mut slow_lane =
-            maintenance::SlowLane::new(cfg.dead_letter_retry_interval, cfg.dead_letter_max_retries);
+        let mut slow_lane = maintenance::SlowLane::new(
+            cfg.dead_letter_retry_interval,
+            cfg.dead_letter_max_retries,
+            cfg.slow_lane_excluded(),
+        );
         let mut stall = Stall::new();
         let mut gave_up = None;
         info!(relay = %inner.id, ?mode, "relay started");

@@ -211,9 +211,10 @@ impl Pipeline {
                     id: u.id,
                     error: u.reason.clone(),
                     permanent: true,
+                    max_retries: None,
                 })
                 .collect();
-            let marks = mark_failed(&inner, target, token, &tries).await?;
+            let marks = mark_failed(&inner, target, token, &tries, cfg.retry).await?;
             stats.failed_tries += marks.len() as u64;
             stats.gave_up += marks.len() as u64;
             for mark in &marks {
@@ -386,10 +387,14 @@ impl Pipeline {
             }
             Err(e) => {
                 open.all_unavailable = false;
+                // The retry policy of the event's type, if one matches.
+                let event_type = open.event_types.get(&done.id).map_or("", String::as_str);
+                let policy = self.inner.config.policy_for(event_type);
                 open.tries.push(FailedTry {
                     id: done.id,
                     permanent: e.is_permanent(),
                     error: crate::redact::redact(&e.to_string()),
+                    max_retries: policy.max_retries.and_then(|m| i32::try_from(m).ok()),
                 });
             }
         }
@@ -468,12 +473,29 @@ impl Pipeline {
             );
         }
         if !tries.is_empty() {
-            let marks = mark_failed(&inner, &target, token, &tries).await?;
+            // One mark per backoff: events whose type has a retry policy of its own back off
+            // by it.
+            let event_types = &self.claims[&claim].event_types;
+            let backoff_of = |id: i64| {
+                let event_type = event_types.get(&id).map_or("", String::as_str);
+                cfg.policy_for(event_type).backoff
+            };
+            let mut groups: Vec<(Backoff, Vec<FailedTry>)> = Vec::new();
+            for t in &tries {
+                let backoff = backoff_of(t.id);
+                match groups.iter_mut().find(|(b, _)| *b == backoff) {
+                    Some((_, group)) => group.push(t.clone()),
+                    None => groups.push((backoff, vec![t.clone()])),
+                }
+            }
+            let mut marks = Vec::with_capacity(tries.len());
+            for (backoff, group) in &groups {
+                marks.extend(mark_failed(&inner, &target, token, group, *backoff).await?);
+            }
             stats.failed_tries += marks.len() as u64;
             stats.fenced += (tries.len() - marks.len()) as u64;
             metrics::counter!("postbox_publish_failures_total", "tenant" => tenant.to_owned())
                 .increment(marks.len() as u64);
-            let event_types = &self.claims[&claim].event_types;
             for mark in marks {
                 let error = tries
                     .iter()
@@ -484,9 +506,8 @@ impl Pipeline {
                     let event_type = event_types.get(&mark.id).map_or("", String::as_str);
                     alert_failed(&inner, tenant, mark.id, event_type, mark.retry_count, error);
                 } else {
-                    let retry_in = cfg
-                        .retry
-                        .delay(u32::try_from(mark.retry_count).unwrap_or(0));
+                    let retry_in =
+                        backoff_of(mark.id).delay(u32::try_from(mark.retry_count).unwrap_or(0));
                     inner.retries.note(retry_in);
                     warn!(
                         tenant,
@@ -527,18 +548,19 @@ impl Pipeline {
     }
 }
 
-/// Records failed tries, with the relay's patience.
+/// Records failed tries backing off by `retry`, with the relay's patience.
 async fn mark_failed(
     inner: &Inner,
     target: &Target,
     token: Uuid,
     tries: &[FailedTry],
+    retry: Backoff,
 ) -> Result<Vec<FailedMark>> {
     let failed = MarkFailedParams {
         target,
         claim_token: token,
         tries,
-        retry: inner.config.retry,
+        retry,
     };
     with_patience(inner.config.lease, || {
         inner.store.events_mark_failed(&failed)

@@ -124,6 +124,9 @@ pub struct FailedTry {
     pub error: String,
     /// A permanent error sends the event to `FAILED` at once, whatever its retries.
     pub permanent: bool,
+    /// Tries before `FAILED` for this event, instead of its `max_retries` column (a retry
+    /// policy of its type); `None` keeps the column's.
+    pub max_retries: Option<i32>,
 }
 
 /// Parameters of [`Store::events_mark_failed`].
@@ -353,6 +356,8 @@ pub struct SlowLaneParams<'a> {
     pub max_tries: u32,
     /// Events released at most in this call.
     pub batch_size: u32,
+    /// Event types the slow lane skips.
+    pub exclude: &'a [crate::glob::Glob],
 }
 
 /// Parameters of [`Store::tenant_add`].

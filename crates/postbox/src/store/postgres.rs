@@ -408,6 +408,7 @@ impl Store for PgStore {
         let ids: Vec<i64> = p.tries.iter().map(|t| t.id).collect();
         let errors: Vec<_> = p.tries.iter().map(|t| storable_error(&t.error)).collect();
         let permanent: Vec<bool> = p.tries.iter().map(|t| t.permanent).collect();
+        let max_retries: Vec<Option<i32>> = p.tries.iter().map(|t| t.max_retries).collect();
         let rows = sqlx::query(safe(&sql.mark_failed))
             .bind(&ids)
             .bind(&errors)
@@ -415,6 +416,7 @@ impl Store for PgStore {
             .bind(p.claim_token)
             .bind(ms(p.retry.base))
             .bind(ms(p.retry.cap))
+            .bind(&max_retries)
             .fetch_all(&self.pool)
             .await?;
         rows.iter()
@@ -462,10 +464,12 @@ impl Store for PgStore {
 
     async fn events_retry_slow_lane(&self, p: &SlowLaneParams<'_>) -> Result<u64> {
         let sql = self.sql.get(&p.target.schema);
+        let exclude: Vec<String> = p.exclude.iter().map(|g| g.to_like()).collect();
         let done = sqlx::query(safe(&sql.retry_slow_lane))
             .bind(p.after.as_secs_f64())
             .bind(i32::try_from(p.max_tries).unwrap_or(i32::MAX))
             .bind(i64::from(p.batch_size))
+            .bind(&exclude)
             .execute(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;

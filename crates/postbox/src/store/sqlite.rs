@@ -297,6 +297,7 @@ impl Store for SqliteStore {
                     .bind(&token)
                     .bind(ms(p.retry.base))
                     .bind(ms(p.retry.cap))
+                    .bind(t.max_retries)
                     .fetch_optional(&mut *tx)
                     .await?;
             if let Some((id, retry_count, gave_up)) = row {
@@ -345,10 +346,12 @@ impl Store for SqliteStore {
 
     async fn events_retry_slow_lane(&self, p: &SlowLaneParams<'_>) -> Result<u64> {
         Self::check_target(p.target)?;
+        let exclude: Vec<&str> = p.exclude.iter().map(|g| g.to_sqlite_glob()).collect();
         let done = sqlx::query(include_str!("../../sql/sqlite/retry_slow_lane.sql"))
             .bind(p.after.as_secs_f64())
             .bind(i64::from(p.max_tries))
             .bind(i64::from(p.batch_size))
+            .bind(serde_json::to_string(&exclude)?)
             .execute(&self.pool)
             .await
             .map_err(map_missing_table)?;
