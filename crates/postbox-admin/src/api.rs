@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::Utc;
 use postbox::store::{
-    EventFilter, EventStatus, ListParams, Order, RetryFailedParams, StatusCounts, StoredEvent,
+    EventFilter, FilterText, ListParams, Order, RetryFailedParams, StatusCounts, StoredEvent,
 };
 use postbox::{SinkHealth, Target, TenantId, TenantStatus};
 use serde::{Deserialize, Serialize};
@@ -155,42 +155,15 @@ pub(crate) struct ListQuery {
 
 impl ListQuery {
     fn filter(&self) -> Result<EventFilter, ApiError> {
-        let mut filter = EventFilter::default();
-        for status in self.status.iter().flat_map(|s| s.split(',')) {
-            let status: EventStatus = status.trim().parse()?;
-            if !filter.statuses.contains(&status) {
-                filter.statuses.push(status);
-            }
-        }
-        filter.event_type = self
-            .event_type
-            .as_deref()
-            .map(str::parse)
-            .transpose()
-            .map_err(|e| ApiError::bad_request(format!("parameter type: {e}")))?;
-        filter.aggregate_type = self
-            .aggregate_type
-            .as_deref()
-            .map(str::parse)
-            .transpose()
-            .map_err(|e| ApiError::bad_request(format!("parameter aggregate_type: {e}")))?;
-        filter.aggregate_id = self.aggregate_id.clone();
-        let now = Utc::now();
-        filter.since = self
-            .since
-            .as_deref()
-            .map(|t| postbox::store::parse_time(t, now))
-            .transpose()
-            .map_err(|e| ApiError::bad_request(format!("parameter since: {e}")))?;
-        filter.until = self
-            .until
-            .as_deref()
-            .map(|t| postbox::store::parse_time(t, now))
-            .transpose()
-            .map_err(|e| ApiError::bad_request(format!("parameter until: {e}")))?;
-        filter.archive = self.archive;
-        filter.validate()?;
-        Ok(filter)
+        let mut text = FilterText::default();
+        text.statuses = self.status.iter().map(String::as_str).collect();
+        text.event_type = self.event_type.as_deref();
+        text.aggregate_type = self.aggregate_type.as_deref();
+        text.aggregate_id = self.aggregate_id.as_deref();
+        text.since = self.since.as_deref();
+        text.until = self.until.as_deref();
+        text.archive = self.archive;
+        Ok(EventFilter::parse(&text, Utc::now())?)
     }
 
     fn order(&self) -> Result<Order, ApiError> {

@@ -1,10 +1,9 @@
 //! The event filters of `events list` and `replay`, from the command line to the library's
 //! [`EventFilter`], refused with a message naming the flag before anything is read.
 
-use anyhow::Context;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use postbox::Target;
-use postbox::store::{EventFilter, EventStatus};
+use postbox::store::{EventFilter, FilterText};
 
 use crate::cli::FilterArgs;
 use crate::database::Database;
@@ -22,55 +21,40 @@ pub(crate) async fn resolve(
     Ok((target, filter))
 }
 
-/// Parses the flags, without the database.
+/// Parses the flags, without the database; an error names the flag.
 pub(crate) fn parse(args: &FilterArgs) -> anyhow::Result<EventFilter> {
-    let mut filter = EventFilter::default();
-    for status in &args.status {
-        let status: EventStatus = status.parse().context("--status")?;
-        if !filter.statuses.contains(&status) {
-            filter.statuses.push(status);
+    let mut text = FilterText::default();
+    text.statuses = args.status.iter().map(String::as_str).collect();
+    text.event_type = args.event_type.as_deref();
+    text.aggregate_type = args.aggregate_type.as_deref();
+    text.aggregate_id = args.aggregate_id.as_deref();
+    text.since = args.since.as_deref();
+    text.until = args.until.as_deref();
+    text.archive = args.archive;
+    EventFilter::parse(&text, Utc::now()).map_err(|e| match e {
+        postbox::Error::InvalidFilter { field, reason } => {
+            let flag = match field {
+                "status" => "--status",
+                "type" => "--type",
+                "aggregate_type" => "--aggregate-type",
+                "aggregate_id" => "--aggregate-id",
+                "since" => "--since",
+                "until" => "--until",
+                "since/until" => "--since/--until",
+                other => other,
+            };
+            anyhow::anyhow!("{flag}: {reason}")
         }
-    }
-    filter.event_type = args
-        .event_type
-        .as_deref()
-        .map(str::parse)
-        .transpose()
-        .context("--type")?;
-    filter.aggregate_type = args
-        .aggregate_type
-        .as_deref()
-        .map(str::parse)
-        .transpose()
-        .context("--aggregate-type")?;
-    filter.aggregate_id = args.aggregate_id.clone();
-    let now = Utc::now();
-    filter.since = args
-        .since
-        .as_deref()
-        .map(|t| time(t, now))
-        .transpose()
-        .context("--since")?;
-    filter.until = args
-        .until
-        .as_deref()
-        .map(|t| time(t, now))
-        .transpose()
-        .context("--until")?;
-    filter.archive = args.archive;
-    filter.validate()?;
-    Ok(filter)
-}
-
-/// A point in time: RFC 3339, a date (midnight UTC), or an age before `now`.
-fn time(text: &str, now: DateTime<Utc>) -> anyhow::Result<DateTime<Utc>> {
-    postbox::store::parse_time(text, now).map_err(anyhow::Error::msg)
+        e => anyhow::Error::new(e),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use chrono::DateTime;
+    use postbox::store::EventStatus;
 
     fn args() -> FilterArgs {
         FilterArgs {
@@ -83,6 +67,10 @@ mod tests {
             archive: false,
             tenant: None,
         }
+    }
+
+    fn time(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+        postbox::store::parse_time(text, now)
     }
 
     #[test]
@@ -100,7 +88,7 @@ mod tests {
             time("2h", now).unwrap().to_rfc3339(),
             "2026-11-30T10:00:00+00:00"
         );
-        let err = time("yesterday", now).unwrap_err().to_string();
+        let err = time("yesterday", now).unwrap_err();
         assert!(err.contains("RFC 3339"), "{err}");
     }
 

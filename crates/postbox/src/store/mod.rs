@@ -29,7 +29,7 @@ mod sqlite;
 
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
-pub use reads::{EventFilter, EventStatus, ListParams, Order, StoredEvent, parse_time};
+pub use reads::{EventFilter, EventStatus, FilterText, ListParams, Order, StoredEvent, parse_time};
 pub use retention::{
     ArchiveBatch, ArchiveParams, PurgeBatch, PurgeKind, PurgeParams, archive_all, purge_all,
 };

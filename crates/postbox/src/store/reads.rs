@@ -134,6 +134,70 @@ impl EventFilter {
     }
 }
 
+/// A filter as an operator writes it (command-line flags, query parameters): statuses (each may
+/// be a comma-separated list, in any case), globs, an aggregate id, times for
+/// [`parse_time`]. [`EventFilter::parse`] turns it into a filter, or an
+/// [`Error::InvalidFilter`] naming the field: `status`, `type`, `aggregate_type`,
+/// `aggregate_id`, `since`, `until` or `since/until`.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct FilterText<'a> {
+    /// Statuses.
+    pub statuses: Vec<&'a str>,
+    /// An event-type glob.
+    pub event_type: Option<&'a str>,
+    /// An aggregate-type glob.
+    pub aggregate_type: Option<&'a str>,
+    /// An aggregate id.
+    pub aggregate_id: Option<&'a str>,
+    /// Created at or after.
+    pub since: Option<&'a str>,
+    /// Created before.
+    pub until: Option<&'a str>,
+    /// Read the archive too.
+    pub archive: bool,
+}
+
+impl EventFilter {
+    /// The filter `text` describes, times read against `now`; refused, naming the field, if any
+    /// part of it is not what it should be or it cannot match anything by construction.
+    ///
+    /// ```
+    /// use postbox::store::{EventFilter, EventStatus, FilterText};
+    /// let mut text = FilterText::default();
+    /// text.statuses = vec!["failed,processed"];
+    /// text.event_type = Some("Invoice*");
+    /// let filter = EventFilter::parse(&text, chrono::Utc::now()).unwrap();
+    /// assert_eq!(filter.statuses, [EventStatus::Failed, EventStatus::Processed]);
+    /// ```
+    pub fn parse(text: &FilterText<'_>, now: DateTime<Utc>) -> Result<EventFilter> {
+        let invalid = |field: &'static str, reason: String| Error::InvalidFilter { field, reason };
+        let mut filter = EventFilter::default();
+        for status in text.statuses.iter().flat_map(|s| s.split(',')) {
+            let status: EventStatus = status.trim().parse()?;
+            if !filter.statuses.contains(&status) {
+                filter.statuses.push(status);
+            }
+        }
+        let glob = |field: &'static str, text: Option<&str>| {
+            text.map(|t| t.parse::<Glob>().map_err(|e| invalid(field, e.to_string())))
+                .transpose()
+        };
+        filter.event_type = glob("type", text.event_type)?;
+        filter.aggregate_type = glob("aggregate_type", text.aggregate_type)?;
+        filter.aggregate_id = text.aggregate_id.map(str::to_owned);
+        let time = |field: &'static str, text: Option<&str>| {
+            text.map(|t| parse_time(t, now).map_err(|e| invalid(field, e)))
+                .transpose()
+        };
+        filter.since = time("since", text.since)?;
+        filter.until = time("until", text.until)?;
+        filter.archive = text.archive;
+        filter.validate()?;
+        Ok(filter)
+    }
+}
+
 /// A point in time as an operator writes it in a filter: RFC 3339
 /// (`2026-11-30T12:00:00Z`), a date (`2026-11-30`, midnight UTC), or an age before `now`
 /// (`2h`, `7d`). The error says what is accepted.
