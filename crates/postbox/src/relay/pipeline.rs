@@ -28,7 +28,7 @@ use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::event::OutboxEvent;
 use crate::schema::{SchemaName, Target};
-use crate::sink::PublishError;
+use crate::sink::{PublishError, Sink};
 use crate::store::{
     ClaimParams, FailedMark, FailedTry, MarkFailedParams, MarkProcessedParams, Release,
     ReleaseParams,
@@ -370,9 +370,9 @@ impl Pipeline {
             Err(e) if e.is_unavailable() => {
                 let delay = e.retry_after().unwrap_or(UNAVAILABLE_PAUSE);
                 open.pause = Some(open.pause.map_or(delay, |p| p.min(delay)));
-                if open.all_unavailable {
-                    // No destination of this claim answered so far: no new claims of the
-                    // target until the pause is over (a success lifts it).
+                if open.all_unavailable && !a_destination_is_up(&*self.inner.sink) {
+                    // No destination of this claim answered so far and none is known up: no
+                    // new claims of the target until the pause is over (a success lifts it).
                     self.paused
                         .insert(open.target.schema.clone(), Instant::now() + delay);
                 }
@@ -529,9 +529,12 @@ impl Pipeline {
         if finished && let Some(open) = self.claims.remove(&claim) {
             if open.all_unavailable
                 && let Some(pause) = open.pause
+                && !a_destination_is_up(&*self.inner.sink)
             {
-                // Every destination of the claim was down: no further claims of this target
-                // until the sink's next probe, instead of churning through its backlog.
+                // Every destination of the claim was down, and no other is known up: no further
+                // claims of this target until the sink's next probe, instead of churning through
+                // its backlog. Where another route is up, claims go on: the events of the down
+                // one are put back until its probe and the next claim reaches past them.
                 self.paused
                     .insert(open.target.schema.clone(), Instant::now() + pause);
             }
@@ -546,6 +549,12 @@ impl Pipeline {
         self.stats.add(stats);
         self.inner.live.add(stats);
     }
+}
+
+/// Whether `sink` reports one of its destinations up (a route beside a down one). A sink that
+/// tracks no health reports none.
+fn a_destination_is_up(sink: &dyn Sink) -> bool {
+    sink.health().iter().any(|h| h.up)
 }
 
 /// Records failed tries backing off by `retry`, with the relay's patience.
