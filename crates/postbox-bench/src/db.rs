@@ -57,8 +57,14 @@ fn second_row(i: u64) -> String {
 }
 
 pub(crate) fn event(i: u64) -> Result<Event, BenchError> {
+    event_of(i, None)
+}
+
+/// Event `i`, of aggregate `i % aggregates` (of its own aggregate when `None`).
+pub(crate) fn event_of(i: u64, aggregates: Option<u64>) -> Result<Event, BenchError> {
+    let aggregate = aggregates.map_or(i, |n| i % n.max(1));
     Ok(Event::new("InvoiceCreated", &payload(i))?
-        .aggregate("Invoice", i.to_string())
+        .aggregate("Invoice", aggregate.to_string())
         .without_idempotency_key())
 }
 
@@ -143,9 +149,10 @@ impl Db {
         outbox: &Outbox,
         first: u64,
         count: u64,
+        aggregates: Option<u64>,
     ) -> Result<Vec<Enqueued>, BenchError> {
         let events = (first..first + count)
-            .map(event)
+            .map(|i| event_of(i, aggregates))
             .collect::<Result<Vec<_>, _>>()?;
         match self {
             Db::Pg(p) => {

@@ -18,8 +18,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use postbox::RelayConfig;
 
 pub use report::{
-    BenchReport, DrainRun, EnqueueOverhead, HistoryRun, HistoryWindow, LatencyRun, Percentiles,
-    Soak, Throughput,
+    BenchReport, DrainRun, EnqueueOverhead, HistoryRun, HistoryWindow, LatencyRun, OrderingRun,
+    Percentiles, Soak, Throughput,
 };
 
 use db::Extra;
@@ -70,6 +70,9 @@ pub struct BenchOptions {
     pub latency_duration: Duration,
     /// Poll interval of the polling-only latency run.
     pub poll_interval: Duration,
+    /// Aggregate counts of the ordering phase: the backlog of `events` spread over this many
+    /// aggregates, drained with and without ordering; empty skips it.
+    pub ordered_aggregates: Vec<u64>,
     /// Events of the soak; 0 skips it.
     pub soak_events: u64,
     /// Events per soak window.
@@ -105,6 +108,7 @@ impl BenchOptions {
             rate: 2000,
             latency_duration: Duration::from_secs(10),
             poll_interval: Duration::from_millis(100),
+            ordered_aggregates: vec![10_000, 100],
             soak_events: 1_000_000,
             soak_window: 100_000,
             history_rows: 1_000_000,
@@ -124,6 +128,7 @@ impl BenchOptions {
             enqueue_duration: Duration::from_millis(300),
             rate: 500,
             latency_duration: Duration::from_millis(500),
+            ordered_aggregates: vec![1_000, 10],
             soak_events: 4_000,
             soak_window: 1_000,
             history_rows: 20_000,
@@ -253,7 +258,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         }
         scratch.reset().await?;
         let b = bar(opts, opts.events, "preload");
-        phases::preload(&db, &outbox, opts.events, &b).await?;
+        phases::preload(&db, &outbox, opts.events, None, &b).await?;
         b.finish_and_clear();
         let b = bar(opts, opts.events, &format!("ceiling: {relays} workers"));
         let ceiling = phases::ceiling(&dbs, &config, opts.events, &b).await?;
@@ -261,7 +266,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
 
         scratch.reset().await?;
         let b = bar(opts, opts.events, "preload");
-        phases::preload(&db, &outbox, opts.events, &b).await?;
+        phases::preload(&db, &outbox, opts.events, None, &b).await?;
         b.finish_and_clear();
         let b = bar(opts, opts.events, &format!("drain: {relays} relays"));
         let relay = phases::drain(&dbs, &config, opts.events, &b).await?;
@@ -333,6 +338,44 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         }
     }
 
+    // Ordering (G6): the same backlog spread over few or many aggregates, drained by the most
+    // relays of --relays with and without ordering.
+    let mut ordering = Vec::new();
+    for &aggregates in &opts.ordered_aggregates {
+        let relays = opts.relays.iter().copied().max().unwrap_or(1);
+        let mut dbs = Vec::with_capacity(relays);
+        for _ in 0..relays {
+            dbs.push(scratch.open(4).await?);
+        }
+        let mut runs = Vec::with_capacity(2);
+        for ordered in [false, true] {
+            scratch.reset().await?;
+            let b = bar(opts, opts.events, "preload");
+            phases::preload(&db, &outbox, opts.events, Some(aggregates), &b).await?;
+            b.finish_and_clear();
+            let what = if ordered { "ordered" } else { "unordered" };
+            let b = bar(
+                opts,
+                opts.events,
+                &format!("{aggregates} aggregates, {what}: {relays} relays"),
+            );
+            let run_config = if ordered {
+                config.clone().ordered_aggregate_types(["Invoice"])
+            } else {
+                config.clone()
+            };
+            runs.push(phases::drain(&dbs, &run_config, opts.events, &b).await?);
+            b.finish_and_clear();
+        }
+        ordering.push(OrderingRun {
+            aggregates,
+            relays,
+            ratio: runs[1].per_second / runs[0].per_second,
+            unordered: runs[0],
+            ordered: runs[1],
+        });
+    }
+
     let mut soak = None;
     if opts.soak_events > 0 {
         let relays = opts.relays.iter().copied().max().unwrap_or(1);
@@ -342,7 +385,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         }
         scratch.reset().await?;
         let b = bar(opts, opts.soak_events, "soak: preload");
-        phases::preload(&db, &outbox, opts.soak_events, &b).await?;
+        phases::preload(&db, &outbox, opts.soak_events, None, &b).await?;
         b.finish_and_clear();
         let b = bar(opts, opts.soak_events, &format!("soak: {relays} relays"));
         let (windows, rss) =
@@ -391,6 +434,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         enqueue,
         drain,
         latency,
+        ordering,
         soak,
         history,
     })

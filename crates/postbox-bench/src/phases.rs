@@ -76,6 +76,7 @@ pub(crate) async fn preload(
     db: &Db,
     outbox: &Outbox,
     count: u64,
+    aggregates: Option<u64>,
     bar: &ProgressBar,
 ) -> Result<(), BenchError> {
     let next = Arc::new(AtomicU64::new(0));
@@ -89,7 +90,7 @@ pub(crate) async fn preload(
                     return Ok::<_, BenchError>(());
                 }
                 let n = PRELOAD_CHUNK.min(count - first);
-                db.preload(outbox, first, n).await?;
+                db.preload(outbox, first, n, aggregates).await?;
                 bar.inc(n);
             }
         }
@@ -158,6 +159,7 @@ pub(crate) async fn ceiling(
                         batch_size: config.batch_size,
                         lease: config.lease,
                         relay_id: &relay_id,
+                        order: Default::default(),
                     })
                     .await?;
                 if claimed.events.is_empty() {

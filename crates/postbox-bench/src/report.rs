@@ -156,6 +156,21 @@ pub struct DrainRun {
     pub ratio: f64,
 }
 
+/// A drain with per-aggregate ordering (G6) beside the same drain without.
+#[derive(Clone, Debug, Serialize)]
+pub struct OrderingRun {
+    /// Aggregates the backlog is spread over (round robin, by id).
+    pub aggregates: u64,
+    /// Relays draining.
+    pub relays: usize,
+    /// Without ordering.
+    pub unordered: Throughput,
+    /// With `ordered_aggregate_types = ["Invoice"]`.
+    pub ordered: Throughput,
+    /// `ordered / unordered`.
+    pub ratio: f64,
+}
+
 /// The soak: throughput per window of events over a long drain.
 #[derive(Clone, Debug, Serialize)]
 pub struct Soak {
@@ -247,6 +262,8 @@ pub struct BenchReport {
     /// Commit-to-publish latency, one run per way of finding new events (PostgreSQL only; empty
     /// on SQLite): debounced `NOTIFY` with busy polling, `NOTIFY` on every commit, polling only.
     pub latency: Vec<LatencyRun>,
+    /// Drains with and without per-aggregate ordering, per aggregate count.
+    pub ordering: Vec<OrderingRun>,
     /// The soak, when run.
     pub soak: Option<Soak>,
     /// The history phase, when run (PostgreSQL).
@@ -335,6 +352,25 @@ impl BenchReport {
                     out,
                     "  {:<30}  {:>7}  {:>8.2}  {:>8.2}  {:>8.2}  {:>8.2}",
                     run.mode, p.rate, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms
+                );
+            }
+        }
+        if !self.ordering.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "per-aggregate ordering: drain to the null sink (events/s)"
+            );
+            let _ = writeln!(
+                out,
+                "  {:>10}  {:>6}  {:>12}  {:>12}  {:>9}",
+                "aggregates", "relays", "unordered", "ordered", "ratio"
+            );
+            for o in &self.ordering {
+                let _ = writeln!(
+                    out,
+                    "  {:>10}  {:>6}  {:>12.0}  {:>12.0}  {:>8.2}x",
+                    o.aggregates, o.relays, o.unordered.per_second, o.ordered.per_second, o.ratio
                 );
             }
         }

@@ -222,7 +222,9 @@ pub(crate) enum Command {
                       statements in a minimal loop, same run); commit-to-publish latency at a \
                       steady rate with debounced NOTIFY and busy polling, with NOTIFY on every \
                       commit, with no NOTIFY at all (plain SQL) from idle, and with polling \
-                      only (PostgreSQL); a soak (a large backlog, events/s per window, last/first \
+                      only (PostgreSQL); per-aggregate ordering (the --events backlog over \
+                      --ordered-aggregates aggregates, drained with and without ordering); a \
+                      soak (a large backlog, events/s per window, last/first \
                       ratio, peak RSS); history (PostgreSQL: a table that starts with \
                       --history-rows processed events written by plain SQL and VACUUM ANALYZEd, \
                       retention a third of --history-duration so archiving runs all along, \
@@ -409,6 +411,34 @@ pub(crate) enum EventsCommand {
 
     /// Show one event: every column, headers, last error, the payload pretty-printed
     Show(EventsShowArgs),
+
+    /// Skip the held-back head of an ordered aggregate: it stays FAILED, the rest flows
+    #[command(
+        long_about = "Skip events that hold back the later events of their ordered aggregate \
+                      (ordered_aggregate_types): each goes FAILED, if it was waiting for a \
+                      retry, and is marked skipped, so that the rest of its aggregate is \
+                      published; `postbox events list --parked` lists the candidates. Events in \
+                      flight or already PROCESSED are left alone (and named). `postbox retry \
+                      ID` undoes a skip: the event is published again, after the events that \
+                      overtook it."
+    )]
+    Skip(EventsSkipArgs),
+}
+
+/// `postbox events skip`.
+#[derive(Debug, Args)]
+pub(crate) struct EventsSkipArgs {
+    /// Ids of the events to skip
+    #[arg(value_name = "ID", required = true)]
+    pub(crate) ids: Vec<i64>,
+
+    /// The tenant the events belong to [default: the default schema]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
 }
 
 /// Which events: the filters shared by `events list` and `replay`.
@@ -455,6 +485,11 @@ pub(crate) struct EventsListArgs {
     /// Which events.
     #[command(flatten)]
     pub(crate) filter: FilterArgs,
+
+    /// Only the heads of parked aggregates: FAILED events (not skipped) that hold back later
+    /// events of their aggregate (ordered_aggregate_types)
+    #[arg(long)]
+    pub(crate) parked: bool,
 
     /// At most this many events
     #[arg(long, value_name = "N", default_value_t = 50,
@@ -701,6 +736,7 @@ impl Cli {
             Command::Retry(a) => (Some(&a.schema), None, None),
             Command::Events(EventsCommand::List(a)) => (Some(&a.schema), None, None),
             Command::Events(EventsCommand::Show(a)) => (Some(&a.schema), None, None),
+            Command::Events(EventsCommand::Skip(a)) => (Some(&a.schema), None, None),
             Command::Replay(a) => (Some(&a.schema), None, Some(&a.sink)),
             Command::Archive(a) => (Some(&a.schema), None, None),
             Command::Purge(a) => (Some(&a.schema), None, None),
@@ -887,6 +923,12 @@ pub(crate) struct BenchArgs {
     /// [default: 1, the smallest transaction]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) business_statements: Option<u32>,
+
+    /// Aggregate counts of the ordering phase, comma-separated, 0 to skip it: --events spread
+    /// over that many aggregates, drained with and without ordering [default: 10000,100;
+    /// quick: 1000,10]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) ordered_aggregates: Option<Vec<u64>>,
 
     /// Events of the soak, 0 to skip it [default: 1000000; quick: 4000]
     #[arg(long, value_name = "N")]

@@ -303,6 +303,64 @@ pub struct Opened {
 }
 
 impl SinkSetup {
+    /// Refuses an ordering the setup cannot honour (G6: `ordered` aggregate types, `*` for
+    /// all): a destination that ordered events can reach and that is chosen by `{event_type}`
+    /// sends the events of one aggregate to several topics (streams, subjects, URLs), and no
+    /// consumer sees their order. The error says which sink or route, and what to do.
+    ///
+    /// ```
+    /// use postbox_sinks::{SinkConfig, SinkSetup};
+    /// use std::time::Duration;
+    /// let table = serde_json::json!({"kind": "null"});
+    /// let config = SinkConfig::from_table(&table, Duration::from_secs(10)).unwrap();
+    /// let setup = SinkSetup::Single(Box::new(config));
+    /// assert!(setup.check_ordering(&["Invoice".to_owned()]).is_ok());
+    /// ```
+    pub fn check_ordering(&self, ordered: &[String]) -> std::result::Result<(), String> {
+        if ordered.is_empty() {
+            return Ok(());
+        }
+        let refuse = |what: &str, template: &Template| {
+            Err(format!(
+                "{what} chooses its destination `{}` by {{event_type}}: the events of one \
+                 aggregate would go to several destinations, where no consumer sees their order \
+                 (ordered_aggregate_types = {ordered:?}); choose it by {{aggregate_type}} \
+                 instead, or leave these aggregate types out of ordered_aggregate_types",
+                redact(template.as_str())
+            ))
+        };
+        let splits = |t: &Template| t.as_str().contains("{event_type}");
+        match self {
+            SinkSetup::Single(config) => match config.own_destination() {
+                Some(t) if splits(t) => refuse("the sink", t),
+                _ => Ok(()),
+            },
+            SinkSetup::Routed(routes) => {
+                let reaches = |route: &RouteConfig| match &route.aggregate_type {
+                    None => true,
+                    Some(glob) => ordered.iter().any(|o| o == "*" || glob.matches(o)),
+                };
+                for route in routes.routes.iter().chain(&routes.default_route) {
+                    if !reaches(route) {
+                        continue;
+                    }
+                    let destination = route.topic.as_ref().or_else(|| {
+                        routes
+                            .sinks
+                            .get(&route.sink)
+                            .and_then(|s| s.own_destination())
+                    });
+                    if let Some(t) = destination
+                        && splits(t)
+                    {
+                        return refuse(&format!("{} (sink {})", route.label, route.sink), t);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Opens the sink, or every sink some route uses.
     pub async fn open(self) -> Result<Opened> {
         let shared = Shared::default();

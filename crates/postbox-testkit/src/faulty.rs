@@ -216,8 +216,28 @@ impl postbox::Store for FaultyStore {
         self.inner.status_counts(target).await
     }
 
-    async fn backlog(&self, target: &postbox::Target) -> postbox::Result<Backlog> {
-        self.inner.backlog(target).await
+    async fn backlog(
+        &self,
+        target: &postbox::Target,
+        ordered: &[String],
+    ) -> postbox::Result<Backlog> {
+        self.inner.backlog(target, ordered).await
+    }
+
+    async fn commit_horizon(
+        &self,
+        target: &postbox::Target,
+        probe: Option<&postbox::store::HorizonProbe>,
+    ) -> postbox::Result<postbox::store::Horizon> {
+        self.inner.commit_horizon(target, probe).await
+    }
+
+    async fn events_skip(
+        &self,
+        target: &postbox::Target,
+        ids: &[i64],
+    ) -> postbox::Result<Vec<i64>> {
+        self.inner.events_skip(target, ids).await
     }
 
     async fn tenant_add(&self, p: &TenantAddParams<'_>) -> postbox::Result<postbox::Tenant> {

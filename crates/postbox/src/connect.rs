@@ -268,8 +268,18 @@ impl Store for AnyStore {
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
         self.inner().status_counts(target).await
     }
-    async fn backlog(&self, target: &Target) -> Result<Backlog> {
-        self.inner().backlog(target).await
+    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
+        self.inner().backlog(target, ordered).await
+    }
+    async fn commit_horizon(
+        &self,
+        target: &Target,
+        probe: Option<&crate::store::HorizonProbe>,
+    ) -> Result<crate::store::Horizon> {
+        self.inner().commit_horizon(target, probe).await
+    }
+    async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
+        self.inner().events_skip(target, ids).await
     }
     async fn tenant_add(&self, params: &TenantAddParams<'_>) -> Result<Tenant> {
         self.inner().tenant_add(params).await

@@ -346,6 +346,7 @@ async fn g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing() {
             batch_size: 100,
             lease: Duration::from_secs(30),
             relay_id: "relay-b",
+            order: Default::default(),
         })
         .await
         .unwrap();
@@ -935,6 +936,7 @@ async fn the_claim_reads_the_polling_index_in_order_whatever_the_statistics_say(
             batch_size: 100,
             lease: Duration::from_secs(30),
             relay_id: "r1",
+            order: Default::default(),
         })
         .await
         .unwrap();

@@ -271,6 +271,31 @@ async fn costs(db: &TestDb) -> Costs {
         )
         .await,
     ));
+    // With per-aggregate ordering: the claim also reads, for each event it walks, the first
+    // unfinished entries of its aggregate (a partial index without the history).
+    out.push((
+        "claim_ordered",
+        buffers(
+            &mut conn,
+            "claim_ordered",
+            include_str!("../sql/postgres/claim_ordered.sql"),
+            &format!(
+                "{BATCH}, 30000, 'r2', '00000000-0000-0000-0000-000000000002'::uuid, \
+                 ARRAY['Invoice']::text[], 9223372036854775807"
+            ),
+        )
+        .await,
+    ));
+    out.push((
+        "backlog_ordered",
+        buffers(
+            &mut conn,
+            "backlog_ordered",
+            include_str!("../sql/postgres/backlog_ordered.sql"),
+            "ARRAY['Invoice']::text[]",
+        )
+        .await,
+    ));
     Costs(out)
 }
 

@@ -59,6 +59,9 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
     if let Some(n) = args.soak_window {
         opts.soak_window = n;
     }
+    if let Some(a) = &args.ordered_aggregates {
+        opts.ordered_aggregates = a.iter().copied().filter(|n| *n > 0).collect();
+    }
     if let Some(n) = args.history_rows {
         opts.history_rows = n;
     }

@@ -1,4 +1,5 @@
-//! `postbox events list|show`: a look inside the outbox and its archive.
+//! `postbox events list|show|skip`: a look inside the outbox and its archive, and an operator's
+//! skip of a parked aggregate's head.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -17,7 +18,8 @@ pub(crate) async fn run(config: &Config, command: &EventsCommand) -> anyhow::Res
     db.ensure_migrated().await?;
     match command {
         EventsCommand::List(args) => {
-            let (target, filter) = filter::resolve(&db, &args.filter).await?;
+            let (target, mut filter) = filter::resolve(&db, &args.filter).await?;
+            filter.parked = args.parked;
             let events = db
                 .store
                 .events_list(&ListParams {
@@ -54,6 +56,43 @@ pub(crate) async fn run(config: &Config, command: &EventsCommand) -> anyhow::Res
                 println!("{}", serde_json::to_string_pretty(&json(&event))?);
             } else {
                 print!("{}", show(&event));
+            }
+        }
+        EventsCommand::Skip(args) => {
+            let target = match args.tenant.as_deref() {
+                None => db.default_target(),
+                Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
+            };
+            let skipped = db.store.events_skip(&target, &args.ids).await?;
+            println!(
+                "{} event(s) of {} skipped: the later events of their aggregates are published \
+                 at a relay's next poll{}",
+                skipped.len(),
+                target.label(),
+                if skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({})",
+                        skipped
+                            .iter()
+                            .map(i64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            );
+            let left: Vec<String> = args
+                .ids
+                .iter()
+                .filter(|id| !skipped.contains(id))
+                .map(i64::to_string)
+                .collect();
+            if !left.is_empty() {
+                eprintln!(
+                    "note: left alone (in flight, PROCESSED, already skipped or not there): {}",
+                    left.join(", ")
+                );
             }
         }
     }

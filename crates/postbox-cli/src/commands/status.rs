@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use postbox::store::StatusCounts;
+use postbox::store::{EventFilter, ListParams, Order, StatusCounts};
 use postbox::{Target, TenantStatus};
 use serde::Serialize;
 
@@ -39,6 +39,9 @@ struct Counts {
     /// the history is not read to count it.
     processed_exact: bool,
     failed: i64,
+    /// Ordered aggregates parked by a FAILED event that holds back later ones (counted up to
+    /// 1,000): `postbox events list --parked` lists them.
+    parked_aggregates: i64,
     /// Age in seconds of the oldest PENDING or PROCESSING event; `null` when there is none.
     oldest_pending_age_secs: Option<f64>,
     /// Dead row versions of the outbox table (PostgreSQL); `null` on SQLite.
@@ -53,6 +56,7 @@ impl From<StatusCounts> for Counts {
             processed: c.processed,
             processed_exact: c.processed_exact,
             failed: c.failed,
+            parked_aggregates: 0,
             oldest_pending_age_secs: c.oldest_pending_age.map(|d| d.as_secs_f64()),
             dead_tuples: c.dead_tuples,
         }
@@ -135,7 +139,13 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
     };
     for (target, tenant_status) in targets {
         let (counts, error) = match db.store.status_counts(&target).await {
-            Ok(c) => (Some(Counts::from(c)), None),
+            Ok(c) => {
+                let mut counts = Counts::from(c);
+                if counts.failed > 0 {
+                    counts.parked_aggregates = parked_aggregates(&db, &target).await?;
+                }
+                (Some(counts), None)
+            }
             Err(e) => (None, Some(e.to_string())),
         };
         report.targets.push(TargetStatus {
@@ -169,6 +179,32 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
 }
 
 /// The report as an aligned table.
+/// Parked ordered aggregates of `target`, counted up to [`PARKED_COUNT_LIMIT`]: one read of
+/// the FAILED events' index.
+async fn parked_aggregates(db: &Database, target: &Target) -> anyhow::Result<i64> {
+    let mut filter = EventFilter::default();
+    filter.parked = true;
+    let heads = db
+        .store
+        .events_list(&ListParams {
+            target,
+            filter: &filter,
+            order: Order::OldestFirst,
+            after: None,
+            limit: PARKED_COUNT_LIMIT,
+        })
+        .await
+        .context("cannot count parked aggregates")?;
+    let aggregates: std::collections::HashSet<_> = heads
+        .iter()
+        .map(|e| (e.aggregate_type.clone(), e.aggregate_id.clone()))
+        .collect();
+    Ok(aggregates.len() as i64)
+}
+
+/// How many parked heads `postbox status` reads at most.
+const PARKED_COUNT_LIMIT: u32 = 1000;
+
 fn table(report: &Report) -> String {
     let header = [
         "TENANT",
@@ -200,7 +236,11 @@ fn table(report: &Report) -> String {
                 } else {
                     format!("~{}", c.processed)
                 },
-                c.failed.to_string(),
+                if c.parked_aggregates > 0 {
+                    format!("{} ({} parked)", c.failed, c.parked_aggregates)
+                } else {
+                    c.failed.to_string()
+                },
                 c.oldest_pending_age_secs
                     .map_or_else(|| "-".to_owned(), age),
                 c.dead_tuples
@@ -310,6 +350,7 @@ mod tests {
                         processed: 1200,
                         processed_exact: true,
                         failed: 1,
+                        parked_aggregates: 0,
                         oldest_pending_age_secs: Some(65.2),
                         dead_tuples: Some(4200),
                     }),
@@ -325,6 +366,7 @@ mod tests {
                         processed: 2_500_000,
                         processed_exact: false,
                         failed: 0,
+                        parked_aggregates: 0,
                         oldest_pending_age_secs: None,
                         dead_tuples: None,
                     }),

@@ -151,6 +151,15 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "Slow-lane tries a FAILED event gets at most; 0 turns the slow lane off.",
     },
     KeyDoc {
+        key: "ordered_aggregate_types",
+        default: "[]",
+        flag: None,
+        about: "Aggregate types whose events are published one aggregate at a time, in commit \
+                order (G6 in docs/guarantees.md); [\"*\"] orders every aggregate. A failing \
+                event parks its aggregate: `postbox events list --parked`, `postbox retry`, \
+                `postbox events skip`. As a variable: comma-separated names.",
+    },
+    KeyDoc {
         key: "log_format",
         default: "\"text\"",
         flag: Some("--log-format"),

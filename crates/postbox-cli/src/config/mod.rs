@@ -102,6 +102,9 @@ pub(crate) struct Config {
     pub(crate) dead_letter_retry_interval: Duration,
     /// Slow-lane tries of a FAILED event; zero: none.
     pub(crate) dead_letter_max_retries: u32,
+    /// Aggregate types published one aggregate at a time, in commit order (`*`: all).
+    #[serde(deserialize_with = "values::list")]
+    pub(crate) ordered_aggregate_types: Vec<String>,
     /// Log format.
     pub(crate) log_format: LogFormat,
     /// Log filter.
@@ -220,6 +223,7 @@ impl Default for Config {
             archive_retention: relay.archive_retention.unwrap_or_default(),
             dead_letter_retry_interval: relay.dead_letter_retry_interval.unwrap_or_default(),
             dead_letter_max_retries: relay.dead_letter_max_retries,
+            ordered_aggregate_types: relay.ordered_aggregate_types,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             payload_limit: ByteSize(postbox::DEFAULT_PAYLOAD_LIMIT),
@@ -271,7 +275,8 @@ impl Config {
                 (!self.dead_letter_retry_interval.is_zero())
                     .then_some(self.dead_letter_retry_interval),
             )
-            .dead_letter_max_retries(self.dead_letter_max_retries);
+            .dead_letter_max_retries(self.dead_letter_max_retries)
+            .ordered_aggregate_types(self.ordered_aggregate_types.iter().cloned());
         for p in &self.retry_policies {
             let mut policy = postbox::RetryPolicy::new(p.event_type.clone()).slow_lane(p.slow_lane);
             if let Some(max) = p.max_retries {

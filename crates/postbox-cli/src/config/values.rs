@@ -130,6 +130,26 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
+/// A list of names: a TOML array, or one string of comma-separated names (as an environment
+/// variable gives it: `POSTBOX_ORDERED_AGGREGATE_TYPES=Invoice,Order`).
+pub(crate) fn list<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum List {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match List::deserialize(deserializer)? {
+        List::One(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        List::Many(v) => v,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

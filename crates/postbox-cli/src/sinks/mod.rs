@@ -37,6 +37,14 @@ impl PlanError {
 /// The plan of `config`: routes when `[[routes]]` (or `[sinks]`, `[routing]`) are configured and
 /// `sink` is not set, else the one sink of the single-sink keys (stdout by default).
 pub(crate) fn plan(config: &Config) -> Result<SinkPlan, PlanError> {
+    let plan = unchecked_plan(config)?;
+    plan.check_ordering(&config.ordered_aggregate_types)
+        .map_err(|e| PlanError::new("ordered_aggregate_types", e))?;
+    Ok(plan)
+}
+
+/// The sinks and routes of `config`, before the ordering check.
+fn unchecked_plan(config: &Config) -> Result<SinkPlan, PlanError> {
     let routing = RoutingConfig {
         sinks: config
             .sinks
@@ -249,5 +257,41 @@ mod tests {
             }),
             "sink_url"
         );
+    }
+
+    #[test]
+    fn an_ordering_the_sinks_cannot_honour_is_refused_with_the_reason() {
+        let nats = |topic: &str, ordered: &[&str]| {
+            let c = Config {
+                sink: Some("nats".parse().expect("kind")),
+                topic: Some(topic.parse().expect("template")),
+                ordered_aggregate_types: ordered.iter().map(|s| (*s).to_owned()).collect(),
+                ..Config::default()
+            };
+            plan(&c)
+        };
+        let e = nats("billing.{event_type}", &["Invoice"]).expect_err("refused");
+        assert_eq!(e.key, "ordered_aggregate_types");
+        assert!(e.message.contains("{event_type}"), "{}", e.message);
+        assert!(nats("billing.{aggregate_type}", &["Invoice"]).is_ok());
+        assert!(nats("billing.{event_type}", &[]).is_ok());
+
+        let mut routed = config(
+            r#"
+            [sinks.bus]
+            kind = "nats"
+            [[routes]]
+            aggregate_type = "Customer"
+            sink = "bus"
+            topic = "crm.{event_type}"
+            [[routes]]
+            aggregate_type = "Inv*"
+            sink = "bus"
+            topic = "billing.{event_type}"
+            "#,
+        );
+        routed.ordered_aggregate_types = vec!["Invoice".to_owned()];
+        let e = plan(&routed).expect_err("refused");
+        assert!(e.message.contains("routes[1]"), "{}", e.message);
     }
 }

@@ -216,3 +216,65 @@ async fn replay_publishes_chosen_events_to_a_broker_again() {
     );
     streams.cleanup().await;
 }
+
+/// An ordered aggregate parked by a FAILED event: `status` counts it, `events list --parked`
+/// shows its head, `events skip` releases the rest, and a drain with ordering on publishes it
+/// in order (and does not wait for a parked aggregate).
+#[tokio::test]
+async fn a_parked_aggregate_is_shown_skipped_and_drained_in_order() {
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    pg.sql(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         SELECT e, 'Invoice', a, '{}'
+         FROM (VALUES (1, 'InvoiceCreated', '7'), (2, 'InvoiceSent', '7'),
+                      (3, 'InvoicePaid', '7'), (4, 'InvoiceCreated', '8'),
+                      (5, 'InvoicePaid', '8')) AS v(n, e, a)
+         ORDER BY n;
+         UPDATE outbox_events SET status = 'PROCESSED', processed_at = now() WHERE id = 1;
+         UPDATE outbox_events SET status = 'FAILED', retry_count = 5, last_error = 'rejected'
+          WHERE id IN (2, 4);",
+    )
+    .await;
+    let ordered = |args: &[&str]| {
+        let mut cmd = pg.cmd(args);
+        cmd.env("POSTBOX_ORDERED_AGGREGATE_TYPES", "Invoice");
+        let out = crate::support::run(cmd);
+        assert!(out.status.success(), "{args:?}: {}", out.stderr);
+        out
+    };
+    let status = pg.ok(&["status"]).stdout;
+    assert!(status.contains("2 (2 parked)"), "{status}");
+    let parked: serde_json::Value =
+        serde_json::from_str(&pg.ok(&["events", "list", "--parked", "--json"]).stdout)
+            .expect("json");
+    let heads: Vec<i64> = parked
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|e| e["id"].as_i64().expect("id"))
+        .collect();
+    assert_eq!(heads, [4, 2], "newest first");
+
+    // Parked: the drain publishes nothing of either aggregate, and ends.
+    assert!(ordered(&["relay", "--drain"]).stdout.is_empty());
+
+    let skip = pg.ok(&["events", "skip", "2", "1"]);
+    assert!(skip.stdout.contains("1 event(s)"), "{}", skip.stdout);
+    assert!(skip.stderr.contains("left alone"), "{}", skip.stderr);
+    let drained = ordered(&["relay", "--drain"]).json_lines();
+    let ids: Vec<i64> = drained
+        .iter()
+        .map(|e| e["id"].as_i64().expect("id"))
+        .collect();
+    assert_eq!(ids, [3], "invoice 7 flows; invoice 8 stays parked");
+    pg.ok(&["retry", "4"]);
+    let drained = ordered(&["relay", "--drain"]).json_lines();
+    let ids: Vec<i64> = drained
+        .iter()
+        .map(|e| e["id"].as_i64().expect("id"))
+        .collect();
+    assert_eq!(ids, [4, 5], "a retried head goes first");
+    let status = pg.ok(&["status"]).stdout;
+    assert!(!status.contains("parked"), "{status}");
+}

@@ -159,6 +159,7 @@ async fn claim<B: StoreHarness>(b: &B, relay: &str, batch_size: u32, lease: Dura
             batch_size,
             lease,
             relay_id: relay,
+            order: Default::default(),
         })
         .await
         .expect("claim")
@@ -804,7 +805,7 @@ pub async fn status_counts_and_backlog_are_right<B: StoreHarness>() {
     assert!(counts.processed_exact);
     // PostgreSQL reports its statistics (0 on a new table); SQLite has none.
     assert!(counts.dead_tuples.is_none_or(|d| d >= 0));
-    let backlog = b.store().backlog(&t).await.unwrap();
+    let backlog = b.store().backlog(&t, &[]).await.unwrap();
     assert_eq!(backlog, postbox::store::Backlog::default());
 
     let ids = enqueue_n(&b, 6).await;
@@ -830,7 +831,7 @@ pub async fn status_counts_and_backlog_are_right<B: StoreHarness>() {
         .oldest_pending_age
         .expect("an outstanding event has an age");
     assert!(age < Duration::from_secs(60), "{age:?}");
-    let backlog = b.store().backlog(&t).await.unwrap();
+    let backlog = b.store().backlog(&t, &[]).await.unwrap();
     assert_eq!(
         backlog.next_due_in,
         Some(Duration::ZERO),
@@ -838,7 +839,7 @@ pub async fn status_counts_and_backlog_are_right<B: StoreHarness>() {
     );
 
     claim(&b, "r1", 10, Duration::from_secs(30)).await;
-    let backlog = b.store().backlog(&t).await.unwrap();
+    let backlog = b.store().backlog(&t, &[]).await.unwrap();
     let due = backlog.next_due_in.expect("due when the leases run out");
     assert!(
         due > Duration::from_secs(28) && due <= Duration::from_secs(30),
@@ -1636,6 +1637,92 @@ pub async fn a_retry_policy_overrides_the_events_max_retries<B: StoreHarness>() 
     );
 }
 
+/// A conformance case; see the module docs. With ordering, a claim takes an ordered aggregate's
+/// due events as one run in id order, nothing of an aggregate whose earlier event is in flight,
+/// FAILED (until skipped) or backing off; unordered events and other aggregates as usual. The
+/// backlog counts a parked aggregate's events as nothing to wait for.
+pub async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let outbox = b.store().outbox();
+    let ev = |kind: &str, aggregate: &str| {
+        Event::new(kind, &serde_json::json!({}))
+            .expect("event")
+            .aggregate("Invoice", aggregate)
+            .without_idempotency_key()
+    };
+    let ids: Vec<i64> = b
+        .enqueue(
+            &outbox,
+            vec![
+                ev("A", "1"),
+                ev("B", "1"),
+                ev("A", "2"),
+                ev("C", "1"),
+                ev("B", "2"),
+                ev("A", "3"),
+            ],
+        )
+        .await
+        .expect("enqueue")
+        .into_iter()
+        .map(|e| e.id().expect("inserted"))
+        .collect();
+    let types = vec!["Invoice".to_owned()];
+    let t = target(&b);
+    let ordered_claim = |batch_size: u32| {
+        let t = t.clone();
+        let types = types.clone();
+        let store = b.store();
+        async move {
+            store
+                .events_claim(&ClaimParams {
+                    target: &t,
+                    batch_size,
+                    lease: Duration::from_secs(30),
+                    relay_id: "ordered",
+                    order: postbox::store::ClaimOrder {
+                        aggregate_types: &types,
+                        settled_through: i64::MAX,
+                    },
+                })
+                .await
+                .expect("ordered claim")
+        }
+    };
+    // Invoice 1's first two: the batch ends inside its run.
+    let first = ordered_claim(2).await;
+    let got: Vec<i64> = first.events.iter().map(|e| e.id).collect();
+    assert_eq!(got, [ids[0], ids[1]]);
+    // Invoice 1 is in flight: its third event waits; invoices 2 and 3 go.
+    let second = ordered_claim(100).await;
+    let got: Vec<i64> = second.events.iter().map(|e| e.id).collect();
+    assert_eq!(got, [ids[2], ids[4], ids[5]]);
+    // Invoice 1's first event fails for good: its aggregate is parked.
+    mark_processed(&b, first.claim_token, &[ids[0]]).await;
+    mark_failed(&b, first.claim_token, &[failed(ids[1], "rejected", true)]).await;
+    assert!(ordered_claim(100).await.events.is_empty(), "parked");
+    let backlog = b.store().backlog(&t, &types).await.expect("backlog");
+    assert_eq!(
+        backlog.next_due_in.map(|d| d.as_secs() > 0),
+        Some(true),
+        "only the leases of invoices 2 and 3 are waited for, not the parked event"
+    );
+    let skipped = b
+        .store()
+        .events_skip(&t, &[ids[0], ids[1]])
+        .await
+        .expect("skip");
+    assert_eq!(skipped, [ids[1]], "only the FAILED head is skipped");
+    let third = ordered_claim(100).await;
+    let got: Vec<i64> = third.events.iter().map(|e| e.id).collect();
+    assert_eq!(
+        got,
+        [ids[3]],
+        "the rest of invoice 1 flows once its head is skipped"
+    );
+    assert_eq!(b.row(ids[3]).await.status, "PROCESSING");
+}
+
 /// The names of every case, in the order [`store_conformance!`](crate::store_conformance) runs
 /// them.
 pub const CASES: &[&str] = &[
@@ -1667,6 +1754,7 @@ pub const CASES: &[&str] = &[
     "retention_archives_old_processed_events_and_nothing_else",
     "purge_removes_old_archived_and_failed_events_only",
     "events_are_listed_by_filter_and_read_back_whole",
+    "ordered_claims_take_an_aggregate_only_past_its_unfinished_events",
 ];
 
 /// One `#[tokio::test]` per store conformance case, in a module `$module`, for `$harness` (a
@@ -1786,6 +1874,10 @@ macro_rules! store_conformance {
             #[tokio::test]
             async fn events_are_listed_by_filter_and_read_back_whole() {
                 $crate::store_suite::events_are_listed_by_filter_and_read_back_whole::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events() {
+                $crate::store_suite::ordered_claims_take_an_aggregate_only_past_its_unfinished_events::<$harness>().await;
             }
         }
     };

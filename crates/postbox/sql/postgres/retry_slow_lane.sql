@@ -9,6 +9,7 @@ WITH due AS (
       AND updated_at < now() - $1::float8 * interval '1 second'
       AND retry_count < max_retries + $2
       AND NOT (event_type LIKE ANY ($4::text[]))
+      AND skipped_at IS NULL
     ORDER BY id
     LIMIT $3
     FOR UPDATE SKIP LOCKED

@@ -11,6 +11,7 @@ WHERE id IN (
     WHERE status = 'FAILED'
       AND julianday(updated_at) < julianday('now') - ?1 / 86400.0
       AND retry_count < max_retries + ?2
+      AND skipped_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM json_each(?4) AS x WHERE outbox_events.event_type GLOB x.value)
     ORDER BY id
     LIMIT ?3

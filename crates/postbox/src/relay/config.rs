@@ -88,6 +88,12 @@ pub struct RelayConfig {
     /// Retry policies per event type, the first match applying
     /// ([`policy_for`](Self::policy_for)); events no policy matches get the settings above.
     pub retry_policies: Vec<RetryPolicy>,
+    /// Aggregate types whose events are published one aggregate at a time, in commit order
+    /// (G6, `docs/guarantees.md`); `*` orders every aggregate. Empty by default: events publish
+    /// concurrently and retries may reorder them. An ordered event waits while an earlier event
+    /// of its aggregate is unfinished (a failing one parks its aggregate until it succeeds, is
+    /// retried or skipped) and until every transaction that may commit an earlier id has ended.
+    pub ordered_aggregate_types: Vec<String>,
 }
 
 impl Default for RelayConfig {
@@ -112,6 +118,7 @@ impl Default for RelayConfig {
             dead_letter_retry_interval: Some(Duration::from_secs(3600)),
             dead_letter_max_retries: 24,
             retry_policies: Vec::new(),
+            ordered_aggregate_types: Vec::new(),
         }
     }
 }
@@ -151,6 +158,17 @@ impl RelayConfig {
     /// [`dead_letter_max_retries`](Self::dead_letter_max_retries)).
     pub fn dead_letter_max_retries(mut self, max: u32) -> Self {
         self.dead_letter_max_retries = max;
+        self
+    }
+
+    /// Sets the ordered aggregate types (field
+    /// [`ordered_aggregate_types`](Self::ordered_aggregate_types)).
+    pub fn ordered_aggregate_types<I, S>(mut self, types: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.ordered_aggregate_types = types.into_iter().map(Into::into).collect();
         self
     }
 
@@ -345,6 +363,17 @@ impl RelayConfig {
                         "policy {} ({}): the backoff base must be above zero and at most its cap",
                         i + 1,
                         p.event_type.as_str()
+                    ),
+                );
+            }
+        }
+        for t in &self.ordered_aggregate_types {
+            if t.is_empty() || t.chars().count() > 100 || t.chars().any(char::is_control) {
+                return bad(
+                    "ordered_aggregate_types",
+                    format!(
+                        "{t:?} is not an aggregate type: use 1 to 100 characters, no control \
+                         characters (or `*` for every aggregate)"
                     ),
                 );
             }

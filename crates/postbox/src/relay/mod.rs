@@ -433,7 +433,8 @@ impl Relay {
     async fn next_due(&self, targets: &[Target]) -> Result<Option<Duration>> {
         let mut due: Option<Duration> = None;
         for target in targets {
-            if let Some(d) = self.inner.store.backlog(target).await?.next_due_in {
+            let ordered = &self.inner.config.ordered_aggregate_types;
+            if let Some(d) = self.inner.store.backlog(target, ordered).await?.next_due_in {
                 due = Some(due.map_or(d, |cur| cur.min(d)));
             }
         }

@@ -23,15 +23,15 @@ use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use super::lease::LeaseKeeper;
-use super::{FailedNotice, Inner, Notice, RelayStats, publish};
+use super::{FailedNotice, Inner, Notice, RelayConfig, RelayStats, publish};
 use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::event::OutboxEvent;
 use crate::schema::{SchemaName, Target};
 use crate::sink::{PublishError, Sink};
 use crate::store::{
-    ClaimParams, FailedMark, FailedTry, MarkFailedParams, MarkProcessedParams, Release,
-    ReleaseParams,
+    ClaimOrder, ClaimParams, FailedMark, FailedTry, HorizonProbe, MarkFailedParams,
+    MarkProcessedParams, Release, ReleaseParams,
 };
 
 /// How long outcomes of an unfinished claim wait to be recorded together.
@@ -47,10 +47,44 @@ struct Done {
     id: i64,
     /// When the event's transaction inserted it (the database clock).
     created_at: chrono::DateTime<chrono::Utc>,
-    result: std::result::Result<(), PublishError>,
+    /// `None`: not tried, as an earlier event of its ordered aggregate failed.
+    result: Option<std::result::Result<(), PublishError>>,
 }
 
-type Publishing = Pin<Box<dyn Future<Output = Done> + Send>>;
+/// The outcomes of one publish, or of one ordered aggregate's events in this claim.
+type Publishing = Pin<Box<dyn Future<Output = Vec<Done>> + Send>>;
+
+/// What waits for a publish slot: one event, or the events of one ordered aggregate in a claim,
+/// published one after another in id order (G6).
+enum Work {
+    One(Arc<OutboxEvent>),
+    Chain(Vec<Arc<OutboxEvent>>),
+}
+
+impl Work {
+    fn events(&self) -> &[Arc<OutboxEvent>] {
+        match self {
+            Work::One(event) => std::slice::from_ref(event),
+            Work::Chain(events) => events,
+        }
+    }
+}
+
+/// Why an event of an ordered aggregate went back without a try.
+const HELD_BACK: &str = "held back: an earlier event of its aggregate was not published";
+
+/// The commit horizon of one target (see [`Store::commit_horizon`](crate::Store)).
+#[derive(Default)]
+struct HorizonState {
+    settled: i64,
+    probe: Option<HorizonProbe>,
+    /// When the pending probe was taken, and whether its wait was logged.
+    probe_since: Option<Instant>,
+    warned: bool,
+}
+
+/// How long ordered events may wait for the writers of a probe before the relay says so.
+const HORIZON_PATIENCE: Duration = Duration::from_secs(10);
 
 /// A claim whose events are not all recorded yet.
 struct OpenClaim {
@@ -90,12 +124,14 @@ pub(super) struct Claimed {
 pub(super) struct Pipeline {
     inner: Arc<Inner>,
     running: FuturesUnordered<Publishing>,
-    queued: VecDeque<(u64, Arc<OutboxEvent>)>,
+    queued: VecDeque<(u64, Work)>,
     claims: HashMap<u64, OpenClaim>,
     next_claim: u64,
     flush_at: Option<Instant>,
     /// Targets whose last claim found every destination down, until when.
     paused: HashMap<SchemaName, Instant>,
+    /// The commit horizon of each target, with ordering on.
+    horizons: HashMap<SchemaName, HorizonState>,
     /// The last reason a destination gave for being down (redacted).
     last_unavailable: Option<String>,
     stats: RelayStats,
@@ -111,6 +147,7 @@ impl Pipeline {
             next_claim: 0,
             flush_at: None,
             paused: HashMap::new(),
+            horizons: HashMap::new(),
             last_unavailable: None,
             stats: RelayStats::default(),
         }
@@ -146,6 +183,43 @@ impl Pipeline {
         }
     }
 
+    /// The commit horizon of `target`: advances it with one probe of the table (see
+    /// [`Store::commit_horizon`](crate::Store)) and returns the id up to which ordered events
+    /// may be claimed.
+    async fn horizon(&mut self, target: &Target) -> Result<i64> {
+        let state = self.horizons.entry(target.schema.clone()).or_default();
+        let horizon = self
+            .inner
+            .store
+            .commit_horizon(target, state.probe.as_ref())
+            .await?;
+        if let Some(settled) = horizon.settled {
+            state.settled = state.settled.max(settled);
+        }
+        match (&state.probe, &horizon.probe) {
+            (Some(old), Some(new)) if old == new => {
+                if !state.warned
+                    && state
+                        .probe_since
+                        .is_some_and(|at| at.elapsed() > HORIZON_PATIENCE)
+                {
+                    state.warned = true;
+                    warn!(tenant = target.label(), writers = ?new.writers,
+                        "ordered events wait for transactions writing to the outbox table that \
+                         stay open (find them in pg_locks by virtualtransaction, and end them); \
+                         events of ordered aggregates drawn after them are not published until \
+                         they commit or roll back");
+                }
+            }
+            _ => {
+                state.probe_since = Some(Instant::now());
+                state.warned = false;
+            }
+        }
+        state.probe = horizon.probe;
+        Ok(state.settled)
+    }
+
     /// The last reason a destination gave for being down (redacted).
     pub(super) fn last_unavailable(&self) -> Option<&str> {
         self.last_unavailable.as_deref()
@@ -162,14 +236,24 @@ impl Pipeline {
         let inner = Arc::clone(&self.inner);
         let cfg = &inner.config;
         let tenant = target.label();
+        let ordered = !cfg.ordered_aggregate_types.is_empty();
+        let settled_through = if ordered {
+            self.horizon(target).await?
+        } else {
+            0
+        };
         let started = Instant::now();
-        let claimed = inner
+        let mut claimed = inner
             .store
             .events_claim(&ClaimParams {
                 target,
                 batch_size: cfg.batch_size,
                 lease: cfg.lease,
                 relay_id: &inner.id,
+                order: ClaimOrder {
+                    aggregate_types: &cfg.ordered_aggregate_types,
+                    settled_through,
+                },
             })
             .await?;
         metrics::histogram!("postbox_claim_seconds", "tenant" => tenant.to_owned())
@@ -202,6 +286,34 @@ impl Pipeline {
             );
         }
         let token = claimed.claim_token;
+        let mut held = Vec::new();
+        if ordered && let Some(first) = claimed.undecodable.iter().map(|u| u.id).min() {
+            // An unreadable row's aggregate is not known for sure: ordered events after it wait
+            // for the next claim, where the FAILED row holds back its own aggregate only.
+            let (later, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut claimed.events)
+                .into_iter()
+                .partition(|e| e.id > first && is_ordered(cfg, e));
+            claimed.events = kept;
+            held = later;
+        }
+        if !held.is_empty() {
+            let releases: Vec<Release> = held
+                .iter()
+                .map(|e| Release {
+                    id: e.id,
+                    error: HELD_BACK.to_owned(),
+                    delay: Duration::ZERO,
+                })
+                .collect();
+            inner
+                .store
+                .events_release(&ReleaseParams {
+                    target,
+                    claim_token: token,
+                    releases: &releases,
+                })
+                .await?;
+        }
         if !claimed.undecodable.is_empty() {
             // A row no sink could be given fails at once, alone: the rest of the batch goes on.
             let tries: Vec<FailedTry> = claimed
@@ -265,10 +377,9 @@ impl Pipeline {
                 },
             );
             self.queued.extend(
-                claimed
-                    .events
+                plan(cfg, claimed.events)
                     .into_iter()
-                    .map(|event| (claim, Arc::new(event))),
+                    .map(|work| (claim, work)),
             );
         }
         Ok(Claimed {
@@ -282,19 +393,32 @@ impl Pipeline {
     pub(super) async fn step(&mut self) -> Result<()> {
         let cfg = &self.inner.config;
         while self.running.len() < cfg.concurrency {
-            let Some((claim, event)) = self.queued.pop_front() else {
+            let Some((claim, work)) = self.queued.pop_front() else {
                 break;
             };
             let sink = Arc::clone(&self.inner.sink);
             let timeout = cfg.publish_timeout;
             self.running.push(Box::pin(async move {
-                let result = publish::publish_one(&sink, &event, timeout).await;
-                Done {
-                    claim,
-                    id: event.id,
-                    created_at: event.created_at,
-                    result,
+                let mut outcomes = Vec::with_capacity(work.events().len());
+                let mut failed = false;
+                // A chain stops at its first failure: the later events of the aggregate go
+                // back untried, held back by it.
+                for event in work.events() {
+                    let result = if failed {
+                        None
+                    } else {
+                        let result = publish::publish_one(&sink, event, timeout).await;
+                        failed = result.is_err();
+                        Some(result)
+                    };
+                    outcomes.push(Done {
+                        claim,
+                        id: event.id,
+                        created_at: event.created_at,
+                        result,
+                    });
                 }
+                outcomes
             }));
         }
         if self.running.is_empty() {
@@ -308,7 +432,7 @@ impl Pipeline {
         };
         tokio::select! {
             done = self.running.next() => {
-                if let Some(done) = done {
+                for done in done.into_iter().flatten() {
                     self.record(done);
                 }
             }
@@ -329,15 +453,17 @@ impl Pipeline {
     /// Stops: events still waiting for a publish slot go back to their queue at once (no try
     /// spent), the publishes in flight finish and are recorded.
     pub(super) async fn stop(&mut self) -> Result<()> {
-        for (claim, event) in std::mem::take(&mut self.queued) {
+        for (claim, work) in std::mem::take(&mut self.queued) {
             if let Some(open) = self.claims.get_mut(&claim) {
-                open.outstanding -= 1;
-                open.keeper.release(event.id);
-                open.releases.push(Release {
-                    id: event.id,
-                    error: "the relay stopped before publishing it".to_owned(),
-                    delay: Duration::ZERO,
-                });
+                for event in work.events() {
+                    open.outstanding -= 1;
+                    open.keeper.release(event.id);
+                    open.releases.push(Release {
+                        id: event.id,
+                        error: "the relay stopped before publishing it".to_owned(),
+                        delay: Duration::ZERO,
+                    });
+                }
                 // Not an outage: the claim's pause, if any, comes from its outcomes.
             }
         }
@@ -351,7 +477,18 @@ impl Pipeline {
         };
         open.keeper.release(done.id);
         open.outstanding -= 1;
-        match done.result {
+        let Some(result) = done.result else {
+            open.releases.push(Release {
+                id: done.id,
+                error: HELD_BACK.to_owned(),
+                delay: Duration::ZERO,
+            });
+            if self.flush_at.is_none() {
+                self.flush_at = Some(Instant::now() + FLUSH_WINDOW);
+            }
+            return;
+        };
+        match result {
             Ok(()) => {
                 open.all_unavailable = false;
                 open.done.push(done.id);
@@ -549,6 +686,47 @@ impl Pipeline {
         self.stats.add(stats);
         self.inner.live.add(stats);
     }
+}
+
+/// Whether `event` belongs to an ordered aggregate of `cfg`.
+fn is_ordered(cfg: &RelayConfig, event: &OutboxEvent) -> bool {
+    match (&event.aggregate_type, &event.aggregate_id) {
+        (Some(kind), Some(_)) => cfg
+            .ordered_aggregate_types
+            .iter()
+            .any(|t| t == "*" || t == kind),
+        _ => false,
+    }
+}
+
+/// A claim's events (in id order) as work: each ordered aggregate's events as one chain, in id
+/// order, where its first event was; every other event alone.
+fn plan(cfg: &RelayConfig, events: Vec<OutboxEvent>) -> Vec<Work> {
+    let mut work: Vec<Work> = Vec::with_capacity(events.len());
+    let mut chains: HashMap<(String, String), usize> = HashMap::new();
+    for event in events {
+        let event = Arc::new(event);
+        if !is_ordered(cfg, &event) {
+            work.push(Work::One(event));
+            continue;
+        }
+        let key = (
+            event.aggregate_type.clone().unwrap_or_default(),
+            event.aggregate_id.clone().unwrap_or_default(),
+        );
+        match chains.get(&key) {
+            Some(&at) => {
+                if let Work::Chain(chain) = &mut work[at] {
+                    chain.push(event);
+                }
+            }
+            None => {
+                chains.insert(key, work.len());
+                work.push(Work::Chain(vec![event]));
+            }
+        }
+    }
+    work
 }
 
 /// Whether `sink` reports one of its destinations up (a route beside a down one). A sink that

@@ -58,6 +58,54 @@ pub struct ClaimParams<'a> {
     pub lease: Duration,
     /// This relay's id, written to `locked_by`.
     pub relay_id: &'a str,
+    /// Which events go one aggregate at a time, in commit order (G6); none by default.
+    pub order: ClaimOrder<'a>,
+}
+
+/// Per-aggregate ordering of a claim (G6, `docs/guarantees.md`): an event of an ordered
+/// aggregate type is claimed only once every earlier event of its aggregate is `PROCESSED` or
+/// skipped by an operator (or taken by the same claim, which then holds its aggregate's events
+/// in id order), and once its id is at or below the commit horizon.
+///
+/// ```
+/// let types = vec!["Invoice".to_owned()];
+/// let order = postbox::store::ClaimOrder { aggregate_types: &types, settled_through: 42 };
+/// assert!(order.is_on());
+/// assert!(!postbox::store::ClaimOrder::default().is_on());
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClaimOrder<'a> {
+    /// Ordered aggregate types; `*` orders every aggregate; empty turns ordering off.
+    pub aggregate_types: &'a [String],
+    /// The commit horizon ([`Store::commit_horizon`]): ordered events above this id are not
+    /// claimed yet, since a transaction that may still commit an earlier id is running.
+    pub settled_through: i64,
+}
+
+impl ClaimOrder<'_> {
+    /// Whether any aggregate type is ordered.
+    pub fn is_on(&self) -> bool {
+        !self.aggregate_types.is_empty()
+    }
+}
+
+/// A probe of a table's commit horizon, kept between calls of [`Store::commit_horizon`]: the
+/// last id drawn when it was taken, and the transactions then writing to the table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HorizonProbe {
+    /// The last id the table's sequence had handed out.
+    pub last_id: i64,
+    /// The writers of the table then (PostgreSQL virtual transaction ids).
+    pub writers: Vec<String>,
+}
+
+/// The answer of [`Store::commit_horizon`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Horizon {
+    /// Every event at or below this id is committed or rolled back for good, when known.
+    pub settled: Option<i64>,
+    /// The probe to pass to the next call.
+    pub probe: Option<HorizonProbe>,
 }
 
 /// The result of [`Store::events_claim`].
@@ -444,8 +492,35 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// What is still to do in a target. Costs what the outstanding events cost, not the
-    /// history: it stops at the first claimable event.
-    async fn backlog(&self, target: &Target) -> Result<Backlog>;
+    /// history: it stops at the first claimable event. With `ordered` aggregate types (see
+    /// [`ClaimOrder`]), an event held back by an earlier event of its aggregate that is `FAILED`
+    /// (a parked aggregate) or in flight is not counted as claimable.
+    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog>;
+
+    /// The commit horizon of a target's table (see [`ClaimOrder::settled_through`]): takes a
+    /// probe when `probe` is `None`, and says the probe's last id is settled once every
+    /// transaction that was writing to the table when it was taken has ended. A store whose ids
+    /// are drawn in commit order (SQLite: one writer at a time) settles everything at once.
+    async fn commit_horizon(
+        &self,
+        target: &Target,
+        probe: Option<&HorizonProbe>,
+    ) -> Result<Horizon> {
+        let _ = (target, probe);
+        Ok(Horizon {
+            settled: Some(i64::MAX),
+            probe: None,
+        })
+    }
+
+    /// An operator's skip of the held-back heads of ordered aggregates: the events (`PENDING`
+    /// or `FAILED`, not in flight) go `FAILED` and no longer hold back the later events of
+    /// their aggregate; a retry undoes it. Returns the ids skipped. A store without it answers
+    /// [`Error::Unsupported`].
+    async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
+        let _ = (target, ids);
+        Err(crate::Error::Unsupported("skipping events"))
+    }
 
     /// A page of the events of [`target`](ListParams::target) that match a filter, in the
     /// order asked for, from the outbox table and, with [`EventFilter::archive`], from the

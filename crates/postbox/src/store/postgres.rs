@@ -16,10 +16,10 @@ use super::row::{add_claimed_row, stored_event};
 use super::sql::{PerSchema, render, safe};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark,
-    ListParams, MarkFailedParams, MarkProcessedParams, Order, PurgeBatch, PurgeKind, PurgeParams,
-    RejectedTenant, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams,
-    StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs,
-    storable_error,
+    Horizon, HorizonProbe, ListParams, MarkFailedParams, MarkProcessedParams, Order, PurgeBatch,
+    PurgeKind, PurgeParams, RejectedTenant, ReleaseParams, RenewParams, ReportedSink,
+    RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant, TenantAddParams,
+    TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -55,6 +55,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         name: "outbox_0006_retention",
         sql: include_str!("../../sql/postgres/0006_retention.sql"),
     },
+    Migration {
+        name: "outbox_0007_ordering",
+        sql: include_str!("../../sql/postgres/0007_ordering.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.
@@ -75,12 +79,16 @@ const REGISTRY_MIGRATIONS: &[Migration] = &[
 
 struct PgSql {
     claim: std::sync::Arc<str>,
+    claim_ordered: std::sync::Arc<str>,
+    horizon: std::sync::Arc<str>,
+    skip: std::sync::Arc<str>,
     renew: std::sync::Arc<str>,
     mark_processed: std::sync::Arc<str>,
     mark_failed: std::sync::Arc<str>,
     release: std::sync::Arc<str>,
     status_counts: std::sync::Arc<str>,
     backlog: std::sync::Arc<str>,
+    backlog_ordered: std::sync::Arc<str>,
     retry_failed: std::sync::Arc<str>,
     retry_slow_lane: std::sync::Arc<str>,
     vacuum: std::sync::Arc<str>,
@@ -95,6 +103,9 @@ impl PgSql {
     fn build(schema: &SchemaName) -> Self {
         PgSql {
             claim: render(include_str!("../../sql/postgres/claim.sql"), schema),
+            claim_ordered: render(include_str!("../../sql/postgres/claim_ordered.sql"), schema),
+            horizon: render(include_str!("../../sql/postgres/horizon.sql"), schema),
+            skip: render(include_str!("../../sql/postgres/skip.sql"), schema),
             renew: render(include_str!("../../sql/postgres/renew.sql"), schema),
             mark_processed: render(
                 include_str!("../../sql/postgres/mark_processed.sql"),
@@ -104,6 +115,10 @@ impl PgSql {
             release: render(include_str!("../../sql/postgres/release.sql"), schema),
             status_counts: render(include_str!("../../sql/postgres/status_counts.sql"), schema),
             backlog: render(include_str!("../../sql/postgres/backlog.sql"), schema),
+            backlog_ordered: render(
+                include_str!("../../sql/postgres/backlog_ordered.sql"),
+                schema,
+            ),
             retry_failed: render(include_str!("../../sql/postgres/retry_failed.sql"), schema),
             retry_slow_lane: render(
                 include_str!("../../sql/postgres/retry_slow_lane.sql"),
@@ -279,6 +294,16 @@ fn list_branch(
         query.push(" AND aggregate_id = ");
         query.push_bind(id.clone());
     }
+    if f.parked && table == "outbox_events" {
+        query.push(format_args!(
+            " AND status = 'FAILED' AND skipped_at IS NULL AND aggregate_id IS NOT NULL \
+             AND EXISTS (SELECT 1 FROM {}.outbox_events l \
+             WHERE l.aggregate_type = {table}.aggregate_type \
+             AND l.aggregate_id = {table}.aggregate_id AND l.id > {table}.id \
+             AND l.status IN ('PENDING', 'PROCESSING'))",
+            schema.quoted()
+        ));
+    }
     if let Some(since) = f.since {
         query.push(" AND created_at >= ");
         query.push_bind(since);
@@ -354,11 +379,24 @@ impl Store for PgStore {
     async fn events_claim(&self, p: &ClaimParams<'_>) -> Result<Claimed> {
         let sql = self.sql.get(&p.target.schema);
         let token = Uuid::new_v4();
-        let rows = sqlx::query(safe(&sql.claim))
-            .bind(i32::try_from(p.batch_size).unwrap_or(i32::MAX))
-            .bind(ms(p.lease))
-            .bind(p.relay_id)
-            .bind(token)
+        let ordered = p.order.is_on();
+        let query = sqlx::query(safe(if ordered {
+            &sql.claim_ordered
+        } else {
+            &sql.claim
+        }))
+        .bind(i32::try_from(p.batch_size).unwrap_or(i32::MAX))
+        .bind(ms(p.lease))
+        .bind(p.relay_id)
+        .bind(token);
+        let query = if ordered {
+            query
+                .bind(p.order.aggregate_types)
+                .bind(p.order.settled_through)
+        } else {
+            query
+        };
+        let rows = query
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
@@ -599,15 +637,53 @@ impl Store for PgStore {
         })
     }
 
-    async fn backlog(&self, target: &Target) -> Result<Backlog> {
+    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
         let sql = self.sql.get(&target.schema);
-        let row = sqlx::query(safe(&sql.backlog))
+        let query = if ordered.is_empty() {
+            sqlx::query(safe(&sql.backlog))
+        } else {
+            sqlx::query(safe(&sql.backlog_ordered)).bind(ordered)
+        };
+        let row = query
             .fetch_one(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &target.schema))?;
         Ok(Backlog {
             next_due_in: secs(row.try_get(0)?),
         })
+    }
+
+    async fn commit_horizon(
+        &self,
+        target: &Target,
+        probe: Option<&HorizonProbe>,
+    ) -> Result<Horizon> {
+        let sql = self.sql.get(&target.schema);
+        let (last, writers, settled): (Option<i64>, Option<Vec<String>>, Option<i64>) =
+            sqlx::query_as(safe(&sql.horizon))
+                .bind(probe.map(|p| p.last_id))
+                .bind(probe.map(|p| &p.writers))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(Horizon {
+            settled,
+            probe: last.map(|last_id| HorizonProbe {
+                last_id,
+                writers: writers.unwrap_or_default(),
+            }),
+        })
+    }
+
+    async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
+        let sql = self.sql.get(&target.schema);
+        let mut skipped: Vec<i64> = sqlx::query_scalar(safe(&sql.skip))
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        skipped.sort_unstable();
+        Ok(skipped)
     }
 
     async fn tenant_add(&self, p: &TenantAddParams<'_>) -> Result<Tenant> {

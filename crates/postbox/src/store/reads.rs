@@ -101,6 +101,9 @@ pub struct EventFilter {
     pub until: Option<DateTime<Utc>>,
     /// Read `outbox_events_archive` too (its events are all `PROCESSED`).
     pub archive: bool,
+    /// Only the heads of parked aggregates (G6): `FAILED` events, not skipped, that hold back
+    /// later events of their aggregate.
+    pub parked: bool,
 }
 
 impl EventFilter {
@@ -130,6 +133,7 @@ impl EventFilter {
     /// the statuses wanted.
     pub(crate) fn reads_archive(&self) -> bool {
         self.archive
+            && !self.parked
             && (self.statuses.is_empty() || self.statuses.contains(&EventStatus::Processed))
     }
 }

@@ -34,6 +34,10 @@ const MIGRATIONS: &[Migration] = &[
         name: "outbox_0003_retention",
         sql: include_str!("../../sql/sqlite/0003_retention.sql"),
     },
+    Migration {
+        name: "outbox_0004_ordering",
+        sql: include_str!("../../sql/sqlite/0004_ordering.sql"),
+    },
 ];
 
 const NO_TENANTS: &str =
@@ -155,6 +159,15 @@ fn list_branch(
         query.push(" AND aggregate_id = ");
         query.push_bind(id.clone());
     }
+    if f.parked && table == "outbox_events" {
+        query.push(
+            " AND status = 'FAILED' AND skipped_at IS NULL AND aggregate_id IS NOT NULL \
+             AND EXISTS (SELECT 1 FROM outbox_events l \
+             WHERE l.aggregate_type = outbox_events.aggregate_type \
+             AND l.aggregate_id = outbox_events.aggregate_id AND l.id > outbox_events.id \
+             AND l.status IN ('PENDING', 'PROCESSING'))",
+        );
+    }
     let julian = |t: chrono::DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string();
     if let Some(since) = f.since {
         query.push(" AND julianday(created_at) >= julianday(");
@@ -219,12 +232,16 @@ impl Store for SqliteStore {
         Self::check_target(p.target)?;
         let token = Uuid::new_v4();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let picked: Vec<(i64, bool)> =
+        // Ids are drawn in commit order here (one writer at a time): the horizon is not needed.
+        let pick = if p.order.is_on() {
+            sqlx::query_as(include_str!("../../sql/sqlite/claim_pick_ordered.sql"))
+                .bind(i64::from(p.batch_size))
+                .bind(serde_json::to_string(p.order.aggregate_types)?)
+        } else {
             sqlx::query_as(include_str!("../../sql/sqlite/claim_pick.sql"))
                 .bind(i64::from(p.batch_size))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map_missing_table)?;
+        };
+        let picked: Vec<(i64, bool)> = pick.fetch_all(&mut *tx).await.map_err(map_missing_table)?;
         let mut claimed = Claimed {
             claim_token: token,
             ..Claimed::default()
@@ -506,15 +523,32 @@ impl Store for SqliteStore {
         })
     }
 
-    async fn backlog(&self, target: &Target) -> Result<Backlog> {
+    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
         Self::check_target(target)?;
-        let row = sqlx::query(include_str!("../../sql/sqlite/backlog.sql"))
+        let query = if ordered.is_empty() {
+            sqlx::query(include_str!("../../sql/sqlite/backlog.sql"))
+        } else {
+            sqlx::query(include_str!("../../sql/sqlite/backlog_ordered.sql"))
+                .bind(serde_json::to_string(ordered)?)
+        };
+        let row = query
             .fetch_one(&self.pool)
             .await
             .map_err(map_missing_table)?;
         Ok(Backlog {
             next_due_in: secs(row.try_get(0)?),
         })
+    }
+
+    async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
+        Self::check_target(target)?;
+        let mut skipped: Vec<i64> = sqlx::query_scalar(include_str!("../../sql/sqlite/skip.sql"))
+            .bind(ids_json(ids))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_missing_table)?;
+        skipped.sort_unstable();
+        Ok(skipped)
     }
 
     async fn sinks_report(&self, relay_id: &str, sinks: &[SinkHealth]) -> Result<()> {

@@ -1,0 +1,446 @@
+//! Per-aggregate ordering (G6): events of an ordered aggregate publish one after another in
+//! commit order — never one whose earlier id is still in an open transaction —, a failing event
+//! parks only its own aggregate, and an operator's skip or retry releases it. Needs PostgreSQL on
+//! 127.0.0.1:5432.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{Running, config, count, default_target, enqueue, pg};
+use postbox::store::{ClaimOrder, ClaimParams, Claimed, Store};
+use postbox::{Event, OutboxEvent, PgStore, PublishError, Relay, Sink};
+use postbox_testkit::{Behaviour, RecordingSink, wait_until};
+
+fn invoice(event_type: &str, id: &str, n: usize) -> Event {
+    Event::new(event_type, &serde_json::json!({ "n": n }))
+        .unwrap()
+        .aggregate("Invoice", id)
+        .without_idempotency_key()
+}
+
+fn ordered() -> postbox::RelayConfig {
+    config().ordered_aggregate_types(["Invoice"])
+}
+
+/// The events `sink` published for aggregate `id`, in the order it published them.
+fn published_for(sink: &RecordingSink, id: &str) -> Vec<String> {
+    sink.published()
+        .into_iter()
+        .filter(|e| e.aggregate_id.as_deref() == Some(id))
+        .map(|e| e.event_type)
+        .collect()
+}
+
+/// Transaction A takes the lower id and commits last: the relay publishes nothing of that
+/// aggregate while A is open (though the later event is committed and visible), events of
+/// types that are not ordered flow, and once A commits both go out in id order, A's first.
+/// Ordered events drawn after A's id wait for it whatever their aggregate: the relay cannot
+/// read which aggregate an uncommitted row belongs to (docs/guarantees.md, G6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_id_waits_for_an_earlier_open_transaction() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    let sink = RecordingSink::new();
+    let relay = Relay::new(PgStore::new(db.pool().clone()), sink.clone(), ordered()).unwrap();
+    let running = Running::start(relay);
+    let before = enqueue(&db, &outbox, vec![invoice("InvoiceCreated", "2", 0)]).await[0];
+    wait_until(
+        "an ordered event is published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&before) },
+    )
+    .await;
+
+    let mut a = db.pool().begin().await.unwrap();
+    let first = outbox
+        .enqueue(&mut a, invoice("InvoiceCreated", "1", 0))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let second = enqueue(&db, &outbox, vec![invoice("InvoicePaid", "1", 1)]).await[0];
+    assert!(first < second);
+    let unordered = Event::new("CustomerMoved", &serde_json::json!({}))
+        .unwrap()
+        .aggregate("Customer", "7")
+        .without_idempotency_key();
+    let unordered = enqueue(&db, &outbox, vec![unordered]).await[0];
+    wait_until(
+        "the event of a type not ordered is published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&unordered) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        published_for(&sink, "1").is_empty(),
+        "nothing of invoice 1 while its first event's transaction is open"
+    );
+    a.commit().await.unwrap();
+    wait_until(
+        "invoice 1 is published",
+        Duration::from_secs(10),
+        || async { published_for(&sink, "1").len() == 2 },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(published_for(&sink, "1"), ["InvoiceCreated", "InvoicePaid"]);
+}
+
+/// The earlier transaction rolls back: the later event goes out once the rollback is known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_id_goes_out_once_the_earlier_transaction_rolled_back() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    let mut a = db.pool().begin().await.unwrap();
+    outbox
+        .enqueue(&mut a, invoice("InvoiceDraft", "1", 0))
+        .await
+        .unwrap();
+    let paid = enqueue(&db, &outbox, vec![invoice("InvoicePaid", "1", 1)]).await[0];
+    let sink = RecordingSink::new();
+    let running = Running::start(Relay::new(store, sink.clone(), ordered()).unwrap());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(sink.published().is_empty());
+    a.rollback().await.unwrap();
+    wait_until(
+        "the paid event is published",
+        Duration::from_secs(10),
+        || async { sink.published_ids() == [paid] },
+    )
+    .await;
+    running.stop().await;
+}
+
+/// A failing event parks its aggregate only: the later events of its aggregate wait (not tried),
+/// other aggregates flow; a skip releases the rest, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_event_parks_its_aggregate_until_skipped() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    let ids = enqueue(
+        &db,
+        &outbox,
+        vec![
+            invoice("InvoiceCreated", "1", 0),
+            invoice("Poison", "1", 1),
+            invoice("InvoiceSent", "1", 2),
+            invoice("InvoicePaid", "1", 3),
+            invoice("InvoiceCreated", "2", 0),
+            invoice("InvoicePaid", "2", 1),
+        ],
+    )
+    .await;
+    let sink = RecordingSink::new();
+    sink.script("Poison", Behaviour::FailPermanently);
+    let relay = Relay::new(PgStore::new(db.pool().clone()), sink.clone(), ordered()).unwrap();
+    let running = Running::start(relay);
+    wait_until(
+        "the poison event is FAILED",
+        Duration::from_secs(10),
+        || async { count(&db, "FAILED").await == 1 },
+    )
+    .await;
+    wait_until(
+        "invoice 2 is published",
+        Duration::from_secs(10),
+        || async { published_for(&sink, "2").len() == 2 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(published_for(&sink, "1"), ["InvoiceCreated"]);
+    assert_eq!(sink.attempts(ids[2]), 0, "a parked event is not tried");
+    assert_eq!(count(&db, "PENDING").await, 2);
+
+    // Parked, not lost: the backlog of a drain does not wait for it.
+    let backlog = store
+        .backlog(&default_target(), &["Invoice".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(backlog.next_due_in, None, "only parked events are left");
+
+    let skipped = store
+        .events_skip(&default_target(), &[ids[0], ids[1]])
+        .await
+        .unwrap();
+    assert_eq!(skipped, [ids[1]], "a published event is not skipped");
+    wait_until(
+        "the rest of invoice 1 is published",
+        Duration::from_secs(10),
+        || async { published_for(&sink, "1").len() == 3 },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(
+        published_for(&sink, "1"),
+        ["InvoiceCreated", "InvoiceSent", "InvoicePaid"]
+    );
+}
+
+/// A retryable failure holds back its aggregate while it backs off; it succeeds on a later try
+/// and the rest follows in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_event_keeps_its_place() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    enqueue(
+        &db,
+        &outbox,
+        vec![
+            invoice("InvoiceCreated", "1", 0),
+            invoice("Flaky", "1", 1),
+            invoice("InvoiceSent", "1", 2),
+            invoice("InvoicePaid", "1", 3),
+        ],
+    )
+    .await;
+    let sink = RecordingSink::new();
+    sink.script("Flaky", Behaviour::FailTimes(2));
+    let running = Running::start(Relay::new(store, sink.clone(), ordered()).unwrap());
+    wait_until(
+        "invoice 1 is published",
+        Duration::from_secs(10),
+        || async { published_for(&sink, "1").len() == 4 },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(
+        published_for(&sink, "1"),
+        ["InvoiceCreated", "Flaky", "InvoiceSent", "InvoicePaid"]
+    );
+}
+
+/// Without ordering, a claim takes every due event at once; with it, an ordered aggregate's
+/// events are taken in id order as one run, and a second relay's claim takes none of them while
+/// the first holds the head.
+#[tokio::test]
+async fn a_second_claim_takes_nothing_of_an_aggregate_in_flight() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    let ids = enqueue(
+        &db,
+        &outbox,
+        (0..5).map(|i| invoice("InvoiceEvent", "1", i)).collect(),
+    )
+    .await;
+    let first = claim_ordered(&store, 2, i64::MAX).await;
+    assert_eq!(
+        first.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+        ids[..2]
+    );
+    let second = claim_ordered(&store, 100, i64::MAX).await;
+    assert!(second.events.is_empty(), "{:?}", second.events);
+    // Above the commit horizon, nothing is claimed either.
+    let horizon = claim_ordered(&store, 100, 0).await;
+    assert!(horizon.events.is_empty());
+    drop(db);
+}
+
+async fn claim_ordered(store: &PgStore, batch_size: u32, settled_through: i64) -> Claimed {
+    store
+        .events_claim(&ClaimParams {
+            target: &default_target(),
+            batch_size,
+            lease: Duration::from_secs(30),
+            relay_id: "r",
+            order: ClaimOrder {
+                aggregate_types: &["Invoice".to_owned()],
+                settled_through,
+            },
+        })
+        .await
+        .unwrap()
+}
+
+/// The commit horizon settles only once the writers that were open at its probe have ended,
+/// and not on other transactions.
+#[tokio::test]
+async fn the_commit_horizon_waits_for_open_writers_only() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    let t = default_target();
+    let committed = enqueue(&db, &outbox, vec![invoice("A", "1", 0)]).await[0];
+    let first = store.commit_horizon(&t, None).await.unwrap();
+    assert_eq!(first.settled, Some(committed), "{first:?}");
+
+    let mut open = db.pool().begin().await.unwrap();
+    let pending = outbox
+        .enqueue(&mut open, invoice("B", "1", 1))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    // A transaction that writes elsewhere does not hold the horizon back.
+    let mut other = db.pool().begin().await.unwrap();
+    sqlx::query("CREATE TEMP TABLE scratch (x int)")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let probe = store.commit_horizon(&t, None).await.unwrap();
+    assert_eq!(probe.settled, None, "{probe:?}");
+    let still = store
+        .commit_horizon(&t, probe.probe.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(still.settled, None);
+    open.commit().await.unwrap();
+    let done = store
+        .commit_horizon(&t, still.probe.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(done.settled, Some(pending), "{done:?}");
+    other.rollback().await.unwrap();
+}
+
+/// A sink that fails one try in `every`, recording what it acknowledged.
+#[derive(Clone, Default)]
+struct Intermittent {
+    calls: Arc<AtomicU64>,
+    every: u64,
+    acked: Arc<std::sync::Mutex<Vec<OutboxEvent>>>,
+}
+
+#[async_trait]
+impl Sink for Intermittent {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n % self.every == self.every - 1 {
+            return Err(PublishError::retryable("intermittent failure"));
+        }
+        tokio::task::yield_now().await;
+        self.acked.lock().unwrap().push(event.clone());
+        Ok(())
+    }
+}
+
+/// Concurrent producers commit the events of 20 aggregates from many transactions that draw
+/// their ids, then linger a moment before they commit or roll back (so an aggregate's events
+/// are committed out of id order all the time), while three relays publish them through a sink
+/// that fails one try in seven. Per aggregate, the consumer sees each committed event once and
+/// in id order — which it would not if a relay had published an event while an earlier one of
+/// its aggregate was still uncommitted — and no rolled-back one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_producers_and_relays_keep_each_aggregates_order() {
+    let (db, store) = pg().await;
+    let sink = Intermittent {
+        every: 7,
+        ..Intermittent::default()
+    };
+    let cfg = config()
+        .ordered_aggregate_types(["*"])
+        .retry(postbox::Backoff {
+            base: Duration::from_millis(5),
+            cap: Duration::from_millis(20),
+        });
+    let relays: Vec<Running> = (0..3)
+        .map(|_| {
+            let relay =
+                Relay::new(PgStore::new(db.pool().clone()), sink.clone(), cfg.clone()).unwrap();
+            Running::start(relay)
+        })
+        .collect();
+
+    let producers: Vec<_> = (0..4u64)
+        .map(|p| {
+            let db = db.pool().clone();
+            let outbox = store.outbox();
+            tokio::spawn(async move {
+                let mut committed = Vec::new();
+                for i in 0..100u64 {
+                    let aggregate = ((i * 7 + p * 3) % 20 + 1).to_string();
+                    let mut tx = db.begin().await.unwrap();
+                    let event =
+                        Event::new("InvoiceChanged", &serde_json::json!({ "p": p, "i": i }))
+                            .unwrap()
+                            .aggregate("Invoice", aggregate.as_str())
+                            .without_idempotency_key();
+                    let id = outbox.enqueue(&mut tx, event).await.unwrap().id().unwrap();
+                    // 0-6 ms: later ids of the same aggregate commit first.
+                    tokio::time::sleep(Duration::from_millis((p * 5 + i * 3) % 7)).await;
+                    if i % 10 == 9 {
+                        tx.rollback().await.unwrap();
+                    } else {
+                        tx.commit().await.unwrap();
+                        committed.push(id);
+                    }
+                }
+                committed
+            })
+        })
+        .collect();
+    let mut committed = Vec::new();
+    for p in producers {
+        committed.extend(p.await.unwrap());
+    }
+    assert_eq!(committed.len(), 4 * 90);
+    wait_until(
+        "every event is published",
+        Duration::from_secs(60),
+        || async { count(&db, "PROCESSED").await == 4 * 90 },
+    )
+    .await;
+    for r in relays {
+        r.stop().await;
+    }
+    let acked = sink.acked.lock().unwrap().clone();
+    let mut per: HashMap<String, Vec<i64>> = HashMap::new();
+    for e in &acked {
+        per.entry(e.aggregate_id.clone().unwrap())
+            .or_default()
+            .push(e.id);
+    }
+    for (aggregate, ids) in &per {
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "invoice {aggregate} out of order (or twice): {ids:?}"
+        );
+    }
+    let mut delivered: Vec<i64> = acked.iter().map(|e| e.id).collect();
+    delivered.sort_unstable();
+    committed.sort_unstable();
+    assert_eq!(delivered, committed, "exactly the committed events");
+}
+
+/// SQLite draws ids in commit order; ordering there needs no horizon, and parks the same way.
+#[tokio::test]
+async fn sqlite_parks_an_aggregate_and_keeps_order() {
+    let db = postbox_testkit::TestSqlite::new();
+    let store = Arc::new(db.store().await);
+    postbox::migrate(&*store).await.unwrap();
+    let outbox = store.outbox();
+    let mut tx = store.pool().begin().await.unwrap();
+    let ids: Vec<i64> = outbox
+        .enqueue_many(
+            &mut tx,
+            vec![
+                invoice("InvoiceCreated", "1", 0),
+                invoice("Poison", "1", 1),
+                invoice("InvoicePaid", "1", 2),
+                invoice("InvoiceCreated", "2", 0),
+                invoice("InvoicePaid", "2", 1),
+            ],
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id().unwrap())
+        .collect();
+    tx.commit().await.unwrap();
+    let sink = RecordingSink::new();
+    sink.script("Poison", Behaviour::FailPermanently);
+    let relay = Relay::from_parts(store.clone(), Arc::new(sink.clone()), ordered()).unwrap();
+    relay.drain(std::future::pending()).await.unwrap();
+    assert_eq!(published_for(&sink, "1"), ["InvoiceCreated"]);
+    assert_eq!(published_for(&sink, "2"), ["InvoiceCreated", "InvoicePaid"]);
+    let t = postbox::Target::default_schema(store.default_schema());
+    assert_eq!(store.events_skip(&t, &[ids[1]]).await.unwrap(), [ids[1]]);
+    relay.drain(std::future::pending()).await.unwrap();
+    assert_eq!(published_for(&sink, "1"), ["InvoiceCreated", "InvoicePaid"]);
+}
