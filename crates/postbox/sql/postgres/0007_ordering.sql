@@ -36,8 +36,9 @@ $ordered$;
 -- events above it wait). The walk skips ordered events whose aggregate has an earlier event that
 -- cannot be claimed now (FAILED and not skipped, in flight, backing off, above the horizon), so
 -- a parked aggregate does not fill the batch; of the rows the walk locked, an ordered event is
--- kept only if every earlier unfinished event of its aggregate is kept too — one another relay
--- holds, or a stale one that goes FAILED on this take-over, holds it back.
+-- kept only if every earlier unfinished event of its aggregate is kept too (as many as the table
+-- holds) — one another relay holds, or a stale one that goes FAILED on this take-over, holds it
+-- back.
 CREATE FUNCTION {schema}.postbox_claim(integer, double precision, text, uuid, text[], bigint)
 RETURNS TABLE (
     id bigint, stale boolean, exhausted boolean, event_type text, aggregate_type text,
@@ -75,18 +76,24 @@ WITH walked AS MATERIALIZED (
     ORDER BY e.id
     LIMIT $1
     FOR UPDATE OF e SKIP LOCKED
-), picked AS (
-    SELECT w.id, w.stale
+), counted AS (
+    -- Per walked row, how many earlier rows of its aggregate this claim takes (and keeps
+    -- PROCESSING): a sort of the batch, not a scan of it per row.
+    SELECT w.*, count(*) FILTER (WHERE NOT w.exhausting) OVER (
+               PARTITION BY w.aggregate_type, w.aggregate_id ORDER BY w.id
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS taken_before
     FROM walked w
-    WHERE NOT w.ordered
-       OR NOT EXISTS (
-           SELECT 1 FROM {schema}.outbox_events b
-           WHERE b.aggregate_type = w.aggregate_type
-             AND b.aggregate_id = w.aggregate_id
-             AND b.id < w.id
+), picked AS (
+    SELECT c.id, c.stale
+    FROM counted c
+    WHERE NOT c.ordered
+       OR c.taken_before = (
+           SELECT count(*) FROM {schema}.outbox_events b
+           WHERE b.aggregate_type = c.aggregate_type
+             AND b.aggregate_id = c.aggregate_id
+             AND b.id < c.id
              AND b.status IN ('PENDING', 'PROCESSING', 'FAILED')
-             AND b.skipped_at IS NULL
-             AND NOT EXISTS (SELECT 1 FROM walked k WHERE k.id = b.id AND NOT k.exhausting))
+             AND b.skipped_at IS NULL)
 )
 UPDATE {schema}.outbox_events AS e
 SET status       = CASE WHEN p.stale AND e.retry_count + 1 >= e.max_retries

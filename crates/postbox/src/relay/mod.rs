@@ -256,10 +256,10 @@ impl Relay {
             retention.tick(&inner.store, targets.list());
             slow_lane.tick(&inner.store, targets.list());
             health.tick(&inner.store, &inner.sink, &inner.id);
-            let full = match round {
-                Ok(full) => {
+            let (full, claimed) = match round {
+                Ok(round) => {
                     db_errors.reset();
-                    full
+                    round
                 }
                 Err(e) if e.needs_operator() => {
                     error!(relay = %inner.id, error = %e, "relay cannot serve any target");
@@ -296,7 +296,11 @@ impl Relay {
                 gave_up = Some(e);
                 break;
             }
-            if full || *stop.borrow() {
+            // With ordering, a claim can come back short because it stopped at aggregates then
+            // in flight; the pipeline has recorded them since, so their next events are
+            // claimable now.
+            let ordered = !cfg.ordered_aggregate_types.is_empty();
+            if full || (ordered && claimed) || *stop.borrow() {
                 continue;
             }
             let wait = match mode {
@@ -379,7 +383,7 @@ impl Relay {
     }
 
     /// One claim from each target of the round, while the pipeline has room. Returns whether any
-    /// claim came back full (more work is waiting). A tenant whose claim fails is logged and
+    /// claim came back full (more work is waiting), and whether any claimed an event. A tenant whose claim fails is logged and
     /// skipped, so it cannot hold up the others (one whose tables are gone waits for the next
     /// registry read); a target whose destinations were all down waits for its pause. The
     /// round fails when every target failed: with the default schema's error when that one
@@ -390,8 +394,9 @@ impl Relay {
         targets: &mut Targets,
         busy_only: bool,
         stop: &watch::Receiver<bool>,
-    ) -> Result<bool> {
+    ) -> Result<(bool, bool)> {
         let mut full = false;
+        let mut any = false;
         let mut failed = None;
         let mut served = 0;
         let busy_period = self.inner.config.busy_period;
@@ -409,6 +414,7 @@ impl Relay {
                         targets.mark_busy(&target, busy_period);
                     }
                     full |= claimed.full;
+                    any |= claimed.any;
                 }
                 Err(e) if e.needs_operator() && target.tenant.is_some() => {
                     targets.park(&target, &e.to_string());
@@ -425,7 +431,7 @@ impl Relay {
         }
         match failed {
             Some(e) if served == 0 => Err(e),
-            _ => Ok(full),
+            _ => Ok((full, any)),
         }
     }
 
