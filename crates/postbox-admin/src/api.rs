@@ -146,6 +146,9 @@ pub(crate) struct ListQuery {
     until: Option<String>,
     #[serde(default)]
     archive: bool,
+    /// Only the heads of parked ordered aggregates.
+    #[serde(default)]
+    parked: bool,
     /// `newest` (default) or `oldest`.
     order: Option<String>,
     /// Ids past this one, in the order asked for (the next page).
@@ -163,7 +166,9 @@ impl ListQuery {
         text.since = self.since.as_deref();
         text.until = self.until.as_deref();
         text.archive = self.archive;
-        Ok(EventFilter::parse(&text, Utc::now())?)
+        let mut filter = EventFilter::parse(&text, Utc::now())?;
+        filter.parked = self.parked;
+        Ok(filter)
     }
 
     fn order(&self) -> Result<Order, ApiError> {
@@ -290,6 +295,42 @@ pub(crate) async fn retry_event(
         .await?;
     info!(target: "postbox::audit", action = "retry", tenant = target.label(), event_id = id, retried, "admin API: event retried");
     Ok(Json(Retried { retried }))
+}
+
+/// The answer of a skip.
+#[derive(Serialize)]
+pub(crate) struct Skipped {
+    skipped: Vec<i64>,
+}
+
+/// `POST /api/events/{id}/skip`: the held-back head of an ordered aggregate goes FAILED,
+/// marked skipped, and the rest of its aggregate flows (`postbox events skip`).
+pub(crate) async fn skip_event(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    query: Result<Query<TenantQuery>, QueryRejection>,
+) -> ApiResult<Skipped> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let id = event_id(&id)?;
+    let target = target(&shared, query.tenant.as_deref()).await?;
+    let Some(event) = shared.store.event_get(&target, id).await? else {
+        return Err(ApiError::not_found(format!(
+            "no event {id} in tenant {}",
+            target.label()
+        )));
+    };
+    let skipped = shared.store.events_skip(&target, &[id]).await?;
+    if skipped.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "event {id} is {} (or already skipped): only PENDING and FAILED events are skipped",
+                event.status
+            ),
+        ));
+    }
+    info!(target: "postbox::audit", action = "skip", tenant = target.label(), event_id = id, "admin API: event skipped");
+    Ok(Json(Skipped { skipped }))
 }
 
 /// The body of `POST /api/events/retry`.

@@ -185,6 +185,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/events/retry", post(api::retry_events))
         .route("/api/events/{id}", get(api::show_event))
         .route("/api/events/{id}/retry", post(api::retry_event))
+        .route("/api/events/{id}/skip", post(api::skip_event))
         .route("/api/replay", post(api::replay))
         .route("/api/tenants", get(api::tenants))
         .route("/api/tenants/{id}/suspend", post(api::suspend_tenant))

@@ -234,6 +234,8 @@ async fn every_api_route_wants_the_token() {
         ("GET", "/api/events".into(), None, 200),
         ("GET", format!("/api/events/{id}"), None, 200),
         ("POST", format!("/api/events/{id}/retry"), None, 409),
+        ("POST", format!("/api/events/{id}/skip"), None, 409),
+        ("GET", "/api/events?parked=true".into(), None, 200),
         (
             "POST",
             "/api/events/retry".into(),
