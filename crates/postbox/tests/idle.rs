@@ -8,10 +8,9 @@
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use postbox::{Relay, RelayConfig, Store};
+use postbox::{Relay, RelayConfig};
 use postbox_testkit::{RecordingSink, wait_until};
 
 /// A relay that would otherwise find plain-SQL rows only at its 5 s poll.
@@ -50,6 +49,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_sql_rows_are_found_fast_after_idle_on_postgres() {
     let db = postbox_testkit::TestDb::new().await;
+    use postbox::Store as _;
     let store = postbox::PgStore::new(db.pool().clone());
     postbox::migrate(&store).await.unwrap();
     let acme = store
@@ -96,7 +96,12 @@ async fn plain_sql_rows_are_found_fast_after_idle_on_sqlite() {
     postbox::migrate(&store).await.unwrap();
     let pool = store.pool().clone();
     let sink = RecordingSink::new();
-    let relay = Relay::from_parts(Arc::new(store), Arc::new(sink.clone()), config()).unwrap();
+    let relay = Relay::from_parts(
+        std::sync::Arc::new(store),
+        std::sync::Arc::new(sink.clone()),
+        config(),
+    )
+    .unwrap();
     let handle = relay.start();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let worst = worst_from_idle(&sink, |_| {

@@ -3,6 +3,7 @@
 //! parks only its own aggregate, and an operator's skip or retry releases it. Needs PostgreSQL on
 //! 127.0.0.1:5432.
 
+#![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod common;
@@ -409,6 +410,7 @@ async fn concurrent_producers_and_relays_keep_each_aggregates_order() {
 }
 
 /// SQLite draws ids in commit order; ordering there needs no horizon, and parks the same way.
+#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_parks_an_aggregate_and_keeps_order() {
     let db = postbox_testkit::TestSqlite::new();
