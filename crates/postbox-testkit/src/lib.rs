@@ -1,9 +1,11 @@
 //! Test helpers for Postbox, for its own tests and for services that embed it: a fresh
-//! PostgreSQL database or SQLite file per test, scripted sinks, a store that fails on demand, a
+//! PostgreSQL or MySQL database or SQLite file per test, scripted sinks, a store that fails on demand, a
 //! TCP proxy that takes a broker away, a builder of events, and waiting on conditions.
 
 mod event;
 mod faulty;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod pg;
 pub mod proxy;
@@ -12,12 +14,14 @@ pub mod sink_suite;
 mod sinks;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub mod store_suite;
 mod wait;
 
 pub use event::{TestEvent, event};
 pub use faulty::{FaultyStore, StoreOp};
+#[cfg(feature = "mysql")]
+pub use mysql::{TestMySql, mysql_admin_url};
 #[cfg(feature = "postgres")]
 pub use pg::{TestDb, admin_url};
 pub use sinks::{Behaviour, RecordingSink};

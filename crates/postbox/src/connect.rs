@@ -4,6 +4,8 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
+#[cfg(feature = "mysql")]
+use crate::store::MySqlStore;
 #[cfg(feature = "postgres")]
 use crate::store::PgStore;
 #[cfg(feature = "sqlite")]
@@ -15,8 +17,8 @@ use crate::store::{
 };
 
 /// Connects to the outbox database `url` names: `postgres://…` or `postgresql://…` for
-/// PostgreSQL, `sqlite:…` or a file path ending in `.db`, `.sqlite` or `.sqlite3` for SQLite
-/// (created if missing). See [`ConnectOptions`] for the schema and the pool size.
+/// PostgreSQL, `mysql://…` or `mariadb://…` for MySQL 8.0+ / MariaDB 10.6+, `sqlite:…` or a file
+/// path ending in `.db`, `.sqlite` or `.sqlite3` for SQLite (created if missing). See [`ConnectOptions`] for the schema and the pool size.
 ///
 /// The store hands out the producer that writes to the table its relays read
 /// ([`Store::outbox`]), so the two cannot disagree on where events go.
@@ -69,6 +71,8 @@ pub enum DatabaseKind {
     Postgres,
     /// SQLite: `sqlite:…`, or a path ending in `.db`, `.sqlite` or `.sqlite3`.
     Sqlite,
+    /// MySQL 8.0+ or MariaDB 10.6+: `mysql://…`, `mariadb://…`.
+    MySql,
 }
 
 impl DatabaseKind {
@@ -78,12 +82,16 @@ impl DatabaseKind {
     /// use postbox::DatabaseKind;
     /// assert_eq!(DatabaseKind::of("postgresql://db/app").unwrap(), DatabaseKind::Postgres);
     /// assert_eq!(DatabaseKind::of("outbox.db").unwrap(), DatabaseKind::Sqlite);
-    /// assert!(DatabaseKind::of("mysql://db/app").is_err());
+    /// assert_eq!(DatabaseKind::of("mysql://db/app").unwrap(), DatabaseKind::MySql);
+    /// assert!(DatabaseKind::of("oracle://db/app").is_err());
     /// ```
     pub fn of(url: &str) -> Result<DatabaseKind> {
         let lower = url.trim().to_ascii_lowercase();
         if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
             return Ok(DatabaseKind::Postgres);
+        }
+        if lower.starts_with("mysql://") || lower.starts_with("mariadb://") {
+            return Ok(DatabaseKind::MySql);
         }
         if lower.starts_with("sqlite:")
             || [".db", ".sqlite", ".sqlite3"]
@@ -95,8 +103,8 @@ impl DatabaseKind {
         Err(Error::invalid_config(
             "database_url",
             format!(
-                "{:?} is neither a PostgreSQL URL (postgres://… or postgresql://…) nor SQLite \
-                 (sqlite:… or a file path ending in .db)",
+                "{:?} is neither a PostgreSQL URL (postgres://… or postgresql://…), a MySQL or \
+                 MariaDB URL (mysql://…) nor SQLite (sqlite:… or a file path ending in .db)",
                 crate::redact::redact(url)
             ),
         ))
@@ -105,7 +113,7 @@ impl DatabaseKind {
 
 impl ConnectOptions {
     /// Options for `url`, with the store's defaults: schema `public` (PostgreSQL), a pool of
-    /// 10 connections on PostgreSQL and 4 on SQLite.
+    /// 10 connections on PostgreSQL and MySQL and 4 on SQLite.
     pub fn new(url: impl Into<String>) -> Self {
         ConnectOptions {
             url: url.into(),
@@ -163,6 +171,13 @@ impl ConnectOptions {
                 };
                 Ok(AnyStore::Sqlite(store))
             }
+            #[cfg(feature = "mysql")]
+            DatabaseKind::MySql => {
+                let options = mysql_options(&self.url)?;
+                let store =
+                    MySqlStore::connect_with(options, self.max_connections.unwrap_or(10)).await?;
+                Ok(AnyStore::MySql(store))
+            }
             #[allow(unreachable_patterns, reason = "a database left out of this build")]
             kind => Err(Error::invalid_config(
                 "database_url",
@@ -170,6 +185,25 @@ impl ConnectOptions {
             )),
         }
     }
+}
+
+/// The options of a `mysql://` or `mariadb://` URL (sqlx reads the first spelling only).
+#[cfg(feature = "mysql")]
+pub(crate) fn mysql_options(url: &str) -> Result<sqlx::mysql::MySqlConnectOptions> {
+    let url = url.trim();
+    let url = match url.get(..10) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("mariadb://") => format!("mysql://{}", &url[10..]),
+        _ => url.to_owned(),
+    };
+    url.parse().map_err(|e: sqlx::Error| {
+        Error::invalid_config(
+            "database_url",
+            format!(
+                "{:?} is not a valid MySQL URL: {e}",
+                crate::redact::redact(&url)
+            ),
+        )
+    })
 }
 
 /// A store on whichever database [`connect`] found at the URL.
@@ -181,6 +215,9 @@ pub enum AnyStore {
     /// SQLite.
     #[cfg(feature = "sqlite")]
     Sqlite(SqliteStore),
+    /// MySQL or MariaDB.
+    #[cfg(feature = "mysql")]
+    MySql(MySqlStore),
 }
 
 impl std::fmt::Debug for AnyStore {
@@ -188,6 +225,7 @@ impl std::fmt::Debug for AnyStore {
         f.write_str(match self.kind() {
             DatabaseKind::Postgres => "AnyStore::Postgres",
             DatabaseKind::Sqlite => "AnyStore::Sqlite",
+            DatabaseKind::MySql => "AnyStore::MySql",
         })
     }
 }
@@ -200,6 +238,8 @@ impl AnyStore {
             AnyStore::Postgres(_) => DatabaseKind::Postgres,
             #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(_) => DatabaseKind::Sqlite,
+            #[cfg(feature = "mysql")]
+            AnyStore::MySql(_) => DatabaseKind::MySql,
         }
     }
 
@@ -209,6 +249,8 @@ impl AnyStore {
             AnyStore::Postgres(s) => s,
             #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => s,
+            #[cfg(feature = "mysql")]
+            AnyStore::MySql(s) => s,
         }
     }
 }
@@ -277,6 +319,12 @@ impl Store for AnyStore {
         probe: Option<&crate::store::HorizonProbe>,
     ) -> Result<crate::store::Horizon> {
         self.inner().commit_horizon(target, probe).await
+    }
+    async fn events_retry_slow_lane(
+        &self,
+        params: &crate::store::SlowLaneParams<'_>,
+    ) -> Result<u64> {
+        self.inner().events_retry_slow_lane(params).await
     }
     async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
         self.inner().events_skip(target, ids).await

@@ -1,7 +1,9 @@
 #![doc = include_str!("../README.md")]
 
-#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
-compile_error!("Postbox needs a store: enable the `postgres` or the `sqlite` feature (or both)");
+#[cfg(not(any(feature = "postgres", feature = "sqlite", feature = "mysql")))]
+compile_error!(
+    "Postbox needs a store: enable the `postgres`, the `sqlite` or the `mysql` feature (or several)"
+);
 
 pub mod backoff;
 mod connect;
@@ -36,6 +38,8 @@ pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink, SinkHealth};
 #[cfg(feature = "postgres")]
 pub use store::PgStore;
+#[cfg(feature = "mysql")]
+pub use store::MySqlStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{Store, Tenant, TenantStatus};

@@ -1,5 +1,5 @@
 //! The store conformance suite: every behaviour the relay relies on, written once and run
-//! against every [`Store`](postbox::Store) — PostgreSQL and SQLite here, and any store of a
+//! against every [`Store`](postbox::Store) — PostgreSQL, SQLite and MySQL/MariaDB here, and any store of a
 //! user's own — each case on a fresh database.
 //!
 //! A store passes when every case passes for its [`StoreHarness`]: a fresh database, the store
@@ -29,11 +29,15 @@ use uuid::Uuid;
 
 use crate::wait_until;
 
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+#[cfg(feature = "mysql")]
+pub use mysql::MySqlHarness;
 #[cfg(feature = "postgres")]
 pub use postgres::PgHarness;
 #[cfg(feature = "sqlite")]

@@ -17,6 +17,8 @@ use crate::schema::SchemaName;
 use crate::store::Store;
 use crate::store::Tenant;
 
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -131,7 +133,11 @@ impl Outbox {
             #[cfg(feature = "sqlite")]
             Conn::Sqlite(c) => sqlite::insert(c, &event)
                 .await
-                .map_err(|e| self.write_error(e, true))?,
+                .map_err(|e| self.write_error(e, "main"))?,
+            #[cfg(feature = "mysql")]
+            Conn::MySql(c) => mysql::insert(c, &event)
+                .await
+                .map_err(|e| self.write_error(e, self.inner.schema.as_str()))?,
         };
         Ok(id.map_or(Enqueued::Duplicate, Enqueued::Inserted))
     }
@@ -139,19 +145,17 @@ impl Outbox {
     /// The error of a failed insert. A primary-key collision is named as such: only an
     /// idempotency key that exists makes a duplicate (the statements' `ON CONFLICT` names it),
     /// so an id that is taken must never pass for one.
-    fn write_error(&self, err: sqlx::Error, sqlite: bool) -> Error {
+    fn write_error(&self, err: sqlx::Error, schema: &str) -> Error {
         if let sqlx::Error::Database(db) = &err
             && db.is_unique_violation()
-            // PostgreSQL names the constraint; SQLite names the column in its message.
+            // PostgreSQL names the constraint; SQLite names the column, MySQL the key.
             && (db.constraint() == Some("outbox_events_pkey")
-                || db.message().contains("outbox_events.id"))
+                || db.message().contains("outbox_events.id")
+                || db.message().contains("'PRIMARY'")
+                || db.message().contains("outbox_events.PRIMARY"))
         {
             return Error::IdTaken {
-                schema: if sqlite {
-                    "main".to_owned()
-                } else {
-                    self.inner.schema.to_string()
-                },
+                schema: schema.to_owned(),
             };
         }
         Error::Database(err)
@@ -206,7 +210,18 @@ impl Outbox {
                 for event in &checked {
                     let id = sqlite::insert(c, event)
                         .await
-                        .map_err(|e| self.write_error(e, true))?;
+                        .map_err(|e| self.write_error(e, "main"))?;
+                    out.push(id.map_or(Enqueued::Duplicate, Enqueued::Inserted));
+                }
+                Ok(out)
+            }
+            #[cfg(feature = "mysql")]
+            Conn::MySql(c) => {
+                let mut out = Vec::with_capacity(checked.len());
+                for event in &checked {
+                    let id = mysql::insert(c, event)
+                        .await
+                        .map_err(|e| self.write_error(e, self.inner.schema.as_str()))?;
                     out.push(id.map_or(Enqueued::Duplicate, Enqueued::Inserted));
                 }
                 Ok(out)
@@ -369,6 +384,9 @@ mod sealed {
         /// SQLite.
         #[cfg(feature = "sqlite")]
         Sqlite(&'a mut sqlx::sqlite::SqliteConnection),
+        /// MySQL or MariaDB.
+        #[cfg(feature = "mysql")]
+        MySql(&'a mut sqlx::mysql::MySqlConnection),
     }
 
     pub trait Sealed {
@@ -378,8 +396,8 @@ mod sealed {
 
 use sealed::{Conn, Sealed};
 
-/// A connection or transaction that [`Outbox::enqueue`] can write through: a PostgreSQL or
-/// SQLite connection, pooled connection or transaction. Sealed.
+/// A connection or transaction that [`Outbox::enqueue`] can write through: a PostgreSQL, SQLite
+/// or MySQL connection, pooled connection or transaction. Sealed.
 pub trait OutboxConnection: Sealed + Send {}
 
 macro_rules! outbox_connection {
@@ -409,6 +427,8 @@ macro_rules! outbox_connection {
 outbox_connection!(Postgres, sqlx::Postgres, sqlx::postgres::PgConnection);
 #[cfg(feature = "sqlite")]
 outbox_connection!(Sqlite, sqlx::Sqlite, sqlx::sqlite::SqliteConnection);
+#[cfg(feature = "mysql")]
+outbox_connection!(MySql, sqlx::MySql, sqlx::mysql::MySqlConnection);
 
 #[cfg(all(test, feature = "postgres"))]
 mod tests {

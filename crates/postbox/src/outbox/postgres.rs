@@ -70,7 +70,7 @@ pub(super) async fn insert_one(
     let rows: Vec<Option<i64>> = sqlx::query_scalar_with(sql, args)
         .fetch_all(conn)
         .await
-        .map_err(|e| outbox.write_error(e, false))?;
+        .map_err(|e| outbox.write_error(e, outbox.inner.schema.as_str()))?;
     Ok(rows.into_iter().flatten().next())
 }
 
@@ -122,7 +122,7 @@ pub(super) async fn insert_many(
     let rows: Vec<(Option<i64>, Option<String>)> = query
         .fetch_all(conn)
         .await
-        .map_err(|e| outbox.write_error(e, false))?;
+        .map_err(|e| outbox.write_error(e, outbox.inner.schema.as_str()))?;
     // The NULL row of the notification carries no event.
     let rows = rows.into_iter().filter_map(|(id, key)| Some((id?, key)));
     Ok(match_results(&keys, rows))
@@ -214,7 +214,7 @@ impl Outbox {
         let rows: Vec<Option<i64>> = sqlx::query_scalar_with(sql, args)
             .fetch_all(conn)
             .await
-            .map_err(|e| self.write_error(e, false))?;
+            .map_err(|e| self.write_error(e, self.inner.schema.as_str()))?;
         Ok(rows
             .into_iter()
             .flatten()

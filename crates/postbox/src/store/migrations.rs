@@ -34,7 +34,7 @@ where
     // Safe: the table name is a quoted identifier of a validated schema and a constant.
     sqlx::raw_sql(AssertSqlSafe(format!(
         "CREATE TABLE IF NOT EXISTS {history} (
-             name TEXT PRIMARY KEY,
+             name VARCHAR(255) PRIMARY KEY,
              applied_at {timestamp_column}
          )"
     )))

@@ -1,8 +1,8 @@
 //! The store seam: what the relay and the admin commands need from a database.
 //!
 //! The relay engine never names a database driver. It talks to a [`Store`], whose methods are
-//! noun-first with one params struct each; [`PgStore`] and [`SqliteStore`] implement it and pass
-//! one shared conformance suite (`tests/store_conformance.rs`).
+//! noun-first with one params struct each; [`PgStore`], [`SqliteStore`] and [`MySqlStore`]
+//! implement it and pass one shared conformance suite (`tests/store_conformance.rs`).
 
 use std::time::Duration;
 
@@ -17,6 +17,8 @@ use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
 mod migrations;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod reads;
@@ -27,6 +29,8 @@ pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+#[cfg(feature = "mysql")]
+pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
 pub use reads::{EventFilter, EventStatus, FilterText, ListParams, Order, StoredEvent, parse_time};
