@@ -37,8 +37,8 @@ pub(crate) struct GlobalArgs {
     #[arg(long, global = true, env = "POSTBOX_CONFIG", value_name = "PATH")]
     pub(crate) config: Option<PathBuf>,
 
-    /// Database: postgres://… or postgresql://… for PostgreSQL, sqlite:… or a path ending in
-    /// .db for SQLite [config: database_url; default: SQLite file postbox.db in the working
+    /// Database: postgres://… or postgresql://… for PostgreSQL, mysql://… (or mariadb://…) for
+    /// MySQL 8.0+ / MariaDB 10.6+, sqlite:… or a path ending in .db for SQLite [config: database_url; default: SQLite file postbox.db in the working
     /// directory]. A password on the command line is visible to other users: prefer
     /// POSTBOX_DATABASE_URL.
     #[arg(long, global = true, value_name = "URL")]

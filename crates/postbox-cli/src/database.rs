@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use postbox::{PgStore, SchemaName, SqliteStore, Store, Target};
+use postbox::{MySqlStore, PgStore, SchemaName, SqliteStore, Store, Target};
 use sqlx::Connection;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
@@ -17,7 +18,7 @@ use crate::config::DatabaseUrl;
 /// The SQLite file used when no `database_url` is configured.
 pub(crate) const DEFAULT_SQLITE_FILE: &str = "postbox.db";
 
-/// Connections a CLI process opens to PostgreSQL at most: a relay claims and marks one batch at
+/// Connections a CLI process opens to PostgreSQL (or MySQL) at most: a relay claims and marks one batch at
 /// a time and holds one more for NOTIFY, so a few are plenty and many relays fit the server.
 const PG_MAX_CONNECTIONS: u32 = 4;
 
@@ -26,6 +27,8 @@ const PG_MAX_CONNECTIONS: u32 = 4;
 pub(crate) enum Location {
     /// A PostgreSQL server.
     Postgres(Box<PgConnectOptions>),
+    /// A MySQL 8.0+ or MariaDB 10.6+ server.
+    MySql(Box<MySqlConnectOptions>),
     /// An SQLite database.
     Sqlite {
         /// The URL or path as configured.
@@ -37,8 +40,8 @@ pub(crate) enum Location {
 
 impl Location {
     /// Reads `database_url`: none → the SQLite file `postbox.db` in the working directory;
-    /// `postgres://`/`postgresql://` → PostgreSQL; `sqlite:` or a path ending in `.db`,
-    /// `.sqlite` or `.sqlite3` → SQLite.
+    /// `postgres://`/`postgresql://` → PostgreSQL; `mysql://`/`mariadb://` → MySQL or MariaDB;
+    /// `sqlite:` or a path ending in `.db`, `.sqlite` or `.sqlite3` → SQLite.
     pub(crate) fn parse(url: Option<&DatabaseUrl>) -> anyhow::Result<Location> {
         let Some(url) = url else {
             return Ok(Location::sqlite_file(DEFAULT_SQLITE_FILE));
@@ -47,8 +50,8 @@ impl Location {
         // The library's rule for what a URL names, so that the binary and a service agree.
         let kind = postbox::DatabaseKind::of(raw).map_err(|_| {
             anyhow::anyhow!(
-                "{url:?} is neither a PostgreSQL URL (postgres://… or postgresql://…) nor SQLite \
-                 (sqlite:… or a file path ending in .db)"
+                "{url:?} is neither a PostgreSQL URL (postgres://… or postgresql://…), a MySQL or \
+                 MariaDB URL (mysql://…) nor SQLite (sqlite:… or a file path ending in .db)"
             )
         })?;
         match kind {
@@ -56,6 +59,20 @@ impl Location {
                 let options = PgConnectOptions::from_str(raw)
                     .with_context(|| format!("{url} is not a valid PostgreSQL URL"))?;
                 Ok(Location::Postgres(Box::new(options)))
+            }
+            postbox::DatabaseKind::MySql => {
+                let raw = match raw.get(..10) {
+                    Some(s) if s.eq_ignore_ascii_case("mariadb://") => {
+                        format!("mysql://{}", &raw[10..])
+                    }
+                    _ => raw.to_owned(),
+                };
+                let options = MySqlConnectOptions::from_str(&raw)
+                    .with_context(|| format!("{url} is not a valid MySQL URL"))?;
+                if options.get_database().is_none() {
+                    bail!("{url} names no database; add it, e.g. mysql://user@host:3306/app");
+                }
+                Ok(Location::MySql(Box::new(options)))
             }
             _ if raw.to_ascii_lowercase().starts_with("sqlite:") => {
                 let lower = raw.to_ascii_lowercase();
@@ -92,6 +109,14 @@ impl fmt::Display for Location {
                 o.get_port(),
                 o.get_database().unwrap_or("")
             ),
+            Location::MySql(o) => write!(
+                f,
+                "MySQL mysql://{}@{}:{}/{}",
+                o.get_username(),
+                o.get_host(),
+                o.get_port(),
+                o.get_database().unwrap_or("")
+            ),
             Location::Sqlite { file: Some(p), .. } => write!(f, "SQLite file {}", p.display()),
             Location::Sqlite { url, .. } => write!(f, "SQLite {url}"),
         }
@@ -105,6 +130,8 @@ pub(crate) enum Pool {
     Postgres(PgPool),
     /// SQLite.
     Sqlite(SqlitePool),
+    /// MySQL or MariaDB.
+    MySql(MySqlPool),
 }
 
 impl Pool {
@@ -113,6 +140,7 @@ impl Pool {
         match self {
             Pool::Postgres(p) => p.close().await,
             Pool::Sqlite(p) => p.close().await,
+            Pool::MySql(p) => p.close().await,
         }
     }
 }
@@ -163,6 +191,28 @@ impl Database {
                 Ok(Database {
                     store: Arc::new(PgStore::with_schema(pool.clone(), schema)),
                     pool: Pool::Postgres(pool),
+                    location: shown,
+                })
+            }
+            Location::MySql(options) => {
+                // As for PostgreSQL: a direct connection first says why it fails.
+                let probe = MySqlConnection::connect_with(options)
+                    .await
+                    .with_context(|| format!("cannot connect to {shown}"))?;
+                let _ = probe.close().await;
+                if schema != SchemaName::public() {
+                    tracing::warn!(
+                        %schema,
+                        "the `schema` setting is ignored on MySQL: the outbox is in the URL's database"
+                    );
+                }
+                let store = MySqlStore::connect_with((**options).clone(), PG_MAX_CONNECTIONS)
+                    .await
+                    .with_context(|| format!("cannot connect to {shown}"))?;
+                tracing::debug!(database = %shown, "connected");
+                Ok(Database {
+                    pool: Pool::MySql(store.pool().clone()),
+                    store: Arc::new(store),
                     location: shown,
                 })
             }
@@ -268,7 +318,18 @@ mod tests {
             parse("sqlite::memory:"),
             Ok(Location::Sqlite { file: None, .. })
         ));
-        assert!(parse("mysql://localhost/app").is_err());
+        assert!(matches!(
+            parse("mysql://app:pw@localhost:3306/shop"),
+            Ok(Location::MySql(_))
+        ));
+        assert!(matches!(
+            parse("mariadb://localhost/shop"),
+            Ok(Location::MySql(_))
+        ));
+        assert!(
+            parse("mysql://localhost").is_err_and(|e| e.to_string().contains("names no database"))
+        );
+        assert!(parse("oracle://localhost/app").is_err());
         assert!(parse("outbox").is_err());
     }
 
@@ -278,5 +339,9 @@ mod tests {
             .map(|l| l.to_string())
             .unwrap_or_default();
         assert_eq!(shown, "PostgreSQL postgres://app@db:5433/orders");
+        let shown = parse("mysql://app:s3cret@db:3307/orders")
+            .map(|l| l.to_string())
+            .unwrap_or_default();
+        assert_eq!(shown, "MySQL mysql://app@db:3307/orders");
     }
 }

@@ -21,10 +21,12 @@ impl TestMySql {
     /// Creates a fresh, empty database.
     pub async fn new() -> TestMySql {
         let name = format!("postbox_test_{}", uuid::Uuid::new_v4().simple());
-        let admin: MySqlConnectOptions =
-            mysql_admin_url().parse().expect("POSTBOX_TEST_MYSQL_URL");
+        let admin: MySqlConnectOptions = mysql_admin_url().parse().expect("POSTBOX_TEST_MYSQL_URL");
         let mut conn = admin.connect().await.unwrap_or_else(|e| {
-            panic!("MySQL/MariaDB is not reachable at {}: {e}", mysql_admin_url())
+            panic!(
+                "MySQL/MariaDB is not reachable at {}: {e}",
+                mysql_admin_url()
+            )
         });
         sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
             .execute(&mut conn)
@@ -65,11 +67,10 @@ impl Drop for TestMySql {
                 .expect("runtime");
             rt.block_on(async move {
                 if let Ok(mut conn) = MySqlConnection::connect(&mysql_admin_url()).await {
-                    let _ = sqlx::raw_sql(AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS `{name}`"
-                    )))
-                    .execute(&mut conn)
-                    .await;
+                    let _ =
+                        sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
+                            .execute(&mut conn)
+                            .await;
                 }
             });
         })

@@ -192,7 +192,9 @@ impl ConnectOptions {
 pub(crate) fn mysql_options(url: &str) -> Result<sqlx::mysql::MySqlConnectOptions> {
     let url = url.trim();
     let url = match url.get(..10) {
-        Some(scheme) if scheme.eq_ignore_ascii_case("mariadb://") => format!("mysql://{}", &url[10..]),
+        Some(scheme) if scheme.eq_ignore_ascii_case("mariadb://") => {
+            format!("mysql://{}", &url[10..])
+        }
         _ => url.to_owned(),
     };
     url.parse().map_err(|e: sqlx::Error| {

@@ -36,10 +36,10 @@ pub use relay::{
 };
 pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink, SinkHealth};
-#[cfg(feature = "postgres")]
-pub use store::PgStore;
 #[cfg(feature = "mysql")]
 pub use store::MySqlStore;
+#[cfg(feature = "postgres")]
+pub use store::PgStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{Store, Tenant, TenantStatus};

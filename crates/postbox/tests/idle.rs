@@ -1,7 +1,7 @@
 //! Fast from idle for every producer: a row inserted by plain SQL (no `NOTIFY`) into an outbox
 //! the relay has not heard from for a while is found by the relay's cheap look at the id
 //! sequences, not by its `poll_interval`; on PostgreSQL, for the default schema and a tenant,
-//! and on SQLite.
+//! on SQLite and on MySQL.
 
 #![allow(
     clippy::unwrap_used,
@@ -102,6 +102,37 @@ async fn plain_sql_rows_are_found_fast_after_idle_on_sqlite() {
         config(),
     )
     .unwrap();
+    let handle = relay.start();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let worst = worst_from_idle(&sink, |_| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(
+                "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+                 VALUES ('Plain', 'Order', '1', '{}')",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+    })
+    .await;
+    handle.stop().await.unwrap();
+    assert!(
+        worst < Duration::from_secs(1),
+        "{worst:?}: found by the poll, not at once"
+    );
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_sql_rows_are_found_fast_after_idle_on_mysql() {
+    let db = postbox_testkit::TestMySql::new().await;
+    let store = db.store().await;
+    postbox::migrate(&store).await.unwrap();
+    let pool = store.pool().clone();
+    let sink = RecordingSink::new();
+    let relay = Relay::new(store, sink.clone(), config()).unwrap();
     let handle = relay.start();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let worst = worst_from_idle(&sink, |_| {

@@ -1,4 +1,4 @@
-//! End to end on both stores: committed events are published once, rolled-back ones never.
+//! End to end on every store: committed events are published once, rolled-back ones never.
 
 #![allow(
     clippy::unwrap_used,
@@ -9,11 +9,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use postbox::Enqueued;
-use postbox::{Event, Relay, RelayConfig};
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+use postbox::Store;
 #[cfg(feature = "sqlite")]
-use postbox::{Store, Target};
+use postbox::Target;
+use postbox::{Event, Relay, RelayConfig};
 use postbox_testkit::RecordingSink;
 #[cfg(feature = "postgres")]
 use postbox_testkit::TestDb;
@@ -202,4 +204,38 @@ async fn a_started_relay_reports_live_stats_and_stops_on_request() {
     let totals = handle.stop().await.unwrap();
     assert_eq!(totals.published, 20);
     assert_eq!(sink.published_ids().len(), 20);
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_commit_is_published_and_rollback_is_not() {
+    let db = postbox_testkit::TestMySql::new().await;
+    let store = db.store().await;
+    postbox::migrate(&store).await.unwrap();
+    let outbox = store.outbox();
+
+    let mut tx = store.pool().begin().await.unwrap();
+    let a = outbox
+        .enqueue(&mut tx, Event::new("A", &1).unwrap().aggregate("X", "1"))
+        .await
+        .unwrap();
+    let dup = outbox
+        .enqueue(&mut tx, Event::new("A", &1).unwrap().aggregate("X", "1"))
+        .await
+        .unwrap();
+    assert_eq!(dup, Enqueued::Duplicate);
+    tx.commit().await.unwrap();
+
+    let mut tx = store.pool().begin().await.unwrap();
+    outbox
+        .enqueue(&mut tx, Event::new("Ghost", &2).unwrap())
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    let sink = RecordingSink::new();
+    let relay = Relay::new(store, sink.clone(), fast()).unwrap();
+    let stats = relay.drain(std::future::pending()).await.unwrap();
+    assert_eq!(stats.published, 1);
+    assert_eq!(sink.published_ids(), vec![a.id().unwrap()]);
 }

@@ -23,6 +23,10 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
     let url = match config.location()? {
         Location::Postgres(_) => config.database_url.as_ref().map(|u| u.expose().to_owned()),
         Location::Sqlite { .. } => None,
+        Location::MySql(_) => anyhow::bail!(
+            "postbox bench runs on PostgreSQL or SQLite; point database_url at a PostgreSQL \
+             server, or leave it out for SQLite"
+        ),
     };
     let mut opts = if args.quick {
         BenchOptions::quick(url)

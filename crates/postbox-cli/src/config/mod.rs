@@ -781,7 +781,7 @@ mod tests {
             ("POSTBOX_LOG_FORMAT", "xml", "LOG_FORMAT"),
             ("POSTBOX_LOG_LEVEL", "info,[", "log_level"),
             ("POSTBOX_PAYLOAD_LIMIT", "1 parsec", "PAYLOAD_LIMIT"),
-            ("POSTBOX_DATABASE_URL", "mysql://x/y", "database_url"),
+            ("POSTBOX_DATABASE_URL", "oracle://x/y", "database_url"),
             ("POSTBOX_BACKOFF_CAP", "1ms", "backoff_cap"),
         ];
         for (var, value, key) in cases {

@@ -7,6 +7,7 @@ mod config;
 mod consumers;
 mod demo;
 mod events;
+mod mysql;
 #[allow(
     dead_code,
     reason = "copied whole from postbox-sinks' test support; partly used here"

@@ -34,7 +34,9 @@ pub(super) async fn insert(
         .execute(conn)
         .await;
     match done {
-        Ok(done) => Ok(Some(i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX))),
+        Ok(done) => Ok(Some(
+            i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX),
+        )),
         Err(sqlx::Error::Database(db))
             if db.is_unique_violation() && c.key.is_some() && db.message().contains(KEY_INDEX) =>
         {

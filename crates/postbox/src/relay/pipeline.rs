@@ -206,7 +206,8 @@ impl Pipeline {
                     state.warned = true;
                     warn!(tenant = target.label(), writers = ?new.writers,
                         "ordered events wait for transactions writing to the outbox table that \
-                         stay open (find them in pg_locks by virtualtransaction, and end them); \
+                         stay open (PostgreSQL: find them in pg_locks by virtualtransaction; \
+                         MySQL: the transaction that inserted the id named), and end them; \
                          events of ordered aggregates drawn after them are not published until \
                          they commit or roll back");
                 }

@@ -41,7 +41,9 @@ pub use row::Undecodable;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
-/// A duration as milliseconds, the unit the SQL takes leases and backoffs in.
+/// A duration as milliseconds, the unit the SQL takes leases and backoffs in (MySQL's take
+/// microseconds).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

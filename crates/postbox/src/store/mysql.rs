@@ -29,11 +29,11 @@ use uuid::Uuid;
 use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, FailedMark, Horizon, HorizonProbe,
-    ListParams, MarkFailedParams, MarkProcessedParams, Order, PurgeBatch, PurgeKind, PurgeParams,
-    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts,
-    Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, secs, storable_error,
-    EXACT_PROCESSED_COUNT,
+    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark,
+    Horizon, HorizonProbe, ListParams, MarkFailedParams, MarkProcessedParams, Order, PurgeBatch,
+    PurgeKind, PurgeParams, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams,
+    SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus,
+    Wakeups, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, Target, TenantId};
@@ -82,7 +82,18 @@ pub struct MySqlStore {
     pool: MySqlPool,
     /// The database (MySQL's schema) the outbox lives in.
     database: String,
+    /// The last id handed out, and when it was read: the next call of
+    /// [`Store::commit_horizon`] checks the ids up to it.
+    pending_probe: std::sync::Mutex<Option<(std::time::Instant, i64)>>,
 }
+
+/// How long after the last id was read the commit horizon checks the ids up to it. InnoDB hands
+/// an id out and writes its row (taking the row's lock) within one statement; this leaves that
+/// step ample time.
+const ID_SETTLE_DELAY: Duration = Duration::from_millis(100);
+
+/// How far back the first probe of a relay looks for ids of transactions still open.
+const FIRST_PROBE_SPAN: i64 = 100_000;
 
 /// Which server answers: MySQL or MariaDB, and its version.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,7 +178,11 @@ impl MySqlStore {
             )
         })?;
         drop(conn);
-        Ok(MySqlStore { pool, database })
+        Ok(MySqlStore {
+            pool,
+            database,
+            pending_probe: std::sync::Mutex::new(None),
+        })
     }
 
     /// The connection pool.
@@ -294,7 +309,9 @@ fn keep_own_heads(
     let mut blocked_from: HashMap<(&str, &str), i64> = HashMap::new();
     for (id, at, aid) in unfinished {
         if !ids.contains(id) {
-            let first = blocked_from.entry((at.as_str(), aid.as_str())).or_insert(*id);
+            let first = blocked_from
+                .entry((at.as_str(), aid.as_str()))
+                .or_insert(*id);
             *first = (*first).min(*id);
         }
     }
@@ -448,7 +465,9 @@ impl Store for MySqlStore {
         picked.sort_unstable_by_key(|r| r.0);
         picked.truncate(p.batch_size as usize);
         if p.order.is_on() {
-            picked = self.own_heads(&mut tx, picked, p.order.aggregate_types).await?;
+            picked = self
+                .own_heads(&mut tx, picked, p.order.aggregate_types)
+                .await?;
         }
         if picked.is_empty() {
             tx.commit().await?;
@@ -481,9 +500,7 @@ impl Store for MySqlStore {
         );
         push_ids(&mut take, &ids);
         take.build().execute(&mut *tx).await?;
-        let mut read = QueryBuilder::<MySql>::new(format!(
-            "SELECT {CLAIMED_COLUMNS}, id IN "
-        ));
+        let mut read = QueryBuilder::<MySql>::new(format!("SELECT {CLAIMED_COLUMNS}, id IN "));
         let stale_ids: Vec<i64> = stale.iter().copied().collect();
         if stale_ids.is_empty() {
             read.push("(-1)");
@@ -708,8 +725,7 @@ impl Store for MySqlStore {
             PurgeKind::Archive => ("outbox_events_archive", "archived_at", ""),
             PurgeKind::Failed => ("outbox_events", "updated_at", " AND status = 'FAILED'"),
         };
-        let filter =
-            format!("WHERE {column} < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND{status}");
+        let filter = format!("WHERE {column} < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND{status}");
         if p.dry_run {
             let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "SELECT count(*) FROM {table} {filter}"
@@ -761,9 +777,8 @@ impl Store for MySqlStore {
             .fetch_optional(&self.pool)
             .await?
             .flatten();
-            let others: i64 = row.try_get::<i64, _>(0)?
-                + row.try_get::<i64, _>(1)?
-                + row.try_get::<i64, _>(3)?;
+            let others: i64 =
+                row.try_get::<i64, _>(0)? + row.try_get::<i64, _>(1)? + row.try_get::<i64, _>(3)?;
             (
                 estimate.map_or(counted, |e| (e - others).max(counted)),
                 false,
@@ -821,25 +836,82 @@ impl Store for MySqlStore {
         probe: Option<&HorizonProbe>,
     ) -> Result<Horizon> {
         Self::check_target(target)?;
-        // The last id handed out, then the transactions open now: one that drew an id at or
-        // below it and has not committed is among them. Read-only transactions are listed too
-        // (and hold the horizon a little longer); one that writes later draws a higher id.
-        let last: Option<i64> = sqlx::query_scalar(include_str!("../../sql/mysql/head.sql"))
-            .fetch_optional(&self.pool)
-            .await?
-            .flatten();
-        let writers: Vec<String> = sqlx::query_scalar(
-            "SELECT CAST(trx_id AS CHAR) FROM information_schema.INNODB_TRX
-             WHERE trx_mysql_thread_id <> CONNECTION_ID()",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let settled = probe
-            .filter(|old| !old.writers.iter().any(|w| writers.contains(w)))
-            .map(|old| old.last_id);
+        // MySQL has no view of the transactions writing to a table that can be trusted here
+        // (information_schema.INNODB_TRX is served from a cache that frequent readers keep
+        // stale), so the horizon is found from the ids themselves: every id up to the last one
+        // handed out (read at least ID_SETTLE_DELAY earlier) is committed, rolled back or held
+        // by an open transaction — and only the last kind is locked. Ids missing from the table
+        // and the archive get a locking read that does not wait: a lock conflict is an open
+        // transaction's row, and the horizon stops below it. The probe carries the horizon so
+        // far (`last_id`) and the id it waits for (`writers`).
+        let head = || async {
+            sqlx::query_scalar::<_, Option<i64>>(include_str!("../../sql/mysql/head.sql"))
+                .fetch_optional(&self.pool)
+                .await
+                .map(Option::flatten)
+        };
+        let pending = *self
+            .pending_probe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now_head = head().await?;
+        let floor = match probe {
+            Some(p) => p.last_id,
+            None => now_head.map_or(0, |h| (h - FIRST_PROBE_SPAN).max(0)),
+        };
+        let upto = match pending {
+            Some((read_at, last)) if read_at.elapsed() >= ID_SETTLE_DELAY => last,
+            Some(_) => {
+                return Ok(Horizon {
+                    settled: probe.map(|p| p.last_id),
+                    probe: probe.cloned(),
+                });
+            }
+            None => floor,
+        };
+        *self
+            .pending_probe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            now_head.map(|h| (std::time::Instant::now(), h));
+        let mut settled = upto.max(floor);
+        let mut waiting_for = None;
+        if upto > floor {
+            let present: HashSet<i64> = sqlx::query_scalar(
+                "SELECT id FROM outbox_events WHERE id > ? AND id <= ?
+                 UNION ALL SELECT id FROM outbox_events_archive WHERE id > ? AND id <= ?",
+            )
+            .bind(floor)
+            .bind(upto)
+            .bind(floor)
+            .bind(upto)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.missing(e))?
+            .into_iter()
+            .collect();
+            for id in (floor + 1..=upto).filter(|id| !present.contains(id)) {
+                let locked =
+                    sqlx::query("SELECT id FROM outbox_events WHERE id = ? FOR UPDATE NOWAIT")
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .is_err();
+                if locked {
+                    settled = id - 1;
+                    waiting_for = Some(id);
+                    break;
+                }
+            }
+        }
         Ok(Horizon {
-            settled,
-            probe: last.map(|last_id| HorizonProbe { last_id, writers }),
+            settled: Some(settled),
+            probe: Some(HorizonProbe {
+                last_id: settled,
+                writers: waiting_for
+                    .map(|id| vec![format!("the transaction that inserted id {id}")])
+                    .unwrap_or_default(),
+            }),
         })
     }
 
@@ -997,8 +1069,7 @@ impl MySqlStore {
             list.push_unseparated(")");
         }
         list.push_unseparated(")");
-        let unfinished: Vec<(i64, String, String)> =
-            q.build_query_as().fetch_all(&mut *tx).await?;
+        let unfinished: Vec<(i64, String, String)> = q.build_query_as().fetch_all(&mut *tx).await?;
         Ok(keep_own_heads(picked, types, &unfinished))
     }
 

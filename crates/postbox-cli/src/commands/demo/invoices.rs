@@ -49,12 +49,15 @@ pub(super) struct InvoiceService {
     table: String,
 }
 
+/// The demo's connection step refuses MySQL before a service is made.
+const NO_MYSQL: &str = "the demo runs on PostgreSQL or SQLite";
+
 impl InvoiceService {
     /// A service writing to `pool`; on PostgreSQL its tables live in `schema`.
     pub(super) fn new(pool: Pool, schema: &SchemaName, outbox: Outbox) -> Self {
         let table = match pool {
             Pool::Postgres(_) => format!("{}.invoices", schema.quoted()),
-            Pool::Sqlite(_) => "invoices".to_owned(),
+            Pool::Sqlite(_) | Pool::MySql(_) => "invoices".to_owned(),
         };
         InvoiceService {
             pool,
@@ -77,6 +80,7 @@ impl InvoiceService {
         match &self.pool {
             Pool::Postgres(p) => sqlx::query(sql).execute(p).await.map(drop),
             Pool::Sqlite(p) => sqlx::query(sql).execute(p).await.map(drop),
+            Pool::MySql(_) => anyhow::bail!(NO_MYSQL),
         }
         .context("cannot create the invoices table")
     }
@@ -126,6 +130,7 @@ impl InvoiceService {
                 }
                 enqueued
             }
+            Pool::MySql(_) => anyhow::bail!(NO_MYSQL),
         };
         match (enqueued.id(), reject) {
             (_, Some(_)) => Ok(Written::RolledBack),
@@ -142,6 +147,7 @@ impl InvoiceService {
         let numbers = match &self.pool {
             Pool::Postgres(p) => sqlx::query_scalar(sql).fetch_all(p).await?,
             Pool::Sqlite(p) => sqlx::query_scalar(sql).fetch_all(p).await?,
+            Pool::MySql(_) => anyhow::bail!(NO_MYSQL),
         };
         Ok(numbers)
     }

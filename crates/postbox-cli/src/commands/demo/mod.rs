@@ -197,6 +197,10 @@ async fn prepare(database_url: Option<&str>) -> anyhow::Result<(Place, Database,
             let db = Database::connect(&location, public.clone(), Create::IfMissing).await?;
             Ok((Place::SqliteMemory, db, public))
         }
+        Location::MySql(_) => bail!(
+            "the demo runs on PostgreSQL or SQLite; leave --database-url out for a temporary \
+             SQLite database"
+        ),
     }
 }
 
@@ -295,7 +299,7 @@ async fn demo(
 
     let events_table = match db.pool {
         Pool::Postgres(_) => format!("{}.outbox_events", schema.quoted()),
-        Pool::Sqlite(_) => "outbox_events".to_owned(),
+        Pool::Sqlite(_) | Pool::MySql(_) => "outbox_events".to_owned(),
     };
     let rows = tally::outbox_rows(&db.pool, &events_table).await?;
     println!("Step 3 · Events that need an operator (FAILED, kept with their last error)\n");

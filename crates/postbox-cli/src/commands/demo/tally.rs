@@ -34,6 +34,7 @@ pub(super) async fn outbox_rows(pool: &Pool, events_table: &str) -> anyhow::Resu
     let rows: Vec<Row> = match pool {
         Pool::Postgres(p) => sqlx::query_as(sql).fetch_all(p).await?,
         Pool::Sqlite(p) => sqlx::query_as(sql).fetch_all(p).await?,
+        Pool::MySql(p) => sqlx::query_as(sql).fetch_all(p).await?,
     };
     Ok(rows
         .into_iter()

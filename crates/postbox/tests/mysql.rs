@@ -1,0 +1,326 @@
+//! Relays on MySQL/MariaDB: what the store conformance suite cannot show with one store alone.
+//! Several relays share one outbox while producers commit and roll back business transactions;
+//! ordered aggregates wait for an earlier id's open transaction (the commit horizon from
+//! `information_schema.INNODB_TRX`). Needs MySQL 8.0+ or MariaDB 10.6+ on 127.0.0.1:3306
+//! (`POSTBOX_TEST_MYSQL_URL`).
+
+#![cfg(feature = "mysql")]
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use postbox::{Backoff, Event, MySqlStore, Relay, RelayConfig, Store};
+use postbox_testkit::{Behaviour, RecordingSink, TestMySql, wait_until};
+use tokio::sync::oneshot;
+
+fn config() -> RelayConfig {
+    RelayConfig::default()
+        .batch_size(50)
+        .poll_interval(Duration::from_millis(50))
+        .lease(Duration::from_secs(5))
+        .retry(Backoff {
+            base: Duration::from_millis(5),
+            cap: Duration::from_millis(20),
+        })
+        .publish_timeout(Duration::from_secs(2))
+}
+
+/// A relay running on its own task until stopped.
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<postbox::Result<postbox::RelayStats>>,
+}
+
+impl Running {
+    fn start(relay: Relay) -> Running {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            relay
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Running { stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+async fn migrated() -> (TestMySql, MySqlStore) {
+    let db = TestMySql::new().await;
+    let store = db.store().await;
+    postbox::migrate(&store).await.unwrap();
+    sqlx::query("CREATE TABLE invoices (id BIGINT PRIMARY KEY, aggregate VARCHAR(20))")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    (db, store)
+}
+
+async fn processed(store: &MySqlStore) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED'")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+fn invoice(event_type: &str, aggregate: &str, n: u64) -> Event {
+    Event::new(event_type, &serde_json::json!({ "n": n }))
+        .unwrap()
+        .aggregate("Invoice", aggregate)
+        .without_idempotency_key()
+}
+
+/// Four producers write a business row and its event in one transaction each, linger a moment
+/// (so that an aggregate's ids commit out of order), and roll back one in ten; three relays, each
+/// with its own pool, publish through a sink that fails every event's first try. The consumer
+/// gets exactly the committed events — none rolled back — and, per ordered aggregate, in id
+/// order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_share_an_outbox_and_keep_each_aggregates_order() {
+    let (db, store) = migrated().await;
+    let sink = RecordingSink::new();
+    sink.script("InvoiceChanged", Behaviour::FailTimes(1));
+    let cfg = config().ordered_aggregate_types(["Invoice"]);
+    let mut relays = Vec::new();
+    for _ in 0..3 {
+        let relay = Relay::new(db.store().await, sink.clone(), cfg.clone()).unwrap();
+        relays.push(Running::start(relay));
+    }
+    let producers: Vec<_> = (0..4u64)
+        .map(|p| {
+            let pool = store.pool().clone();
+            let outbox = store.outbox();
+            tokio::spawn(async move {
+                let mut committed = Vec::new();
+                for i in 0..60u64 {
+                    let aggregate = ((i * 7 + p * 3) % 15 + 1).to_string();
+                    let mut tx = pool.begin().await.unwrap();
+                    sqlx::query("INSERT INTO invoices (id, aggregate) VALUES (?, ?)")
+                        .bind(i64::try_from(p * 1000 + i).unwrap())
+                        .bind(&aggregate)
+                        .execute(&mut *tx)
+                        .await
+                        .unwrap();
+                    let id = outbox
+                        .enqueue(&mut tx, invoice("InvoiceChanged", &aggregate, i))
+                        .await
+                        .unwrap()
+                        .id()
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis((p * 5 + i * 3) % 7)).await;
+                    if i % 10 == 9 {
+                        tx.rollback().await.unwrap();
+                    } else {
+                        tx.commit().await.unwrap();
+                        committed.push(id);
+                    }
+                }
+                committed
+            })
+        })
+        .collect();
+    let mut committed = Vec::new();
+    for p in producers {
+        committed.extend(p.await.unwrap());
+    }
+    assert_eq!(committed.len(), 4 * 54);
+    wait_until(
+        "every committed event is published",
+        Duration::from_secs(60),
+        || async { processed(&store).await == 4 * 54 },
+    )
+    .await;
+    for r in relays {
+        r.stop().await;
+    }
+    let published = sink.published();
+    let mut per: HashMap<String, Vec<i64>> = HashMap::new();
+    for e in &published {
+        per.entry(e.aggregate_id.clone().unwrap())
+            .or_default()
+            .push(e.id);
+    }
+    for (aggregate, ids) in &per {
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "invoice {aggregate} out of order (or twice): {ids:?}"
+        );
+    }
+    let mut delivered: Vec<i64> = published.iter().map(|e| e.id).collect();
+    delivered.sort_unstable();
+    committed.sort_unstable();
+    assert_eq!(delivered, committed, "exactly the committed events, once");
+    let business: i64 = sqlx::query_scalar("SELECT count(*) FROM invoices")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(business, 4 * 54, "every event has its business row");
+}
+
+/// Transaction A takes the lower id and commits last: nothing of its aggregate is published
+/// while A is open, though the later event is committed; events of types not ordered flow; once
+/// A commits, both go out in id order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_id_waits_for_an_earlier_open_transaction() {
+    let (db, store) = migrated().await;
+    let outbox = store.outbox();
+    let sink = RecordingSink::new();
+    let relay = Relay::new(
+        db.store().await,
+        sink.clone(),
+        config().ordered_aggregate_types(["Invoice"]),
+    )
+    .unwrap();
+    let running = Running::start(relay);
+
+    let mut a = store.pool().begin().await.unwrap();
+    let first = outbox
+        .enqueue(&mut a, invoice("InvoiceCreated", "1", 0))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let mut b = store.pool().begin().await.unwrap();
+    let second = outbox
+        .enqueue(&mut b, invoice("InvoicePaid", "1", 1))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    b.commit().await.unwrap();
+    assert!(first < second);
+    let mut c = store.pool().begin().await.unwrap();
+    let unordered = Event::new("CustomerMoved", &serde_json::json!({}))
+        .unwrap()
+        .aggregate("Customer", "7")
+        .without_idempotency_key();
+    let unordered = outbox
+        .enqueue(&mut c, unordered)
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    c.commit().await.unwrap();
+    wait_until(
+        "the event of a type not ordered is published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&unordered) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !sink.published_ids().contains(&second),
+        "nothing of invoice 1 while its first event's transaction is open"
+    );
+    a.commit().await.unwrap();
+    wait_until(
+        "invoice 1 is published",
+        Duration::from_secs(10),
+        || async {
+            let ids = sink.published_ids();
+            ids.contains(&first) && ids.contains(&second)
+        },
+    )
+    .await;
+    running.stop().await;
+    let order: Vec<i64> = sink
+        .published_ids()
+        .into_iter()
+        .filter(|id| *id == first || *id == second)
+        .collect();
+    assert_eq!(order, [first, second]);
+}
+
+/// A server without `SKIP LOCKED` is refused by version, and the message names what is needed.
+#[tokio::test]
+async fn the_server_version_is_checked_and_bad_urls_are_named() {
+    let db = TestMySql::new().await;
+    let store = db.store().await;
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(!version.is_empty());
+    let err = postbox::connect("mysql://root@127.0.0.1:3306")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("names no database"), "{err}");
+    let err = postbox::connect("mysql://root@127.0.0.1:notaport/x")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("database_url"), "{err}");
+    let any = postbox::connect(db.url()).await.unwrap();
+    assert_eq!(any.kind(), postbox::DatabaseKind::MySql);
+    assert!(
+        any.tenant_list()
+            .await
+            .is_err_and(|e| e.to_string().contains("PostgreSQL"))
+    );
+}
+
+/// The commit horizon stops below the id of a transaction still open, passes an id whose
+/// transaction rolled back, and moves past the open one once it commits.
+#[tokio::test]
+async fn the_commit_horizon_stops_below_an_open_transactions_id() {
+    let (_db, store) = migrated().await;
+    let outbox = store.outbox();
+    let t = postbox::Target::default_schema(store.default_schema());
+    let mut horizon = store.commit_horizon(&t, None).await.unwrap();
+    let next = async |h: &postbox::store::Horizon| {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        store.commit_horizon(&t, h.probe.as_ref()).await.unwrap()
+    };
+    let mut rolled_back = store.pool().begin().await.unwrap();
+    let gone = outbox
+        .enqueue(&mut rolled_back, invoice("X", "1", 0))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    rolled_back.rollback().await.unwrap();
+    let mut open = store.pool().begin().await.unwrap();
+    let held = outbox
+        .enqueue(&mut open, invoice("X", "1", 1))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let mut committed = store.pool().begin().await.unwrap();
+    let after = outbox
+        .enqueue(&mut committed, invoice("X", "1", 2))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    committed.commit().await.unwrap();
+    assert!(gone < held && held < after);
+    for _ in 0..3 {
+        horizon = next(&horizon).await;
+    }
+    assert_eq!(
+        horizon.settled,
+        Some(held - 1),
+        "past the rolled-back id, below the open one"
+    );
+    let waits_for = horizon.probe.as_ref().unwrap().writers.clone();
+    assert_eq!(
+        waits_for,
+        [format!("the transaction that inserted id {held}")]
+    );
+    open.commit().await.unwrap();
+    horizon = next(&horizon).await;
+    horizon = next(&horizon).await;
+    assert_eq!(
+        horizon.settled,
+        Some(after),
+        "every id is settled once it commits"
+    );
+}
