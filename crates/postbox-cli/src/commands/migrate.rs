@@ -9,20 +9,18 @@ use crate::database::{Create, Database};
 
 /// Migrates the default schema and every tenant; prints what was applied.
 pub(crate) async fn run(config: &Config) -> anyhow::Result<ExitCode> {
-    let db = Database::connect(
-        &config.location()?,
-        config.schema_name()?,
-        Create::IfMissing,
-    )
-    .await?;
-    let applied = apply(&db).await?;
-    if applied.is_empty() {
-        println!("{}: up to date", db.location);
-    } else {
-        for migration in &applied {
-            println!("applied {migration}");
+    // Every database a relay serves (database_urls), or the one database_url names.
+    for location in config.locations()? {
+        let db = Database::connect(&location, config.schema_name()?, Create::IfMissing).await?;
+        let applied = apply(&db).await?;
+        if applied.is_empty() {
+            println!("{}: up to date", db.location);
+        } else {
+            for migration in &applied {
+                println!("applied {migration}");
+            }
+            println!("{}: {} migration(s) applied", db.location, applied.len());
         }
-        println!("{}: {} migration(s) applied", db.location, applied.len());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,6 +13,7 @@ mod purge;
 mod relay;
 mod replay;
 mod retry;
+mod shards;
 mod status;
 mod tenants;
 

@@ -16,6 +16,9 @@ use crate::sinks::{self, SinkPlan};
 /// The exit status of a drain that gave up on destinations that stayed down.
 const EXIT_UNAVAILABLE: u8 = 3;
 
+/// The exit status of a drain that gave up on destinations that stayed down.
+pub(super) const EXIT_DRAIN_UNAVAILABLE: u8 = EXIT_UNAVAILABLE;
+
 /// Runs the relay until a signal (or, with `--drain`, until the outbox is drained).
 pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<ExitCode> {
     // Before anything else, so a signal during start-up is a graceful stop, not a kill.
@@ -25,7 +28,12 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
     } else {
         Create::Never
     };
-    let Some(db) = connect_waiting(config, create, &shutdown).await? else {
+    let mut locations = config.locations()?;
+    if locations.len() > 1 {
+        return super::shards::run(config, args, locations, create, shutdown).await;
+    }
+    let location = locations.pop().context("no database to serve")?;
+    let Some(db) = connect_waiting(&location, config, create, &shutdown).await? else {
         info!("stopped by a signal before the database answered");
         return Ok(ExitCode::SUCCESS);
     };
@@ -124,7 +132,7 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
 /// The admin server (metrics, probes, API, page) when `admin_listen` is set, or only the
 /// alerts when `alert_webhook` is; it runs until `stopped` turns true. Failing to bind stops
 /// the relay: it must not run without the endpoints it was asked for.
-async fn start_admin(
+pub(super) async fn start_admin(
     config: &Config,
     db: &Database,
     relay: &Relay,
@@ -188,7 +196,7 @@ async fn drain_progress(db: &Database, relay: &Relay) -> Option<tokio::task::Joi
 }
 
 /// Stops the admin server after the relay.
-async fn stop_admin(
+pub(super) async fn stop_admin(
     stop: tokio::sync::watch::Sender<bool>,
     admin: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 ) {
@@ -204,7 +212,7 @@ async fn stop_admin(
 
 /// Waits until the outbox tables exist (a relay deployed beside its first migration), saying
 /// every 30 s what to run; `false` when a signal came first. Other errors stop the relay.
-async fn wait_migrated(db: &Database, shutdown: &Shutdown) -> anyhow::Result<bool> {
+pub(super) async fn wait_migrated(db: &Database, shutdown: &Shutdown) -> anyhow::Result<bool> {
     let mut said = None::<tokio::time::Instant>;
     loop {
         match db.store.status_counts(&db.default_target()).await {
@@ -233,12 +241,12 @@ async fn wait_migrated(db: &Database, shutdown: &Shutdown) -> anyhow::Result<boo
 /// first. Only what a wait can cure is waited for: refused or reset connections, a server
 /// starting up or shutting down. Anything else (authentication, no such database, a bad URL)
 /// stops the relay at once.
-async fn connect_waiting(
+pub(super) async fn connect_waiting(
+    location: &crate::database::Location,
     config: &Config,
     create: Create,
     shutdown: &Shutdown,
 ) -> anyhow::Result<Option<Database>> {
-    let location = config.location()?;
     let schema = config.schema_name()?;
     let mut waits = postbox::Backoff {
         base: std::time::Duration::from_millis(250),
@@ -246,7 +254,7 @@ async fn connect_waiting(
     }
     .attempts();
     loop {
-        match Database::connect(&location, schema.clone(), create).await {
+        match Database::connect(location, schema.clone(), create).await {
             Ok(db) => return Ok(Some(db)),
             Err(e) if database_not_up(&e) => {
                 let wait = waits.next_delay();
@@ -277,7 +285,7 @@ fn database_not_up(error: &anyhow::Error) -> bool {
 }
 
 /// The sink for the start-up log (addresses without passwords, never secrets); logs the routes.
-fn describe(config: &Config, plan: &SinkPlan) -> String {
+pub(super) fn describe(config: &Config, plan: &SinkPlan) -> String {
     match plan {
         SinkPlan::Single(spec) => {
             if !config.routes.is_empty() {

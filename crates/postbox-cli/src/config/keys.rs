@@ -20,8 +20,19 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         key: "database_url",
         default: "(none: SQLite file postbox.db in the working directory)",
         flag: Some("--database-url"),
-        about: "postgres:// or postgresql:// for PostgreSQL; sqlite:… or a path ending in .db \
-                for SQLite. Prefer POSTBOX_DATABASE_URL to a flag for URLs with a password.",
+        about: "postgres:// or postgresql:// for PostgreSQL; mysql:// for MySQL 8.0+ / MariaDB \
+                10.6+; sqlite:… or a path ending in .db for SQLite. Prefer POSTBOX_DATABASE_URL \
+                to a flag for URLs with a password.",
+    },
+    KeyDoc {
+        key: "database_urls",
+        default: "[]",
+        flag: None,
+        about: "Several databases one `postbox relay` serves at once (sharded outboxes, one \
+                database per tenant), each on its own connections and in its own turn; a \
+                database that is down or failing does not hold up the others. `postbox \
+                migrate` migrates each. Used when database_url is not set; other commands \
+                take --database-url. As a variable: comma-separated URLs.",
     },
     KeyDoc {
         key: "schema",

@@ -54,6 +54,9 @@ pub(crate) struct Config {
     /// Where the outbox lives; `None` for the SQLite file `postbox.db`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) database_url: Option<DatabaseUrl>,
+    /// Several databases one relay serves (sharded outboxes), when `database_url` is not set.
+    #[serde(deserialize_with = "values::url_list")]
+    pub(crate) database_urls: Vec<DatabaseUrl>,
     /// PostgreSQL schema of the default outbox and tenant registry.
     pub(crate) schema: String,
     /// Events claimed per batch.
@@ -205,6 +208,7 @@ impl Default for Config {
         let alerts = postbox_admin::alerts::AlertConfig::default();
         Config {
             database_url: None,
+            database_urls: Vec::new(),
             schema: "public".to_owned(),
             batch_size: relay.batch_size,
             poll_interval: relay.poll_interval,
@@ -315,10 +319,32 @@ impl Config {
         postbox::SchemaName::new(&self.schema).context("invalid configuration key `schema`")
     }
 
-    /// Where the database is.
+    /// Where the database is: `database_url`. A command that works on one database refuses a
+    /// configuration that lists several in `database_urls` only.
     pub(crate) fn location(&self) -> anyhow::Result<Location> {
+        if self.database_url.is_none() && !self.database_urls.is_empty() {
+            anyhow::bail!(
+                "this command works on one database, and database_urls lists {}: name the one \
+                 with --database-url (or POSTBOX_DATABASE_URL)",
+                self.database_urls.len()
+            );
+        }
         Location::parse(self.database_url.as_ref())
             .context("invalid configuration key `database_url`")
+    }
+
+    /// The databases a relay serves and `migrate` migrates: `database_url` when set, else every
+    /// one of `database_urls`, else the default SQLite file.
+    pub(crate) fn locations(&self) -> anyhow::Result<Vec<Location>> {
+        if self.database_url.is_some() || self.database_urls.is_empty() {
+            return Ok(vec![self.location()?]);
+        }
+        self.database_urls
+            .iter()
+            .map(|url| {
+                Location::parse(Some(url)).context("invalid configuration key `database_urls`")
+            })
+            .collect()
     }
 }
 
@@ -605,6 +631,19 @@ fn validate(loaded: &Loaded) -> anyhow::Result<()> {
     }
     if let Err(e) = Location::parse(c.database_url.as_ref()) {
         return bad("database_url", format!("{e:#}"));
+    }
+    for url in &c.database_urls {
+        if let Err(e) = Location::parse(Some(url)) {
+            return bad("database_urls", format!("{e:#}"));
+        }
+    }
+    let mut shown: Vec<String> = c.database_urls.iter().map(|u| u.to_string()).collect();
+    shown.sort();
+    if shown.windows(2).any(|w| w[0] == w[1]) {
+        return bad(
+            "database_urls",
+            "lists a database twice; each database is served once".to_owned(),
+        );
     }
     if let Some(token) = &c.admin_token
         && let Err(e) = postbox_admin::Token::new(token.expose())

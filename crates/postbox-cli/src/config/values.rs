@@ -150,6 +150,16 @@ pub(crate) fn list<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Str
     })
 }
 
+/// A list of URLs, as [`list`] reads names (a TOML array, or comma-separated in a variable).
+pub(crate) fn url_list<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<SecretUrl>, D::Error> {
+    Ok(list(deserializer)?
+        .iter()
+        .map(|u| SecretUrl::from(u.as_str()))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

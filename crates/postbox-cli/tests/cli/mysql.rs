@@ -91,3 +91,82 @@ async fn migrate_relay_status_and_retry_on_mysql() {
         refused.stderr
     );
 }
+
+/// One relay serves three databases (`database_urls`): PostgreSQL, MariaDB and one that is down.
+/// The two that answer are migrated and their events published, each in its own turn, while the
+/// third is retried with the reason logged; a signal stops the relay cleanly. A drain over a
+/// database that stays down gives up on it after `drain_patience` and says which.
+#[tokio::test]
+async fn one_relay_serves_several_databases_and_a_down_one_stops_none() {
+    let pg = postbox_testkit::TestDb::new().await;
+    let my = TestMySql::new().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nothing listens on port 9: a database that is down.
+    let down = "mysql://root@127.0.0.1:9/gone";
+    let urls = format!("{},{},{down}", pg.url(), my.url());
+    let cmd = |args: &[&str]| {
+        let mut cmd = postbox(dir.path(), args);
+        cmd.env("POSTBOX_DATABASE_URLS", &urls);
+        cmd
+    };
+    let both = format!("{},{}", pg.url(), my.url());
+    let mut migrate = postbox(dir.path(), &["migrate"]);
+    migrate.env("POSTBOX_DATABASE_URLS", &both);
+    let out = run(migrate);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_eq!(
+        out.stdout.matches("migration(s) applied").count(),
+        2,
+        "{}",
+        out.stdout
+    );
+
+    let pg_store = postbox::PgStore::new(pg.pool().clone());
+    let my_store = my.store().await;
+    for n in 0..50 {
+        sqlx::query(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+             VALUES ('FromPostgres', 'Shard', 'pg', '{}')",
+        )
+        .execute(pg_store.pool())
+        .await
+        .expect("insert pg");
+        sqlx::query(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+             VALUES ('FromMySql', 'Shard', 'my', ?)",
+        )
+        .bind(format!("{{\"n\": {n}}}"))
+        .execute(my_store.pool())
+        .await
+        .expect("insert mysql");
+    }
+    let mut relay = crate::support::Running::spawn(cmd(&["relay", "--sink", "stdout"]));
+    relay.wait_for_lines(100, std::time::Duration::from_secs(60));
+    relay.signal("TERM");
+    let done = relay.finish(std::time::Duration::from_secs(30));
+    assert!(done.status.success(), "{}", done.stderr);
+    let events = done.json_lines();
+    for kind in ["FromPostgres", "FromMySql"] {
+        assert_eq!(
+            events.iter().filter(|e| e["event_type"] == kind).count(),
+            50,
+            "every {kind} event once"
+        );
+    }
+    assert!(
+        done.stderr.contains("127.0.0.1:9"),
+        "the database that is down is named: {}",
+        done.stderr
+    );
+
+    let mut drain = cmd(&["relay", "--drain", "--sink", "stdout"]);
+    drain.env("POSTBOX_DRAIN_PATIENCE", "2s");
+    let drained = run(drain);
+    assert_eq!(drained.status.code(), Some(1), "{}", drained.stderr);
+    assert!(
+        drained.stderr.contains("1 database(s) were not drained")
+            && drained.stderr.contains("drain_patience"),
+        "{}",
+        drained.stderr
+    );
+}
