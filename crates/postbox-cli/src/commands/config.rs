@@ -19,6 +19,14 @@ pub(crate) fn run(loaded: &Loaded, event_type: Option<&str>) -> anyhow::Result<E
                 || format!("(unset: SQLite file {DEFAULT_SQLITE_FILE})"),
                 |url| format!("{:?}", url.to_string()),
             ),
+            "database_urls" => format!(
+                "[{}]",
+                c.database_urls
+                    .iter()
+                    .map(|url| format!("{:?}", url.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             "sink_url" => c.sink_url.as_ref().map_or_else(
                 || "(unset: the broker's default)".to_owned(),
                 |url| format!("{:?}", url.to_string()),

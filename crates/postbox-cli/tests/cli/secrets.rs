@@ -58,6 +58,34 @@ async fn no_secret_reaches_config_logs_errors_or_last_error() {
     assert!(out.status.success(), "{}", out.stderr);
     assert_clean("postbox config", &format!("{}{}", out.stdout, out.stderr));
 
+    // Several databases (database_urls): shown hidden too, and a relay over them logs none.
+    let urls = format!("{},sqlite:shard.db", db_url_with_password(&pg));
+    let mut config = postbox(pg.dir.path(), &["config"]);
+    config.env("POSTBOX_DATABASE_URLS", &urls);
+    let out = run(config);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.contains("database_urls"), "{}", out.stdout);
+    assert_clean("postbox config (database_urls)", &out.stdout);
+    let mut relay = postbox(
+        pg.dir.path(),
+        &[
+            "relay",
+            "--drain",
+            "--migrate",
+            "--sink",
+            "null",
+            "--log-level",
+            "debug",
+        ],
+    );
+    relay.env("POSTBOX_DATABASE_URLS", &urls);
+    let out = run(relay);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert_clean(
+        "a relay over database_urls",
+        &format!("{}{}", out.stdout, out.stderr),
+    );
+
     // Unparseable URLs with raw (unencoded) secrets: the errors name the URL, hidden.
     for url in [
         format!("postgres://postgres:{DB_PASSWORD}@127.0.0.1:99999/x"),
