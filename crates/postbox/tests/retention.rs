@@ -281,3 +281,55 @@ async fn upgrading_moves_an_existing_archive_into_weekly_partitions() {
             >= 5
     );
 }
+
+/// A run that lost the retention lock between two batches — to another relay's purge batch,
+/// say, which does not archive — waits for it and finishes, instead of leaving the rest of the
+/// history for the next run a minute later (two relays starting together did that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_loses_the_lock_midway_finishes_the_work() {
+    let (db, store) = pg().await;
+    month_old_history(&db, 500).await;
+    let target = default_target();
+    let pool = db.pool().clone();
+    let mut batches = 0;
+    let moved = postbox::store::archive_all(
+        &store,
+        postbox::store::ArchiveParams {
+            target: &target,
+            older_than: Duration::from_secs(30 * 86_400),
+            after_id: 0,
+            batch_size: 100,
+            dry_run: false,
+        },
+        false,
+        |_| {
+            batches += 1;
+            if batches == 1 {
+                // Someone else's batch takes the lock for a moment.
+                let (held_tx, held_rx) = std::sync::mpsc::channel();
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let mut tx = pool.begin().await.unwrap();
+                    sqlx::query(
+                        "SELECT pg_advisory_xact_lock(hashtext('postbox_retention'), \
+                         hashtext('public'))",
+                    )
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                    held_tx.send(()).unwrap();
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    tx.commit().await.unwrap();
+                });
+                held_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(moved, Some(500), "every old event archived in this run");
+    assert_eq!(
+        scalar(&db, "SELECT count(*) FROM outbox_events_archive").await,
+        500
+    );
+}

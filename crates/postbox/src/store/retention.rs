@@ -99,8 +99,9 @@ const LOCK_RETRY: Duration = Duration::from_millis(250);
 /// many events moved (in a dry run, would move).
 ///
 /// Another relay or command may hold the table's retention lock: with `wait`, the run waits for
-/// it; without, it returns `None` when it could not start, and what it moved so far when it
-/// lost the lock midway (the other one carries on).
+/// it; without, it returns `None` when it could not start. A run that has begun always waits
+/// for the lock between its batches: whoever took it meanwhile may be doing something else (a
+/// purge batch, a dry run) and would not carry the archiving on.
 ///
 /// ```no_run
 /// # async fn example(store: &dyn postbox::Store) -> postbox::Result<()> {
@@ -137,7 +138,7 @@ pub async fn archive_all(
                 }
                 params.after_id = batch.last_id;
             }
-            None if wait => tokio::time::sleep(LOCK_RETRY).await,
+            None if wait || total.is_some() => tokio::time::sleep(LOCK_RETRY).await,
             None => return Ok(total),
         }
     }
@@ -163,7 +164,7 @@ pub async fn purge_all(
                     return Ok(total);
                 }
             }
-            None if wait => tokio::time::sleep(LOCK_RETRY).await,
+            None if wait || total.is_some() => tokio::time::sleep(LOCK_RETRY).await,
             None => return Ok(total),
         }
     }
