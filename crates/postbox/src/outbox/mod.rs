@@ -127,15 +127,20 @@ impl Outbox {
         C: OutboxConnection + ?Sized,
     {
         let event = self.check(&event, Utc::now().date_naive())?;
-        let id = match conn.outbox_connection() {
+        self.insert_one(conn.outbox_connection(), &event).await
+    }
+
+    /// One checked event through `conn`.
+    async fn insert_one(&self, conn: Conn<'_>, event: &Checked<'_>) -> Result<Enqueued> {
+        let id = match conn {
             #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => postgres::insert_one(self, c, &event).await?,
+            Conn::Postgres(c) => postgres::insert_one(self, c, event).await?,
             #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => sqlite::insert(c, &event)
+            Conn::Sqlite(c) => sqlite::insert(c, event)
                 .await
                 .map_err(|e| self.write_error(e, "main"))?,
             #[cfg(feature = "mysql")]
-            Conn::MySql(c) => mysql::insert(c, &event)
+            Conn::MySql(c) => mysql::insert(c, event)
                 .await
                 .map_err(|e| self.write_error(e, self.inner.schema.as_str()))?,
         };
@@ -201,32 +206,17 @@ impl Outbox {
         if checked.is_empty() {
             return Ok(Vec::new());
         }
-        match conn.outbox_connection() {
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => postgres::insert_many(self, c, &checked).await,
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => {
-                let mut out = Vec::with_capacity(checked.len());
-                for event in &checked {
-                    let id = sqlite::insert(c, event)
-                        .await
-                        .map_err(|e| self.write_error(e, "main"))?;
-                    out.push(id.map_or(Enqueued::Duplicate, Enqueued::Inserted));
-                }
-                Ok(out)
-            }
-            #[cfg(feature = "mysql")]
-            Conn::MySql(c) => {
-                let mut out = Vec::with_capacity(checked.len());
-                for event in &checked {
-                    let id = mysql::insert(c, event)
-                        .await
-                        .map_err(|e| self.write_error(e, self.inner.schema.as_str()))?;
-                    out.push(id.map_or(Enqueued::Duplicate, Enqueued::Inserted));
-                }
-                Ok(out)
-            }
+        // PostgreSQL writes them in one multi-row INSERT; the others one at a time.
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns, reason = "a build with PostgreSQL alone")]
+        if let Conn::Postgres(c) = conn.outbox_connection() {
+            return postgres::insert_many(self, c, &checked).await;
         }
+        let mut out = Vec::with_capacity(checked.len());
+        for event in &checked {
+            out.push(self.insert_one(conn.outbox_connection(), event).await?);
+        }
+        Ok(out)
     }
 }
 

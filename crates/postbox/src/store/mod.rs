@@ -318,6 +318,23 @@ pub struct ReportedSink {
     pub reported_ago: Duration,
 }
 
+/// A row of `postbox_sink_health` as every store reads it: relay, sink, up, since, last error,
+/// seconds since the report.
+pub(crate) type ReportedRow = (String, String, bool, DateTime<Utc>, Option<String>, f64);
+
+/// The reports of [`Store::sinks_reported`] from their rows.
+pub(crate) fn reported_sinks(rows: Vec<ReportedRow>) -> Vec<ReportedSink> {
+    rows.into_iter()
+        .map(
+            |(relay_id, name, up, since, last_error, age)| ReportedSink {
+                relay_id,
+                health: SinkHealth::new(name, up, since, last_error),
+                reported_ago: secs(Some(age)).unwrap_or_default(),
+            },
+        )
+        .collect()
+}
+
 mod secs_f64 {
     use std::time::Duration;
 

@@ -21,7 +21,6 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::{Executor, QueryBuilder, Row};
 use uuid::Uuid;
@@ -995,7 +994,7 @@ impl Store for MySqlStore {
     }
 
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
-        let rows: Vec<(String, String, bool, DateTime<Utc>, Option<String>, f64)> = sqlx::query_as(
+        let rows: Vec<super::ReportedRow> = sqlx::query_as(
             "SELECT relay_id, sink, up, since, last_error,
                     TIMESTAMPDIFF(MICROSECOND, reported_at, UTC_TIMESTAMP(6)) / 1e6
              FROM postbox_sink_health ORDER BY sink, relay_id",
@@ -1003,16 +1002,7 @@ impl Store for MySqlStore {
         .fetch_all(&self.pool)
         .await
         .map_err(|e| self.missing(e))?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(relay_id, name, up, since, last_error, age)| ReportedSink {
-                    relay_id,
-                    health: SinkHealth::new(name, up, since, last_error),
-                    reported_ago: secs(Some(age)).unwrap_or_default(),
-                },
-            )
-            .collect())
+        Ok(super::reported_sinks(rows))
     }
 
     async fn tenant_add(&self, _p: &TenantAddParams<'_>) -> Result<Tenant> {

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 // Statements built with format! below interpolate only `SchemaName::quoted()` and constant
@@ -771,26 +770,16 @@ impl Store for PgStore {
     }
 
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
-        let rows: Vec<(String, String, bool, DateTime<Utc>, Option<String>, f64)> =
-            sqlx::query_as(AssertSqlSafe(format!(
-                "SELECT relay_id, sink, up, since, last_error,
+        let rows: Vec<super::ReportedRow> = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT relay_id, sink, up, since, last_error,
                         EXTRACT(EPOCH FROM now() - reported_at)::float8
                  FROM {}.postbox_sink_health ORDER BY sink, relay_id",
-                self.default_schema.quoted()
-            )))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| map_missing_table(e, &self.default_schema))?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(relay_id, name, up, since, last_error, age)| ReportedSink {
-                    relay_id,
-                    health: SinkHealth::new(name, up, since, last_error),
-                    reported_ago: secs(Some(age)).unwrap_or_default(),
-                },
-            )
-            .collect())
+            self.default_schema.quoted()
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        Ok(super::reported_sinks(rows))
     }
 
     async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {

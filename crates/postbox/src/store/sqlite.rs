@@ -4,7 +4,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use uuid::Uuid;
@@ -579,7 +579,7 @@ impl Store for SqliteStore {
     }
 
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
-        let rows: Vec<(String, String, bool, DateTime<Utc>, Option<String>, f64)> = sqlx::query_as(
+        let rows: Vec<super::ReportedRow> = sqlx::query_as(
             "SELECT relay_id, sink, up, since, last_error,
                     (julianday('now') - julianday(reported_at)) * 86400.0
              FROM postbox_sink_health ORDER BY sink, relay_id",
@@ -587,16 +587,7 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_missing_table)?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(relay_id, name, up, since, last_error, age)| ReportedSink {
-                    relay_id,
-                    health: SinkHealth::new(name, up, since, last_error),
-                    reported_ago: secs(Some(age)).unwrap_or_default(),
-                },
-            )
-            .collect())
+        Ok(super::reported_sinks(rows))
     }
 
     async fn tenant_add(&self, _p: &TenantAddParams<'_>) -> Result<Tenant> {
