@@ -96,9 +96,66 @@ struct SinkLine {
     stale: bool,
 }
 
-/// Prints the report; exits 1 if a target could not be read.
+/// Prints the report; exits 1 if a target could not be read. With several databases
+/// (`database_urls`), one report each (`--json`: `{"databases": [...]}`); a database that
+/// cannot be read is reported and the others still are.
 pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    let locations = config.locations()?;
+    if let [location] = locations.as_slice() {
+        let report = report(config, location).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", table(&report));
+        }
+        return Ok(exit_code(&report));
+    }
+    let mut reports = Vec::with_capacity(locations.len());
+    let mut unreachable = Vec::new();
+    for location in &locations {
+        match report(config, location).await {
+            Ok(report) => reports.push(report),
+            Err(e) => unreachable.push(serde_json::json!({
+                "database": location.to_string(),
+                "error": format!("{e:#}"),
+            })),
+        }
+    }
+    if args.json {
+        let doc = serde_json::json!({ "databases": reports, "unreachable": unreachable });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        for (i, report) in reports.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
+            print!("{}", table(report));
+        }
+        for u in &unreachable {
+            println!("\n{}: cannot be read: {}", u["database"], u["error"]);
+        }
+    }
+    let failed =
+        !unreachable.is_empty() || reports.iter().any(|r| exit_code(r) != ExitCode::SUCCESS);
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Failure when a target could not be read.
+fn exit_code(report: &Report) -> ExitCode {
+    if report.targets.iter().any(|t| t.error.is_some()) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The report of one database.
+async fn report(config: &Config, location: &crate::database::Location) -> anyhow::Result<Report> {
+    let db = Database::connect(location, config.schema_name()?, Create::Never).await?;
     db.ensure_migrated().await?;
     let mut targets: Vec<(Target, Option<TenantStatus>)> = vec![(db.default_target(), None)];
     match db.store.tenant_list().await {
@@ -165,17 +222,7 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
             error: Some(format!("not served: {}", r.reason)),
         });
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", table(&report));
-    }
-    let failed = report.targets.iter().any(|t| t.error.is_some());
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(report)
 }
 
 /// The report as an aligned table.

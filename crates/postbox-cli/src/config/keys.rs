@@ -31,7 +31,7 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "Several databases one `postbox relay` serves at once (sharded outboxes, one \
                 database per tenant), each on its own connections and in its own turn; a \
                 database that is down or failing does not hold up the others. `postbox \
-                migrate` migrates each. Used when database_url is not set; other commands \
+                migrate` migrates each, `postbox status` reports each. Used when database_url is not set; other commands \
                 take --database-url. As a variable: comma-separated URLs.",
     },
     KeyDoc {

@@ -159,6 +159,26 @@ async fn one_relay_serves_several_databases_and_a_down_one_stops_none() {
         done.stderr
     );
 
+    let status = run(cmd(&["status", "--json"]));
+    assert_eq!(
+        status.status.code(),
+        Some(1),
+        "the down database fails the status"
+    );
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    let processed: Vec<i64> = status["databases"]
+        .as_array()
+        .expect("databases")
+        .iter()
+        .map(|d| d["targets"][0]["processed"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(processed, [50, 50], "{status}");
+    assert_eq!(
+        status["unreachable"].as_array().map(Vec::len),
+        Some(1),
+        "{status}"
+    );
+
     let mut drain = cmd(&["relay", "--drain", "--sink", "stdout"]);
     drain.env("POSTBOX_DRAIN_PATIENCE", "2s");
     let drained = run(drain);
