@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use postbox::{Enqueued, Event, Outbox, PgStore, SqliteStore, Store};
+use sqlx::mysql::MySqlPool;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
 
@@ -14,11 +15,15 @@ use crate::BenchError;
 pub(crate) enum Db {
     Pg(PgPool),
     Sqlite(SqlitePool),
+    /// MySQL or MariaDB, with its store (made once: it reads the server's version).
+    MySql(MySqlPool, Arc<postbox::MySqlStore>),
 }
 
 const CREATE_PG: &str = "CREATE TABLE IF NOT EXISTS public.bench_business (id BIGSERIAL PRIMARY KEY, data TEXT NOT NULL)";
 const CREATE_SQLITE: &str =
     "CREATE TABLE IF NOT EXISTS bench_business (id INTEGER PRIMARY KEY, data TEXT NOT NULL)";
+const CREATE_MYSQL: &str = "CREATE TABLE IF NOT EXISTS bench_business (id BIGINT AUTO_INCREMENT PRIMARY KEY, data TEXT NOT NULL)";
+const INSERT_MYSQL: &str = "INSERT INTO bench_business (data) VALUES (?)";
 const INSERT_PG: &str = "INSERT INTO public.bench_business (data) VALUES ($1)";
 const INSERT_SQLITE: &str = "INSERT INTO bench_business (data) VALUES (?1)";
 
@@ -74,6 +79,7 @@ impl Db {
         match self {
             Db::Pg(p) => Arc::new(PgStore::new(p.clone())),
             Db::Sqlite(p) => Arc::new(SqliteStore::from_pool(p.clone())),
+            Db::MySql(_, store) => store.clone(),
         }
     }
 
@@ -81,6 +87,7 @@ impl Db {
         match self {
             Db::Pg(p) => sqlx::query(CREATE_PG).execute(p).await.map(drop),
             Db::Sqlite(p) => sqlx::query(CREATE_SQLITE).execute(p).await.map(drop),
+            Db::MySql(p, _) => sqlx::query(CREATE_MYSQL).execute(p).await.map(drop),
         }
         .map_err(BenchError::db)
     }
@@ -123,9 +130,22 @@ impl Db {
                 tx.commit().await.map_err(BenchError::db)?;
                 Ok(id)
             }
-            Db::Sqlite(_) if in_statement => Err(BenchError::Setup(
+            Db::Sqlite(_) | Db::MySql(..) if in_statement => Err(BenchError::Setup(
                 "an event in the business statement needs PostgreSQL".into(),
             )),
+            Db::MySql(p, _) => {
+                let mut tx = p.begin().await.map_err(BenchError::db)?;
+                for row in rows {
+                    let insert = sqlx::query(INSERT_MYSQL).bind(row);
+                    insert.execute(&mut *tx).await.map_err(BenchError::db)?;
+                }
+                let id = match event {
+                    Some((o, e)) => o.enqueue(&mut tx, e).await?.id(),
+                    None => None,
+                };
+                tx.commit().await.map_err(BenchError::db)?;
+                Ok(id)
+            }
             Db::Sqlite(p) => {
                 let begin = p.begin_with("BEGIN IMMEDIATE");
                 let mut tx = begin.await.map_err(BenchError::db)?;
@@ -166,6 +186,12 @@ impl Db {
                     .begin_with("BEGIN IMMEDIATE")
                     .await
                     .map_err(BenchError::db)?;
+                let done = outbox.enqueue_many(&mut tx, events).await?;
+                tx.commit().await.map_err(BenchError::db)?;
+                Ok(done)
+            }
+            Db::MySql(p, _) => {
+                let mut tx = p.begin().await.map_err(BenchError::db)?;
                 let done = outbox.enqueue_many(&mut tx, events).await?;
                 tx.commit().await.map_err(BenchError::db)?;
                 Ok(done)

@@ -425,11 +425,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
     }
 
     Ok(BenchReport {
-        backend: if scratch.is_postgres() {
-            "postgres"
-        } else {
-            "sqlite"
-        },
+        backend: scratch.backend(),
         batch_size: opts.batch_size,
         enqueue,
         drain,

@@ -16,6 +16,10 @@ pub(crate) enum Scratch {
     Sqlite {
         dir: tempfile::TempDir,
     },
+    MySql {
+        admin: Box<sqlx::mysql::MySqlConnectOptions>,
+        name: String,
+    },
 }
 
 impl Scratch {
@@ -40,6 +44,25 @@ impl Scratch {
                     name,
                 })
             }
+            Some(u) if u.starts_with("mysql://") || u.starts_with("mariadb://") => {
+                let u = u.replacen("mariadb://", "mysql://", 1);
+                let admin: sqlx::mysql::MySqlConnectOptions = u.parse().map_err(BenchError::db)?;
+                let name = format!(
+                    "postbox_bench_{}",
+                    &uuid::Uuid::new_v4().simple().to_string()[..12]
+                );
+                let mut conn = admin.connect().await.map_err(BenchError::db)?;
+                // The name is generated above from hex digits only.
+                sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
+                    .execute(&mut conn)
+                    .await
+                    .map_err(BenchError::db)?;
+                conn.close().await.ok();
+                Ok(Scratch::MySql {
+                    admin: Box::new(admin),
+                    name,
+                })
+            }
             _ => Ok(Scratch::Sqlite {
                 dir: tempfile::tempdir().map_err(|e| BenchError::Setup(e.to_string()))?,
             }),
@@ -48,6 +71,15 @@ impl Scratch {
 
     pub(crate) fn is_postgres(&self) -> bool {
         matches!(self, Scratch::Postgres { .. })
+    }
+
+    /// The backend's name in the report.
+    pub(crate) fn backend(&self) -> &'static str {
+        match self {
+            Scratch::Postgres { .. } => "postgres",
+            Scratch::Sqlite { .. } => "sqlite",
+            Scratch::MySql { .. } => "mysql",
+        }
     }
 
     /// A pool with `connections` connections on the scratch database, migrated.
@@ -66,6 +98,14 @@ impl Scratch {
                     .pool()
                     .clone(),
             ),
+            Scratch::MySql { admin, name } => {
+                let store = postbox::MySqlStore::connect_with(
+                    (**admin).clone().database(name),
+                    connections,
+                )
+                .await?;
+                Db::MySql(store.pool().clone(), std::sync::Arc::new(store))
+            }
         };
         postbox::migrate(&*db.store()).await?;
         Ok(db)
@@ -107,20 +147,50 @@ impl Scratch {
                     .map_err(BenchError::db)?;
                 conn.close().await.ok();
             }
+            Scratch::MySql { admin, name } => {
+                let mut conn = admin
+                    .clone()
+                    .database(name)
+                    .connect()
+                    .await
+                    .map_err(BenchError::db)?;
+                for sql in [
+                    "TRUNCATE TABLE outbox_events",
+                    "DROP TABLE IF EXISTS bench_business",
+                    "ANALYZE TABLE outbox_events",
+                ] {
+                    sqlx::raw_sql(sql)
+                        .execute(&mut conn)
+                        .await
+                        .map_err(BenchError::db)?;
+                }
+                conn.close().await.ok();
+            }
         }
         Ok(())
     }
 
     /// Drops the scratch database.
     pub(crate) async fn drop_now(self) {
-        if let Scratch::Postgres { admin, name } = self
-            && let Ok(mut conn) = admin.connect().await
-        {
-            let _ = sqlx::raw_sql(AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-            )))
-            .execute(&mut conn)
-            .await;
+        match self {
+            Scratch::Postgres { admin, name } => {
+                if let Ok(mut conn) = admin.connect().await {
+                    let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                    )))
+                    .execute(&mut conn)
+                    .await;
+                }
+            }
+            Scratch::MySql { admin, name } => {
+                if let Ok(mut conn) = admin.connect().await {
+                    let _ =
+                        sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
+                            .execute(&mut conn)
+                            .await;
+                }
+            }
+            Scratch::Sqlite { .. } => {}
         }
     }
 }

@@ -211,8 +211,9 @@ pub(crate) enum Command {
     #[cfg(feature = "bench")]
     #[command(
         long_about = "Benchmark Postbox on this database server, in a scratch database of its \
-                      own (dropped afterwards); without a PostgreSQL database_url, on a temporary \
-                      SQLite file.\n\n\
+                      own (dropped afterwards): PostgreSQL, or MySQL/MariaDB (no latency or \
+                      history phase there); without a database_url, on a temporary SQLite \
+                      file.\n\n\
                       Phases: enqueue overhead (business transactions without an event, with a \
                       second business row instead, the floor of any second statement, with an \
                       enqueue, with the event written by the business statement itself \

@@ -18,15 +18,12 @@ pub(crate) fn defaults() -> Config {
     }
 }
 
-/// Runs the benchmark against the configured PostgreSQL server, or SQLite without one.
+/// Runs the benchmark against the configured PostgreSQL or MySQL server, or SQLite without one.
 pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let url = match config.location()? {
         Location::Postgres(_) => config.database_url.as_ref().map(|u| u.expose().to_owned()),
+        Location::MySql(_) => config.database_url.as_ref().map(|u| u.expose().to_owned()),
         Location::Sqlite { .. } => None,
-        Location::MySql(_) => anyhow::bail!(
-            "postbox bench runs on PostgreSQL or SQLite; point database_url at a PostgreSQL \
-             server, or leave it out for SQLite"
-        ),
     };
     let mut opts = if args.quick {
         BenchOptions::quick(url)
