@@ -18,7 +18,7 @@ use postbox::{
     Backoff, Event, OutboxEvent, PgStore, PublishError, Relay, RelayConfig, Sink, Store,
 };
 use postbox_sinks::{RedisConfig, RedisSink};
-use postbox_testkit::{TestDb, wait_until};
+use postbox_testkit::TestDb;
 
 const REDIS: &str = "redis://127.0.0.1:6379";
 
@@ -88,7 +88,9 @@ async fn each_aggregates_stream_holds_its_committed_events_once_in_order() {
                         Event::new("InvoiceChanged", &serde_json::json!({ "p": p, "i": i }))
                             .unwrap()
                             .aggregate("Invoice", aggregate.as_str())
-                            .without_idempotency_key();
+                            .without_idempotency_key()
+                            // The sink's failures are deliberate: no event may run out of tries.
+                            .max_retries(100);
                     let id = outbox.enqueue(&mut tx, event).await.unwrap().id().unwrap();
                     tokio::time::sleep(Duration::from_millis((p * 5 + i * 3) % 7)).await;
                     if i % 10 == 9 {
@@ -111,20 +113,29 @@ async fn each_aggregates_stream_holds_its_committed_events_once_in_order() {
     for ids in expected.values_mut() {
         ids.sort_unstable();
     }
-    wait_until(
-        "every event is published",
-        Duration::from_secs(60),
-        || async {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED'",
+    // On a timeout, say what the table holds: which events are not PROCESSED, and why.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let processed: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED'")
+                .fetch_one(db.pool())
+                .await
+                .unwrap();
+        if processed == 360 {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let rest: Vec<(i64, String, String, i32, Option<String>)> = sqlx::query_as(
+                "SELECT id, status, aggregate_id, retry_count, last_error FROM outbox_events
+                 WHERE status <> 'PROCESSED' ORDER BY id LIMIT 20",
             )
-            .fetch_one(db.pool())
+            .fetch_all(db.pool())
             .await
-            .unwrap()
-                == 360
-        },
-    )
-    .await;
+            .unwrap();
+            panic!("{processed} of 360 events published after 60 s; the first others: {rest:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for relay in relays {
         relay.stop().await.unwrap();
     }

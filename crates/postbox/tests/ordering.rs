@@ -361,7 +361,9 @@ async fn concurrent_producers_and_relays_keep_each_aggregates_order() {
                         Event::new("InvoiceChanged", &serde_json::json!({ "p": p, "i": i }))
                             .unwrap()
                             .aggregate("Invoice", aggregate.as_str())
-                            .without_idempotency_key();
+                            .without_idempotency_key()
+                            // The sink's failures are deliberate: none may run out of tries.
+                            .max_retries(100);
                     let id = outbox.enqueue(&mut tx, event).await.unwrap().id().unwrap();
                     // 0-6 ms: later ids of the same aggregate commit first.
                     tokio::time::sleep(Duration::from_millis((p * 5 + i * 3) % 7)).await;
