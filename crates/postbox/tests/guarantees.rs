@@ -543,10 +543,12 @@ async fn graceful_shutdown_finishes_the_batch_in_flight() {
 async fn a_notification_wakes_an_idle_relay_at_once() {
     let (db, store) = pg().await;
     let sink = RecordingSink::new();
-    // No busy polling: only the notification can wake the relay before its 30 s poll.
+    // No busy polling and no look at the id sequences: only the notification can wake the
+    // relay before its 30 s poll.
     let cfg = config()
         .poll_interval(Duration::from_secs(30))
-        .busy_period(Duration::ZERO);
+        .busy_period(Duration::ZERO)
+        .head_poll_interval(None);
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     let first = enqueue(&db, &db.outbox(), events("First", 1)).await[0];
     wait_until(

@@ -292,12 +292,13 @@ async fn java_and_python_producers_get_the_rust_producers_guarantees_and_latency
     let mut java = java(&db, classes.path());
     let mut python = python(&db);
 
-    // Idle means idle: no busy polling after a round, and the poll 30 s away. Only a commit's
-    // notification can make the relay publish within the waits below.
+    // Idle means idle: no busy polling after a round, no look at the id sequences, and the poll
+    // 30 s away. Only a commit's notification can make the relay publish within the waits below.
     let sink = TimedSink::default();
     let cfg = config()
         .poll_interval(Duration::from_secs(30))
-        .busy_period(Duration::ZERO);
+        .busy_period(Duration::ZERO)
+        .head_poll_interval(None);
     let relay = Running::start(Relay::new(own_store(&db, 4).await, sink.clone(), cfg).unwrap());
     // The Rust producer with its defaults (a notification at most every 50 ms), and one that
     // notifies on every commit, for markers.
