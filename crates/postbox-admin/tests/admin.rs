@@ -559,3 +559,98 @@ async fn the_page_shows_a_person_the_failed_event_and_retries_it() {
     assert!(std::fs::metadata(&screenshot).unwrap().len() > 10_000);
     s.stop().await;
 }
+
+/// Log lines captured for one test (its runtime is single-threaded, so the server's tasks log
+/// through the test thread's subscriber).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+/// A tenant is suspended and resumed through the API (the registry says so after each call), and
+/// each write is one line under `postbox::audit` naming the action and the tenant — never the
+/// token.
+#[tokio::test]
+async fn tenants_are_suspended_and_resumed_and_every_write_is_audited() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let s = Setup::new(true, None).await;
+    let acme = postbox::TenantId::new("acme").unwrap();
+    s.store
+        .tenant_add(&postbox::store::TenantAddParams::new(&acme))
+        .await
+        .unwrap();
+    let status = |s: &Setup| {
+        let store = Arc::clone(&s.store);
+        async move {
+            store
+                .tenant_list()
+                .await
+                .unwrap()
+                .into_iter()
+                .find(|t| t.id.as_str() == "acme")
+                .map(|t| t.status)
+        }
+    };
+
+    let (code, body) = post(&s.url("/api/tenants/acme/suspend"), Some(TOKEN), None).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("SUSPENDED"), "{body}");
+    assert_eq!(
+        status(&s).await,
+        Some(postbox::store::TenantStatus::Suspended)
+    );
+    let (code, body) = post(&s.url("/api/tenants/acme/resume"), Some(TOKEN), None).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("ACTIVE"), "{body}");
+    assert_eq!(status(&s).await, Some(postbox::store::TenantStatus::Active));
+    let failed = s.enqueue("Audited", 1).await[0];
+    sqlx::query("UPDATE outbox_events SET status = 'FAILED' WHERE id = $1")
+        .bind(failed)
+        .execute(s.db.pool())
+        .await
+        .unwrap();
+    let (code, body) = post(
+        &s.url(&format!("/api/events/{failed}/retry")),
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    s.stop().await;
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let audit: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("postbox::audit"))
+        .collect();
+    assert_eq!(audit.len(), 3, "one line per write: {text}");
+    assert!(
+        audit[0].contains("tenant_status")
+            && audit[0].contains("acme")
+            && audit[0].contains("Suspended")
+    );
+    assert!(audit[1].contains("tenant_status") && audit[1].contains("Active"));
+    assert!(audit[2].contains("retry") && audit[2].contains(&format!("event_id={failed}")));
+    assert!(!text.contains(TOKEN), "the token never reaches the log");
+}
