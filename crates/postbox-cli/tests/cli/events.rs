@@ -78,6 +78,14 @@ second line', headers = '{\"traceparent\": \"00-abc-01\"}'
     }
     let archived = pg.ok(&["events", "show", "1"]).stdout;
     assert!(archived.contains("archived_at      20"), "{archived}");
+    // Tries past max_retries are the slow lane's, and are shown as such.
+    pg.sql("UPDATE outbox_events SET retry_count = 8 WHERE id = 2")
+        .await;
+    let slow = pg.ok(&["events", "show", "2"]).stdout;
+    assert!(
+        slow.contains("retry_count      8 (5 of 5, then 3 in the slow lane)"),
+        "{slow}"
+    );
 
     // Bad input: a clear error naming the flag, never a panic.
     for (args, expected) in [
@@ -277,4 +285,73 @@ async fn a_parked_aggregate_is_shown_skipped_and_drained_in_order() {
     assert_eq!(ids, [4, 5], "a retried head goes first");
     let status = pg.ok(&["status"]).stdout;
     assert!(!status.contains("parked"), "{status}");
+}
+
+/// Long commands draw a progress line on a terminal (`script` gives the command one) and none
+/// into a pipe, where only their summary line is printed.
+#[test]
+fn progress_is_drawn_on_a_terminal_and_not_into_a_pipe() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("outbox.db");
+    let db = db.to_str().expect("utf-8 path");
+    let out = crate::support::run(crate::support::postbox(
+        dir.path(),
+        &["--database-url", db, "migrate"],
+    ));
+    assert!(out.status.success(), "{}", out.stderr);
+    let fail_all = || {
+        let conn = std::process::Command::new("sqlite3")
+            .arg(db)
+            .arg(
+                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000)
+                 INSERT INTO outbox_events (event_type, payload, status)
+                 SELECT 'X', '{}', 'FAILED' FROM c",
+            )
+            .status()
+            .expect("sqlite3 (Debian package sqlite3)");
+        assert!(conn.success());
+    };
+    fail_all();
+    let piped = crate::support::run(crate::support::postbox(
+        dir.path(),
+        &["--database-url", db, "retry", "--all"],
+    ));
+    assert!(piped.status.success(), "{}", piped.stderr);
+    assert!(
+        piped.stdout.contains("2000 FAILED event(s)"),
+        "{}",
+        piped.stdout
+    );
+    assert!(
+        !piped.stderr.contains("retrying FAILED events") && !piped.stdout.contains("event(s) ("),
+        "no progress line into a pipe: {}{}",
+        piped.stdout,
+        piped.stderr
+    );
+
+    fail_all();
+    let command = format!(
+        "{} --database-url {db} retry --all",
+        env!("CARGO_BIN_EXE_postbox")
+    );
+    let mut on_tty = std::process::Command::new("script");
+    on_tty
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path());
+    for (var, _) in std::env::vars_os() {
+        if var.to_string_lossy().starts_with("POSTBOX_") {
+            on_tty.env_remove(var);
+        }
+    }
+    let tty = on_tty.output().expect("script (util-linux)");
+    let text = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{text}");
+    assert!(
+        text.contains("retrying FAILED events of default"),
+        "a progress line on a terminal: {text}"
+    );
+    assert!(
+        text.contains("FAILED event(s) of default put back"),
+        "{text}"
+    );
 }
