@@ -84,6 +84,11 @@ const METRICS: &[(&str, Kind, &str)] = &[
         "Failed tries recorded (publish errors, timeouts, panics)",
     ),
     (
+        "postbox_publish_outcomes_total",
+        Kind::Counter,
+        "What destinations answered, per route: ok, failed (a try spent) or unavailable (put back)",
+    ),
+    (
         "postbox_events_failed_total",
         Kind::Counter,
         "Events that went FAILED (out of tries, refused for good, unreadable)",

@@ -169,7 +169,21 @@ async fn metrics_are_scraped_and_parsed_while_events_flow() {
     };
     let published = value("postbox_events_published_total", &[("tenant", "default")]).unwrap();
     assert!(published >= 25.0, "published {published}\n{text}");
-    let latencies = value("postbox_publish_latency_seconds", &[("tenant", "default")]).unwrap();
+    let acked = value(
+        "postbox_publish_outcomes_total",
+        &[
+            ("tenant", "default"),
+            ("route", "default"),
+            ("outcome", "ok"),
+        ],
+    )
+    .unwrap_or_default();
+    assert!(acked >= 25.0, "acknowledgements per route {acked}\n{text}");
+    let latencies = value(
+        "postbox_publish_latency_seconds",
+        &[("tenant", "default"), ("route", "default")],
+    )
+    .unwrap();
     assert!(latencies >= 25.0, "latency samples {latencies}\n{text}");
     assert!(value("postbox_claim_seconds", &[("tenant", "default")]).unwrap() >= 1.0);
     assert!(value("postbox_mark_seconds", &[("tenant", "default")]).unwrap() >= 1.0);

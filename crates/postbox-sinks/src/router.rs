@@ -260,6 +260,17 @@ impl Sink for Router {
         seen.into_values().collect()
     }
 
+    fn route_of(&self, event: &OutboxEvent) -> Option<String> {
+        let routes = self.routes_for(event);
+        (!routes.is_empty()).then(|| {
+            routes
+                .iter()
+                .map(|r| r.label.as_str())
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+    }
+
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
         let routes = self.routes_for(event);
         match routes.as_slice() {
@@ -437,6 +448,19 @@ mod tests {
         assert_eq!(
             billing.seen(),
             vec![(1, Some("billing.Invoice.InvoiceCreated".into()))]
+        );
+        // The metrics' route label: the routes that take each event.
+        assert_eq!(
+            router
+                .route_of(&event(1, "InvoiceCreated", Some("Invoice")))
+                .as_deref(),
+            Some("routes[0]+routes[1]")
+        );
+        assert_eq!(
+            router
+                .route_of(&event(2, "OrderPlaced", Some("Order")))
+                .as_deref(),
+            Some("routes[1]")
         );
         let mut audited = audit.seen();
         audited.sort();

@@ -205,6 +205,15 @@ pub trait Sink: Send + Sync + 'static {
     fn health(&self) -> Vec<SinkHealth> {
         Vec::new()
     }
+
+    /// The route (or routes, joined by `+`) that take `event`, for the `route` label of the
+    /// relay's metrics: names fixed by configuration (`routes[0]`, `default`), never a topic or
+    /// an id, so the label's values stay few. `None` (a sink without routes) is labelled
+    /// `default`.
+    fn route_of(&self, event: &OutboxEvent) -> Option<String> {
+        let _ = event;
+        None
+    }
 }
 
 #[async_trait]
@@ -215,5 +224,9 @@ impl<S: Sink + ?Sized> Sink for std::sync::Arc<S> {
 
     fn health(&self) -> Vec<SinkHealth> {
         (**self).health()
+    }
+
+    fn route_of(&self, event: &OutboxEvent) -> Option<String> {
+        (**self).route_of(event)
     }
 }

@@ -49,6 +49,8 @@ struct Done {
     created_at: chrono::DateTime<chrono::Utc>,
     /// `None`: not tried, as an earlier event of its ordered aggregate failed.
     result: Option<std::result::Result<(), PublishError>>,
+    /// The route that took it, for the metrics' `route` label.
+    route: Option<String>,
 }
 
 /// The outcomes of one publish, or of one ordered aggregate's events in this claim.
@@ -416,6 +418,7 @@ impl Pipeline {
                         claim,
                         id: event.id,
                         created_at: event.created_at,
+                        route: result.as_ref().and_then(|_| sink.route_of(event)),
                         result,
                     });
                 }
@@ -489,6 +492,16 @@ impl Pipeline {
             }
             return;
         };
+        let tenant = open.target.label().to_owned();
+        let route = done.route.unwrap_or_else(|| "default".to_owned());
+        let outcome = match &result {
+            Ok(()) => "ok",
+            Err(e) if e.is_unavailable() => "unavailable",
+            Err(_) => "failed",
+        };
+        metrics::counter!("postbox_publish_outcomes_total", "tenant" => tenant.clone(),
+            "route" => route.clone(), "outcome" => outcome)
+        .increment(1);
         match result {
             Ok(()) => {
                 open.all_unavailable = false;
@@ -500,7 +513,7 @@ impl Pipeline {
                     .unwrap_or_default();
                 self.stats.latency_total += latency;
                 self.inner.live.add_latency(latency);
-                metrics::histogram!("postbox_publish_latency_seconds", "tenant" => open.target.label().to_owned())
+                metrics::histogram!("postbox_publish_latency_seconds", "tenant" => tenant, "route" => route)
                     .record(latency.as_secs_f64());
                 // A destination answered: the target's claims go on.
                 self.paused.remove(&open.target.schema);
