@@ -143,10 +143,18 @@ async fn post(url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Strin
 #[tokio::test]
 async fn metrics_are_scraped_and_parsed_while_events_flow() {
     let s = Setup::new(true, None).await;
+    s.sink.script("Broken", Behaviour::FailPermanently);
+    let broken = s.enqueue("Broken", 1).await[0];
     let ids = s.enqueue("OrderPlaced", 25).await;
     wait_until("25 events published", Duration::from_secs(10), || async {
         ids.iter().all(|id| s.sink.published_ids().contains(id))
     })
+    .await;
+    wait_until(
+        "the broken event is FAILED",
+        Duration::from_secs(10),
+        || async { s.status_of(broken).await == "FAILED" },
+    )
     .await;
     // The gauges refresh every 200 ms here.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -179,6 +187,27 @@ async fn metrics_are_scraped_and_parsed_while_events_flow() {
     )
     .unwrap_or_default();
     assert!(acked >= 25.0, "acknowledgements per route {acked}\n{text}");
+    for (name, labels) in [
+        (
+            "postbox_publish_outcomes_total",
+            &[
+                ("tenant", "default"),
+                ("route", "default"),
+                ("outcome", "failed"),
+            ][..],
+        ),
+        (
+            "postbox_publish_failures_total",
+            &[("tenant", "default")][..],
+        ),
+        ("postbox_events_failed_total", &[("tenant", "default")][..]),
+    ] {
+        // Other tests of this process count into the same recorder: at least this one.
+        assert!(
+            value(name, labels).is_some_and(|v| v >= 1.0),
+            "{name}\n{text}"
+        );
+    }
     let latencies = value(
         "postbox_publish_latency_seconds",
         &[("tenant", "default"), ("route", "default")],
@@ -376,8 +405,13 @@ async fn a_replay_from_the_api_publishes_the_chosen_events_again_marked_as_repla
     let s = Setup::new(true, None).await;
     let invoices = s.enqueue("InvoicePaid", 3).await;
     let others = s.enqueue("OrderPlaced", 2).await;
-    wait_until("published", Duration::from_secs(10), || async {
-        s.sink.published_ids().len() == 5
+    // Replay chooses PROCESSED events: wait for the marks, not only the acknowledgements.
+    wait_until("published and marked", Duration::from_secs(10), || async {
+        let mut all = true;
+        for id in invoices.iter().chain(&others) {
+            all &= s.status_of(*id).await == "PROCESSED";
+        }
+        all && s.sink.published_ids().len() == 5
     })
     .await;
     let url = s.url("/api/replay");
