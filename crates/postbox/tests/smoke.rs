@@ -11,7 +11,6 @@ use std::time::Duration;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use postbox::Enqueued;
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
 use postbox::Store;
 #[cfg(feature = "sqlite")]
 use postbox::Target;
@@ -238,4 +237,76 @@ async fn mysql_commit_is_published_and_rollback_is_not() {
     let stats = relay.drain(std::future::pending()).await.unwrap();
     assert_eq!(stats.published, 1);
     assert_eq!(sink.published_ids(), vec![a.id().unwrap()]);
+}
+
+/// `postbox::connect` with a schema other than `public`: the store's producer writes to that
+/// schema's table, and a relay over the same store publishes from it (store and outbox cannot
+/// disagree on where events go).
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn connect_by_url_gives_one_schema_to_the_producer_and_the_relay() {
+    let db = TestDb::new().await;
+    let store = postbox::ConnectOptions::new(db.url())
+        .schema("billing".parse().unwrap())
+        .max_connections(4)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(store.kind(), postbox::DatabaseKind::Postgres);
+    postbox::migrate(&store).await.unwrap();
+    let outbox = store.outbox();
+    assert_eq!(outbox.schema().as_str(), "billing");
+    let mut tx = db.pool().begin().await.unwrap();
+    let id = outbox
+        .enqueue(&mut tx, Event::new("Billed", &1).unwrap())
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    tx.commit().await.unwrap();
+    let in_billing: i64 = sqlx::query_scalar("SELECT count(*) FROM billing.outbox_events")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(in_billing, 1);
+    let sink = RecordingSink::new();
+    let stats = Relay::new(store, sink.clone(), fast())
+        .unwrap()
+        .drain(std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(stats.published, 1);
+    assert_eq!(sink.published_ids(), vec![id]);
+}
+
+/// `postbox::connect` on an SQLite path creates the file; its outbox and relay meet.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn connect_by_path_opens_sqlite_for_the_producer_and_the_relay() {
+    let file = TestSqlite::new();
+    let path = file.path();
+    let store = postbox::connect(path.to_str().unwrap()).await.unwrap();
+    assert_eq!(store.kind(), postbox::DatabaseKind::Sqlite);
+    postbox::migrate(&store).await.unwrap();
+    let pool = match &store {
+        postbox::AnyStore::Sqlite(s) => s.pool().clone(),
+        other => panic!("not SQLite: {other:?}"),
+    };
+    let mut tx = pool.begin().await.unwrap();
+    let id = store
+        .outbox()
+        .enqueue(&mut tx, Event::new("Local", &1).unwrap())
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    tx.commit().await.unwrap();
+    let sink = RecordingSink::new();
+    let stats = Relay::new(store, sink.clone(), fast())
+        .unwrap()
+        .drain(std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(stats.published, 1);
+    assert_eq!(sink.published_ids(), vec![id]);
 }
