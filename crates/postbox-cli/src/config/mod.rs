@@ -559,44 +559,22 @@ fn validate(loaded: &Loaded) -> anyhow::Result<()> {
             loaded.source_of(key)
         ))
     };
-    if c.batch_size == 0 || c.batch_size > 10_000 {
-        return bad(
-            "batch_size",
-            format!("{} is out of range; use 1 to 10000", c.batch_size),
-        );
-    }
-    if c.poll_interval.is_zero() {
-        return bad("poll_interval", "must be above zero".into());
-    }
-    if c.busy_poll_interval.is_zero() || c.busy_poll_interval > c.poll_interval {
-        return bad(
-            "busy_poll_interval",
-            format!(
-                "{} must be above zero and at most poll_interval ({}, set by {})",
-                show(c.busy_poll_interval),
-                show(c.poll_interval),
-                loaded.source_of("poll_interval")
+    // The relay's own rules (batch size, intervals, lease and publish timeout, retry policies),
+    // checked where they are defined; the error names the key it is about.
+    if let Err(postbox::Error::InvalidConfig { field, reason }) = c.relay_config().validate() {
+        // Where the key it is checked against was set, too.
+        let related = match field {
+            "publish_timeout" => Some("lease"),
+            "busy_poll_interval" | "head_poll_interval" => Some("poll_interval"),
+            _ => None,
+        };
+        return match related {
+            Some(other) => bad(
+                field,
+                format!("{reason} ({other} is set by {})", loaded.source_of(other)),
             ),
-        );
-    }
-    if c.lease < Duration::from_millis(100) {
-        return bad(
-            "lease",
-            format!("{} is too short; use at least 100ms", show(c.lease)),
-        );
-    }
-    if c.publish_timeout.is_zero() || c.publish_timeout >= c.lease {
-        return bad(
-            "publish_timeout",
-            format!(
-                "{} must be above zero and shorter than lease ({}, set by {}), or a slow publish \
-                 would outlive its claim; lower publish_timeout (--publish-timeout, \
-                 POSTBOX_PUBLISH_TIMEOUT) or raise lease",
-                show(c.publish_timeout),
-                show(c.lease),
-                loaded.source_of("lease")
-            ),
-        );
+            None => bad(field, reason),
+        };
     }
     if c.concurrency == 0 {
         return bad("concurrency", "must be at least 1".into());
