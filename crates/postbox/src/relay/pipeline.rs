@@ -705,10 +705,7 @@ impl Pipeline {
 /// Whether `event` belongs to an ordered aggregate of `cfg`.
 fn is_ordered(cfg: &RelayConfig, event: &OutboxEvent) -> bool {
     match (&event.aggregate_type, &event.aggregate_id) {
-        (Some(kind), Some(_)) => cfg
-            .ordered_aggregate_types
-            .iter()
-            .any(|t| t == "*" || t == kind),
+        (Some(kind), Some(_)) => crate::store::orders_type(&cfg.ordered_aggregate_types, kind),
         _ => false,
     }
 }

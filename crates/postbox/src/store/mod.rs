@@ -95,6 +95,11 @@ impl ClaimOrder<'_> {
     }
 }
 
+/// Whether `aggregate_type` is one of the ordered `types` (`*` orders every type).
+pub(crate) fn orders_type(types: &[String], aggregate_type: &str) -> bool {
+    types.iter().any(|t| t == "*" || t == aggregate_type)
+}
+
 /// A probe of a table's commit horizon, kept between calls of [`Store::commit_horizon`]: the
 /// last id drawn when it was taken, and the transactions then writing to the table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

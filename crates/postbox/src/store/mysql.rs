@@ -291,11 +291,6 @@ fn push_ordered(q: &mut QueryBuilder<MySql>, types: &[String]) {
 /// One picked row: id, whether it is a stale claim, and its aggregate.
 type Picked = (i64, bool, Option<String>, Option<String>);
 
-/// Whether an aggregate type is ordered by `types`.
-fn is_ordered(types: &[String], aggregate_type: &str) -> bool {
-    types.iter().any(|t| t == "*" || t == aggregate_type)
-}
-
 /// Keeps of `picked` (in id order) only the ordered events whose every earlier unfinished event
 /// (`unfinished`: id and aggregate) was picked too: another claim in flight may hold one, and
 /// then the later ones are not this claim's to publish.
@@ -317,7 +312,7 @@ fn keep_own_heads(
     picked
         .into_iter()
         .filter(|(id, _, at, aid)| match (at, aid) {
-            (Some(at), Some(aid)) if is_ordered(types, at) => blocked_from
+            (Some(at), Some(aid)) if super::orders_type(types, at) => blocked_from
                 .get(&(at.as_str(), aid.as_str()))
                 .is_none_or(|first| first > id),
             _ => true,
@@ -473,7 +468,7 @@ impl Store for MySqlStore {
             return Ok(claimed);
         }
         let ids: Vec<i64> = picked.iter().map(|r| r.0).collect();
-        let stale: HashSet<i64> = picked.iter().filter(|r| r.1).map(|r| r.0).collect();
+        let stale: Vec<i64> = picked.iter().filter(|r| r.1).map(|r| r.0).collect();
         // Each expression reads the old values of the columns assigned after it (MySQL assigns
         // left to right). A stale row (still PROCESSING) lost its lease: a failed try; on its
         // last try it goes FAILED instead.
@@ -500,11 +495,10 @@ impl Store for MySqlStore {
         push_ids(&mut take, &ids);
         take.build().execute(&mut *tx).await?;
         let mut read = QueryBuilder::<MySql>::new(format!("SELECT {CLAIMED_COLUMNS}, id IN "));
-        let stale_ids: Vec<i64> = stale.iter().copied().collect();
-        if stale_ids.is_empty() {
+        if stale.is_empty() {
             read.push("(-1)");
         } else {
-            push_ids(&mut read, &stale_ids);
+            push_ids(&mut read, &stale);
         }
         read.push(" AS stale FROM outbox_events WHERE id IN ");
         push_ids(&mut read, &ids);
@@ -843,31 +837,28 @@ impl Store for MySqlStore {
         // and the archive get a locking read that does not wait: a lock conflict is an open
         // transaction's row, and the horizon stops below it. The probe carries the horizon so
         // far (`last_id`) and the id it waits for (`writers`).
-        let head = || async {
-            sqlx::query_scalar::<_, Option<i64>>(include_str!("../../sql/mysql/head.sql"))
-                .fetch_optional(&self.pool)
-                .await
-                .map(Option::flatten)
-        };
         let pending = *self
             .pending_probe
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now_head = head().await?;
+        if let Some((read_at, _)) = pending
+            && read_at.elapsed() < ID_SETTLE_DELAY
+        {
+            // The last id read is too fresh to check: the horizon stays where it is.
+            return Ok(Horizon {
+                settled: probe.map(|p| p.last_id),
+                probe: probe.cloned(),
+            });
+        }
+        let now_head: Option<i64> = sqlx::query_scalar(include_str!("../../sql/mysql/head.sql"))
+            .fetch_optional(&self.pool)
+            .await?
+            .flatten();
         let floor = match probe {
             Some(p) => p.last_id,
             None => now_head.map_or(0, |h| (h - FIRST_PROBE_SPAN).max(0)),
         };
-        let upto = match pending {
-            Some((read_at, last)) if read_at.elapsed() >= ID_SETTLE_DELAY => last,
-            Some(_) => {
-                return Ok(Horizon {
-                    settled: probe.map(|p| p.last_id),
-                    probe: probe.cloned(),
-                });
-            }
-            None => floor,
-        };
+        let upto = pending.map_or(floor, |(_, last)| last);
         *self
             .pending_probe
             .lock()
@@ -1035,7 +1026,9 @@ impl MySqlStore {
         let aggregates: HashSet<(&str, &str)> = picked
             .iter()
             .filter_map(|(_, _, at, aid)| match (at, aid) {
-                (Some(at), Some(aid)) if is_ordered(types, at) => Some((at.as_str(), aid.as_str())),
+                (Some(at), Some(aid)) if super::orders_type(types, at) => {
+                    Some((at.as_str(), aid.as_str()))
+                }
                 _ => None,
             })
             .collect();
