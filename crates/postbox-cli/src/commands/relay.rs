@@ -72,19 +72,7 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         "relay starting"
     );
 
-    let (broken_tx, mut broken_rx) = tokio::sync::watch::channel(None::<String>);
-    let stop = {
-        let requested = shutdown.requested();
-        async move {
-            match stdout_broken {
-                Some(broken) => tokio::select! {
-                    () = requested => {}
-                    error = broken => { broken_tx.send_replace(Some(error)); }
-                },
-                None => requested.await,
-            }
-        }
-    };
+    let (stop, mut broken_rx) = stop_when(&shutdown, stdout_broken);
     let result = if args.drain {
         let progress = drain_progress(&db, &relay).await;
         let result = relay.drain(stop).await;
@@ -127,6 +115,29 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         "relay finished"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What stops a relay: a signal, or stdout (of the stdout sink) that can no longer be written —
+/// whose error the receiver then holds.
+pub(super) fn stop_when(
+    shutdown: &Shutdown,
+    stdout_broken: Option<impl Future<Output = String> + Send + 'static>,
+) -> (
+    impl Future<Output = ()> + Send + 'static,
+    tokio::sync::watch::Receiver<Option<String>>,
+) {
+    let (broken_tx, broken_rx) = tokio::sync::watch::channel(None::<String>);
+    let requested = shutdown.requested();
+    let stop = async move {
+        match stdout_broken {
+            Some(broken) => tokio::select! {
+                () = requested => {}
+                error = broken => { broken_tx.send_replace(Some(error)); }
+            },
+            None => requested.await,
+        }
+    };
+    (stop, broken_rx)
 }
 
 /// The admin server (metrics, probes, API, page) when `admin_listen` is set, or only the

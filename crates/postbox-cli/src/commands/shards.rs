@@ -12,7 +12,8 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use super::relay::{
-    EXIT_DRAIN_UNAVAILABLE, connect_waiting, describe, start_admin, stop_admin, wait_migrated,
+    EXIT_DRAIN_UNAVAILABLE, connect_waiting, describe, start_admin, stop_admin, stop_when,
+    wait_migrated,
 };
 use crate::cli::RelayArgs;
 use crate::config::Config;
@@ -42,23 +43,13 @@ pub(super) async fn run(
     let plan = sinks::plan(config).map_err(|e| anyhow!("invalid sink configuration: {e:?}"))?;
     let sink_description = describe(config, &plan);
     let opened = sinks::open(plan).await?;
+    // One stop for every database: a signal, or stdout that can no longer be written.
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (broken_tx, broken_rx) = watch::channel(None::<String>);
-    {
-        // One stop for every database: a signal, or stdout that can no longer be written.
-        let requested = shutdown.requested();
-        let stdout_broken = opened.stdout.map(|s| s.broken());
-        tokio::spawn(async move {
-            match stdout_broken {
-                Some(broken) => tokio::select! {
-                    () = requested => {}
-                    error = broken => { broken_tx.send_replace(Some(error)); }
-                },
-                None => requested.await,
-            }
-            stop_tx.send_replace(true);
-        });
-    }
+    let (stop, broken_rx) = stop_when(&shutdown, opened.stdout.map(|s| s.broken()));
+    tokio::spawn(async move {
+        stop.await;
+        stop_tx.send_replace(true);
+    });
     info!(
         databases = locations.len(),
         sink = %sink_description,
