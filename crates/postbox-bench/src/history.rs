@@ -18,7 +18,8 @@ use tokio::time::Instant;
 
 use crate::BenchError;
 use crate::db::{Db, Extra};
-use crate::report::{HistoryRun, HistoryWindow, rss_kib};
+use crate::phases;
+use crate::report::{ClaimTimes, HistoryDrain, HistoryRun, HistoryWindow, Throughput, rss_kib};
 
 /// What the phase takes.
 pub(crate) struct HistoryPlan {
@@ -32,6 +33,9 @@ pub(crate) struct HistoryPlan {
     pub(crate) window: Duration,
     /// Relays.
     pub(crate) relays: usize,
+    /// A backlog of this many plain-SQL events drained by one relay on the empty table, then
+    /// on the table with its history; 0 skips it.
+    pub(crate) drain_events: u64,
 }
 
 /// Commit and publish instants per event id.
@@ -65,7 +69,7 @@ pub(crate) async fn run(
     relay_dbs: &[Db],
     config: &RelayConfig,
     plan: &HistoryPlan,
-    bar: &ProgressBar,
+    bars: &dyn Fn(u64, &str) -> ProgressBar,
 ) -> Result<HistoryRun, BenchError> {
     let Db::Pg(pool) = db else {
         return Err(BenchError::Setup(
@@ -75,7 +79,29 @@ pub(crate) async fn run(
     // Retention a third of the run: the history spans two retentions, so half of it is due at
     // once and the rest comes due while the run goes on, as do the new events after a while.
     let retention = plan.duration / 3;
-    write_history(pool, plan.rows, retention * 2).await?;
+    let drain = if plan.drain_events > 0 {
+        let (empty, empty_claims) =
+            drain_backlog(db, &relay_dbs[..1], config, plan.drain_events, bars).await?;
+        sqlx::query("TRUNCATE outbox_events")
+            .execute(pool)
+            .await
+            .map_err(BenchError::db)?;
+        write_history(pool, plan.rows, retention * 2).await?;
+        let (history, history_claims) =
+            drain_backlog(db, &relay_dbs[..1], config, plan.drain_events, bars).await?;
+        Some(HistoryDrain {
+            events: plan.drain_events,
+            ratio: history.per_second / empty.per_second,
+            empty,
+            empty_claims,
+            history,
+            history_claims,
+        })
+    } else {
+        write_history(pool, plan.rows, retention * 2).await?;
+        None
+    };
+    let bar = &bars(plan.duration.as_secs(), "history (seconds)");
     db.create_business_table().await?;
     let outbox = db.store().outbox();
 
@@ -155,6 +181,7 @@ pub(crate) async fn run(
         bar.set_position(now.duration_since(started).as_secs());
         window_start = now;
     }
+    bar.finish_and_clear();
     producers
         .await
         .map_err(|e| BenchError::Check(format!("producers failed: {e}")))??;
@@ -205,7 +232,44 @@ pub(crate) async fn run(
         table_last_over_first: ratio(|w| w.table_mib + w.indexes_mib),
         archived_at_end: u64::try_from(archived).unwrap_or(0),
         windows,
+        drain,
     })
+}
+
+/// Writes `events` pending events by plain SQL, as a producer in another language would, takes
+/// statistics while they are pending (the worst moment for a DBA's `ANALYZE`), and drains them
+/// with `relay_dbs`' relays.
+async fn drain_backlog(
+    db: &Db,
+    relay_dbs: &[Db],
+    config: &RelayConfig,
+    events: u64,
+    bars: &dyn Fn(u64, &str) -> ProgressBar,
+) -> Result<(Throughput, Option<ClaimTimes>), BenchError> {
+    let Db::Pg(pool) = db else {
+        return Err(BenchError::Setup(
+            "the history phase needs PostgreSQL".into(),
+        ));
+    };
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         SELECT 'InvoiceCreated', 'Invoice', g::text,
+                jsonb_build_object('invoice_id', g, 'customer', 'cus_0123456789abcdef',
+                                   'amount_cents', 129900 + g % 1000, 'currency', 'EUR')
+         FROM generate_series(1, $1::bigint) AS g",
+    )
+    .bind(events as i64)
+    .execute(pool)
+    .await
+    .map_err(BenchError::db)?;
+    sqlx::query("ANALYZE outbox_events")
+        .execute(pool)
+        .await
+        .map_err(BenchError::db)?;
+    let bar = bars(events, "history: drain a backlog");
+    let drained = phases::drain(relay_dbs, config, events, &bar).await?;
+    bar.finish_and_clear();
+    Ok(drained)
 }
 
 /// `rows` processed events, created over the last `span` in id order, written by plain SQL;

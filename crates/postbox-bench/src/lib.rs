@@ -6,6 +6,7 @@
 //! Everything runs in a scratch database of its own (PostgreSQL: a new database on the server
 //! given, dropped afterwards; SQLite: a temporary file).
 
+mod claims;
 mod db;
 mod history;
 mod phases;
@@ -18,8 +19,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use postbox::RelayConfig;
 
 pub use report::{
-    BenchReport, DrainRun, EnqueueOverhead, HistoryRun, HistoryWindow, LatencyRun, OrderingRun,
-    Percentiles, Soak, Throughput,
+    BenchReport, ClaimTimes, DrainRun, EnqueueOverhead, HistoryDrain, HistoryRun, HistoryWindow,
+    LatencyRun, OrderingRun, Percentiles, Soak, Throughput,
 };
 
 use db::Extra;
@@ -269,12 +270,13 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         phases::preload(&db, &outbox, opts.events, None, &b).await?;
         b.finish_and_clear();
         let b = bar(opts, opts.events, &format!("drain: {relays} relays"));
-        let relay = phases::drain(&dbs, &config, opts.events, &b).await?;
+        let (relay, claims) = phases::drain(&dbs, &config, opts.events, &b).await?;
         b.finish_and_clear();
         drain.push(DrainRun {
             relays,
             ratio: relay.per_second / ceiling.per_second,
             relay,
+            claims,
             ceiling,
         });
     }
@@ -364,7 +366,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
             } else {
                 config.clone()
             };
-            runs.push(phases::drain(&dbs, &run_config, opts.events, &b).await?);
+            runs.push(phases::drain(&dbs, &run_config, opts.events, &b).await?.0);
             b.finish_and_clear();
         }
         ordering.push(OrderingRun {
@@ -412,16 +414,16 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
             dbs.push(scratch.open(4).await?);
         }
         scratch.reset().await?;
-        let b = bar(opts, opts.history_duration.as_secs(), "history (seconds)");
         let plan = history::HistoryPlan {
             rows: opts.history_rows,
             duration: opts.history_duration,
             rate: opts.history_rate,
             window: opts.history_window,
             relays,
+            drain_events: opts.events,
         };
-        history = Some(history::run(&db, &dbs, &config, &plan, &b).await?);
-        b.finish_and_clear();
+        let bars = |len: u64, what: &str| bar(opts, len, what);
+        history = Some(history::run(&db, &dbs, &config, &plan, &bars).await?);
     }
 
     Ok(BenchReport {

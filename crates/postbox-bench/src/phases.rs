@@ -15,8 +15,9 @@ use postbox::{
 };
 
 use crate::BenchError;
+use crate::claims;
 use crate::db::{Db, Extra};
-use crate::report::{Percentiles, Throughput};
+use crate::report::{ClaimTimes, Percentiles, Throughput};
 
 /// Events are preloaded in transactions of this many, with one multi-row INSERT each.
 const PRELOAD_CHUNK: u64 = 1000;
@@ -99,14 +100,16 @@ pub(crate) async fn preload(
     Ok(())
 }
 
-/// Drains a preloaded backlog with `relays` relays (each with its own pool) to a null sink.
+/// Drains a preloaded backlog with `relays` relays (each with its own pool) to a null sink;
+/// the relays' claim durations beside the throughput.
 pub(crate) async fn drain(
     dbs: &[Db],
     config: &RelayConfig,
     expected: u64,
     bar: &ProgressBar,
-) -> Result<Throughput, BenchError> {
+) -> Result<(Throughput, Option<ClaimTimes>), BenchError> {
     let sink = Arc::new(CountingSink::default());
+    claims::reset();
     let started = Instant::now();
     let watcher = watch_progress(Arc::clone(&sink), bar.clone());
     let relays = dbs.iter().map(|db| {
@@ -123,7 +126,8 @@ pub(crate) async fn drain(
             "drain published {published} events, expected {expected}"
         )));
     }
-    Ok(Throughput::new(published, started.elapsed()))
+    let throughput = Throughput::new(published, started.elapsed());
+    Ok((throughput, claims::take()))
 }
 
 fn watch_progress(sink: Arc<CountingSink>, bar: ProgressBar) -> tokio::task::JoinHandle<()> {

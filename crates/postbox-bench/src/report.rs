@@ -143,6 +143,19 @@ pub struct LatencyRun {
     pub percentiles: Percentiles,
 }
 
+/// The relays' own claims during a run (the `postbox_claim_seconds` histogram), ms.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ClaimTimes {
+    /// Claims recorded.
+    pub claims: u64,
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Slowest.
+    pub max_ms: f64,
+}
+
 /// Drain and ceiling at one level of parallelism.
 #[derive(Clone, Debug, Serialize)]
 pub struct DrainRun {
@@ -150,6 +163,8 @@ pub struct DrainRun {
     pub relays: usize,
     /// `postbox` relays draining to the null sink.
     pub relay: Throughput,
+    /// The relays' claims during the drain; `None` when the process records metrics elsewhere.
+    pub claims: Option<ClaimTimes>,
     /// The relay's own claim and mark statements in a minimal loop.
     pub ceiling: Throughput,
     /// `relay / ceiling`.
@@ -246,6 +261,27 @@ pub struct HistoryRun {
     pub table_last_over_first: f64,
     /// Events in the archive at the end.
     pub archived_at_end: u64,
+    /// A fresh backlog drained on the empty table and on the table with its history, before the
+    /// steady state; `None` when skipped.
+    pub drain: Option<HistoryDrain>,
+}
+
+/// One relay draining the same plain-SQL backlog (statistics taken while it is pending) on an
+/// empty table and on the table with the history phase's history.
+#[derive(Clone, Debug, Serialize)]
+pub struct HistoryDrain {
+    /// Events in each backlog.
+    pub events: u64,
+    /// On the empty table.
+    pub empty: Throughput,
+    /// The relay's claims there.
+    pub empty_claims: Option<ClaimTimes>,
+    /// On the table with the history.
+    pub history: Throughput,
+    /// The relay's claims there.
+    pub history_claims: Option<ClaimTimes>,
+    /// `history / empty` events/s.
+    pub ratio: f64,
 }
 
 /// Everything one `postbox bench` run measured.
@@ -328,14 +364,18 @@ impl BenchReport {
         let _ = writeln!(out, "drain to the null sink (events/s)");
         let _ = writeln!(
             out,
-            "  {:>9}  {:>12}  {:>12}  {:>9}",
-            "relays", "relay", "ceiling", "ratio"
+            "  {:>9}  {:>12}  {:>12}  {:>9}  {:>17}",
+            "relays", "relay", "ceiling", "ratio", "claim p50/p99 ms"
         );
         for d in &self.drain {
             let _ = writeln!(
                 out,
-                "  {:>9}  {:>12.0}  {:>12.0}  {:>8.2}x",
-                d.relays, d.relay.per_second, d.ceiling.per_second, d.ratio
+                "  {:>9}  {:>12.0}  {:>12.0}  {:>8.2}x  {:>17}",
+                d.relays,
+                d.relay.per_second,
+                d.ceiling.per_second,
+                d.ratio,
+                claim_cell(d.claims)
             );
         }
         if !self.latency.is_empty() {
@@ -405,6 +445,18 @@ impl BenchReport {
                 "history: {} processed events at the start, retention {:.0}s, {} events/s for {:.0}s, {} relay(s)",
                 h.history_rows, h.retention_secs, h.rate, h.seconds, h.relays
             );
+            if let Some(d) = &h.drain {
+                let _ = writeln!(
+                    out,
+                    "  drain of {} plain-SQL events, ANALYZE while pending, 1 relay: {:.0} events/s on the empty table (claim p50/p99 {} ms), {:.0} with the history (claim p50/p99 {} ms): {:.2}x",
+                    d.events,
+                    d.empty.per_second,
+                    claim_cell(d.empty_claims),
+                    d.history.per_second,
+                    claim_cell(d.history_claims),
+                    d.ratio
+                );
+            }
             let _ = writeln!(
                 out,
                 "  {:>6}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}  {:>7}",
@@ -458,6 +510,14 @@ fn pct(p: f64) -> String {
 }
 
 /// A duration for people: `50ms`, `1s`; `Debug` (`1.5ms`, `250µs`) below whole milliseconds.
+/// `p50 / p99` of a run's claims, or `-` when none were recorded.
+fn claim_cell(claims: Option<ClaimTimes>) -> String {
+    claims.map_or_else(
+        || "-".to_owned(),
+        |c| format!("{:.2} / {:.2}", c.p50_ms, c.p99_ms),
+    )
+}
+
 pub(crate) fn human(d: Duration) -> String {
     if !d.as_nanos().is_multiple_of(1_000_000) {
         return format!("{d:?}");

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use postbox::{MySqlStore, PgStore, SchemaName, SqliteStore, Store, Target};
-use sqlx::Connection;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use postbox::{SchemaName, Store, Target};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
 use crate::config::DatabaseUrl;
@@ -20,15 +19,15 @@ pub(crate) const DEFAULT_SQLITE_FILE: &str = "postbox.db";
 
 /// Connections a CLI process opens to PostgreSQL (or MySQL) at most: a relay claims and marks one batch at
 /// a time and holds one more for NOTIFY, so a few are plenty and many relays fit the server.
-const PG_MAX_CONNECTIONS: u32 = 4;
+const MAX_CONNECTIONS: u32 = 4;
 
 /// Where the outbox lives, parsed from `database_url` without connecting.
 #[derive(Clone)]
 pub(crate) enum Location {
-    /// A PostgreSQL server.
-    Postgres(Box<PgConnectOptions>),
-    /// A MySQL 8.0+ or MariaDB 10.6+ server.
-    MySql(Box<MySqlConnectOptions>),
+    /// A PostgreSQL server: its options (for messages) and the URL as configured.
+    Postgres(Box<PgConnectOptions>, String),
+    /// A MySQL 8.0+ or MariaDB 10.6+ server: its options (for messages) and the URL.
+    MySql(Box<MySqlConnectOptions>, String),
     /// An SQLite database.
     Sqlite {
         /// The URL or path as configured.
@@ -58,7 +57,7 @@ impl Location {
             postbox::DatabaseKind::Postgres => {
                 let options = PgConnectOptions::from_str(raw)
                     .with_context(|| format!("{url} is not a valid PostgreSQL URL"))?;
-                Ok(Location::Postgres(Box::new(options)))
+                Ok(Location::Postgres(Box::new(options), raw.to_owned()))
             }
             postbox::DatabaseKind::MySql => {
                 let raw = match raw.get(..10) {
@@ -72,7 +71,10 @@ impl Location {
                 if options.get_database().is_none() {
                     bail!("{url} names no database; add it, e.g. mysql://user@host:3306/app");
                 }
-                Ok(Location::MySql(Box::new(options)))
+                Ok(Location::MySql(
+                    Box::new(options),
+                    url.expose().trim().to_owned(),
+                ))
             }
             _ if raw.to_ascii_lowercase().starts_with("sqlite:") => {
                 let lower = raw.to_ascii_lowercase();
@@ -101,7 +103,7 @@ impl fmt::Display for Location {
     /// Shows where the database is, never its password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Location::Postgres(o) => write!(
+            Location::Postgres(o, _) => write!(
                 f,
                 "PostgreSQL postgres://{}@{}:{}/{}",
                 o.get_username(),
@@ -109,7 +111,7 @@ impl fmt::Display for Location {
                 o.get_port(),
                 o.get_database().unwrap_or("")
             ),
-            Location::MySql(o) => write!(
+            Location::MySql(o, _) => write!(
                 f,
                 "MySQL mysql://{}@{}:{}/{}",
                 o.get_username(),
@@ -173,53 +175,9 @@ impl Database {
         create: Create,
     ) -> anyhow::Result<Database> {
         let shown = location.to_string();
-        match location {
-            Location::Postgres(options) => {
-                // One direct connection first: a pool reports only "timed out", while this says
-                // why (refused, authentication failed, no such database), and says it at once.
-                let probe = PgConnection::connect_with(options)
-                    .await
-                    .with_context(|| format!("cannot connect to {shown}"))?;
-                let _ = probe.close().await;
-                let pool = PgPoolOptions::new()
-                    .max_connections(PG_MAX_CONNECTIONS)
-                    .acquire_timeout(Duration::from_secs(5))
-                    .connect_with((**options).clone())
-                    .await
-                    .with_context(|| format!("cannot connect to {shown}"))?;
-                tracing::debug!(database = %shown, %schema, "connected");
-                Ok(Database {
-                    store: Arc::new(PgStore::with_schema(pool.clone(), schema)),
-                    pool: Pool::Postgres(pool),
-                    location: shown,
-                })
-            }
-            Location::MySql(options) => {
-                // As for PostgreSQL: a direct connection first says why it fails.
-                let probe = MySqlConnection::connect_with(options)
-                    .await
-                    .with_context(|| format!("cannot connect to {shown}"))?;
-                let _ = probe.close().await;
-                if schema != SchemaName::public() {
-                    tracing::warn!(
-                        %schema,
-                        "the `schema` setting is ignored on MySQL: the outbox is in the URL's database"
-                    );
-                }
-                let store = MySqlStore::connect_with((**options).clone(), PG_MAX_CONNECTIONS)
-                    .await
-                    .with_context(|| format!("cannot connect to {shown}"))?;
-                tracing::debug!(database = %shown, "connected");
-                Ok(Database {
-                    pool: Pool::MySql(store.pool().clone()),
-                    store: Arc::new(store),
-                    location: shown,
-                })
-            }
+        let url = match location {
+            Location::Postgres(_, url) | Location::MySql(_, url) => url,
             Location::Sqlite { url, file } => {
-                if schema != SchemaName::public() {
-                    tracing::warn!(%schema, "the `schema` setting is ignored on SQLite");
-                }
                 if let Some(file) = file
                     && create == Create::Never
                     && !file.exists()
@@ -230,19 +188,47 @@ impl Database {
                         file.display()
                     );
                 }
-                let store = if url.to_ascii_lowercase().starts_with("sqlite:") {
-                    SqliteStore::connect(url).await
-                } else {
-                    SqliteStore::open(url).await
-                }
-                .with_context(|| format!("cannot open {shown}"))?;
-                Ok(Database {
-                    pool: Pool::Sqlite(store.pool().clone()),
-                    store: Arc::new(store),
-                    location: shown,
-                })
+                url
             }
+        };
+        if schema != SchemaName::public() && !matches!(location, Location::Postgres(..)) {
+            tracing::warn!(
+                %schema,
+                "the `schema` setting is ignored on {}: the outbox is in the database the URL names",
+                if matches!(location, Location::MySql(..)) { "MySQL" } else { "SQLite" }
+            );
         }
+        // The library's connect: the same stores, pools and first-connection errors as a
+        // service's.
+        let store = postbox::ConnectOptions::new(url.as_str())
+            .schema(schema)
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .with_context(|| format!("cannot connect to {shown}"))?;
+        tracing::debug!(database = %shown, "connected");
+        // The concrete store, not `AnyStore`'s forwarding, behind the relay.
+        let (store, pool): (Arc<dyn Store>, Pool) = match store {
+            postbox::AnyStore::Postgres(s) => {
+                let pool = Pool::Postgres(s.pool().clone());
+                (Arc::new(s), pool)
+            }
+            postbox::AnyStore::MySql(s) => {
+                let pool = Pool::MySql(s.pool().clone());
+                (Arc::new(s), pool)
+            }
+            postbox::AnyStore::Sqlite(s) => {
+                let pool = Pool::Sqlite(s.pool().clone());
+                (Arc::new(s), pool)
+            }
+            other => bail!("{shown}: no store for {:?} in this build", other.kind()),
+        };
+        Ok(Database {
+            store,
+            pool,
+            location: shown,
+        })
     }
 
     /// The default schema's target.
@@ -300,11 +286,11 @@ mod tests {
         ));
         assert!(matches!(
             parse("postgres://u:pw@localhost:5432/app"),
-            Ok(Location::Postgres(_))
+            Ok(Location::Postgres(..))
         ));
         assert!(matches!(
             parse("postgresql://localhost/app"),
-            Ok(Location::Postgres(_))
+            Ok(Location::Postgres(..))
         ));
         assert!(matches!(
             parse("sqlite://data/outbox.db"),
@@ -320,11 +306,11 @@ mod tests {
         ));
         assert!(matches!(
             parse("mysql://app:pw@localhost:3306/shop"),
-            Ok(Location::MySql(_))
+            Ok(Location::MySql(..))
         ));
         assert!(matches!(
             parse("mariadb://localhost/shop"),
-            Ok(Location::MySql(_))
+            Ok(Location::MySql(..))
         ));
         assert!(
             parse("mysql://localhost").is_err_and(|e| e.to_string().contains("names no database"))

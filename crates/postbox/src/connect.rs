@@ -51,6 +51,7 @@ pub struct ConnectOptions {
     url: String,
     schema: Option<SchemaName>,
     max_connections: Option<u32>,
+    acquire_timeout: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for ConnectOptions {
@@ -59,6 +60,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("url", &crate::redact::redact(&self.url))
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
             .finish()
     }
 }
@@ -119,6 +121,7 @@ impl ConnectOptions {
             url: url.into(),
             schema: None,
             max_connections: None,
+            acquire_timeout: None,
         }
     }
 
@@ -134,12 +137,21 @@ impl ConnectOptions {
         self
     }
 
+    /// How long a statement waits for a free connection of the pool before it fails (PostgreSQL
+    /// and MySQL; default 30 s).
+    pub fn acquire_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.acquire_timeout = Some(timeout);
+        self
+    }
+
     /// Which database the URL names.
     pub fn kind(&self) -> Result<DatabaseKind> {
         DatabaseKind::of(&self.url)
     }
 
-    /// Connects.
+    /// Connects. On PostgreSQL and MySQL one connection is opened alone first, so that a server
+    /// that refuses it says why (refused, authentication failed, no such database) at once,
+    /// where a pool would retry until its acquire timeout and report only that.
     pub async fn connect(&self) -> Result<AnyStore> {
         match self.kind()? {
             #[cfg(feature = "postgres")]
@@ -154,10 +166,18 @@ impl ConnectOptions {
                             ),
                         )
                     })?;
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(self.max_connections.unwrap_or(10))
-                    .connect_with(options)
-                    .await?;
+                use sqlx::Connection as _;
+                sqlx::postgres::PgConnection::connect_with(&options)
+                    .await?
+                    .close()
+                    .await
+                    .ok();
+                let mut pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(self.max_connections.unwrap_or(10));
+                if let Some(timeout) = self.acquire_timeout {
+                    pool = pool.acquire_timeout(timeout);
+                }
+                let pool = pool.connect_with(options).await?;
                 let schema = self.schema.clone().unwrap_or_else(SchemaName::public);
                 Ok(AnyStore::Postgres(PgStore::with_schema(pool, schema)))
             }
@@ -174,8 +194,18 @@ impl ConnectOptions {
             #[cfg(feature = "mysql")]
             DatabaseKind::MySql => {
                 let options = mysql_options(&self.url)?;
-                let store =
-                    MySqlStore::connect_with(options, self.max_connections.unwrap_or(10)).await?;
+                use sqlx::Connection as _;
+                sqlx::mysql::MySqlConnection::connect_with(&options)
+                    .await?
+                    .close()
+                    .await
+                    .ok();
+                let store = MySqlStore::connect_pool(
+                    options,
+                    self.max_connections.unwrap_or(10),
+                    self.acquire_timeout,
+                )
+                .await?;
                 Ok(AnyStore::MySql(store))
             }
             #[allow(unreachable_patterns, reason = "a database left out of this build")]

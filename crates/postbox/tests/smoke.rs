@@ -310,3 +310,39 @@ async fn connect_by_path_opens_sqlite_for_the_producer_and_the_relay() {
     assert_eq!(stats.published, 1);
     assert_eq!(sink.published_ids(), vec![id]);
 }
+
+/// A server that refuses the connection says why, at once: not a pool timeout after the
+/// acquire timeout.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn connect_reports_the_servers_reason_at_once() {
+    let admin = postbox_testkit::admin_url();
+    let (base, _) = admin.rsplit_once('/').unwrap();
+    let missing = format!("{base}/postbox_no_such_database");
+    let started = std::time::Instant::now();
+    let e = postbox::ConnectOptions::new(missing.as_str())
+        .acquire_timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .expect_err("no such database");
+    assert!(
+        e.to_string().contains("does not exist"),
+        "the server's reason: {e}"
+    );
+    // A closed port: refused, reported as such.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let e = postbox::connect(&format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        .await
+        .expect_err("nothing listens");
+    assert!(
+        e.to_string().to_ascii_lowercase().contains("refused"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "both answered at once, not after a pool timeout: {:?}",
+        started.elapsed()
+    );
+}

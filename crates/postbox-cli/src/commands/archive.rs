@@ -19,7 +19,7 @@ pub(crate) async fn run(config: &Config, args: &ArchiveArgs) -> anyhow::Result<E
              the processed events to archive must be, e.g. --older-than 30days"
         );
     };
-    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    let db = Database::connect(&config.location()?, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
     let verb = if args.dry_run {
         "would be archived"

@@ -21,8 +21,8 @@ pub(crate) fn defaults() -> Config {
 /// Runs the benchmark against the configured PostgreSQL or MySQL server, or SQLite without one.
 pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let url = match config.location()? {
-        Location::Postgres(_) => config.database_url.as_ref().map(|u| u.expose().to_owned()),
-        Location::MySql(_) => config.database_url.as_ref().map(|u| u.expose().to_owned()),
+        Location::Postgres(..) => config.database_url.as_ref().map(|u| u.expose().to_owned()),
+        Location::MySql(..) => config.database_url.as_ref().map(|u| u.expose().to_owned()),
         Location::Sqlite { .. } => None,
     };
     let mut opts = if args.quick {

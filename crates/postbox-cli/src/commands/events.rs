@@ -14,7 +14,7 @@ use crate::database::{Create, Database};
 
 /// Runs one events subcommand.
 pub(crate) async fn run(config: &Config, command: &EventsCommand) -> anyhow::Result<ExitCode> {
-    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    let db = Database::connect(&config.location()?, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
     match command {
         EventsCommand::List(args) => {

@@ -11,7 +11,7 @@ use crate::database::{Create, Database};
 pub(crate) async fn run(config: &Config) -> anyhow::Result<ExitCode> {
     // Every database a relay serves (database_urls), or the one database_url names.
     for location in config.locations()? {
-        let db = Database::connect(&location, config.schema_name()?, Create::IfMissing).await?;
+        let db = Database::connect(&location, config.schema.clone(), Create::IfMissing).await?;
         let applied = apply(&db).await?;
         if applied.is_empty() {
             println!("{}: up to date", db.location);

@@ -22,7 +22,7 @@ pub(crate) async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<Exi
     } else {
         (PurgeKind::Archive, "archived event(s) archived")
     };
-    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    let db = Database::connect(&config.location()?, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
     let verb = if args.dry_run {
         "would be deleted"

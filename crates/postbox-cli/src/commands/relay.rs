@@ -258,7 +258,7 @@ pub(super) async fn connect_waiting(
     create: Create,
     shutdown: &Shutdown,
 ) -> anyhow::Result<Option<Database>> {
-    let schema = config.schema_name()?;
+    let schema = config.schema.clone();
     let mut waits = postbox::Backoff {
         base: std::time::Duration::from_millis(250),
         cap: std::time::Duration::from_secs(5),

@@ -43,7 +43,7 @@ pub(crate) async fn run(config: &Config, args: &ReplayArgs) -> anyhow::Result<Ex
         bail!("--rate {rate} is not a rate: give events per second above zero");
     }
     let filter = Replay::filter(&chosen)?;
-    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    let db = Database::connect(&config.location()?, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
     let target = match f.tenant.as_deref() {
         None => db.default_target(),

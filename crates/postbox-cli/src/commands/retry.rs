@@ -11,7 +11,7 @@ use crate::database::{Create, Database};
 
 /// Retries the named FAILED events (or all of them) of the default schema or one tenant.
 pub(crate) async fn run(config: &Config, args: &RetryArgs) -> anyhow::Result<ExitCode> {
-    let db = Database::connect(&config.location()?, config.schema_name()?, Create::Never).await?;
+    let db = Database::connect(&config.location()?, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
     let target = match args.tenant.as_deref() {
         None => db.default_target(),

@@ -155,7 +155,7 @@ fn exit_code(report: &Report) -> ExitCode {
 
 /// The report of one database.
 async fn report(config: &Config, location: &crate::database::Location) -> anyhow::Result<Report> {
-    let db = Database::connect(location, config.schema_name()?, Create::Never).await?;
+    let db = Database::connect(location, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
     let mut targets: Vec<(Target, Option<TenantStatus>)> = vec![(db.default_target(), None)];
     match db.store.tenant_list().await {
@@ -269,7 +269,7 @@ fn table(report: &Report) -> String {
         let tenant = t.tenant.clone().unwrap_or_else(|| "(default)".to_owned());
         let state = match t.tenant_status {
             Some(TenantStatus::Active) | None => "active",
-            Some(TenantStatus::Suspended) => "SUSPENDED",
+            Some(other) => other.as_str(),
         };
         let row = match (&t.counts, &t.error) {
             (Some(c), _) => [

@@ -28,7 +28,7 @@ pub(crate) async fn run(config: &Config, command: &TenantsCommand) -> anyhow::Re
                 "added tenant {} (schema {}, {}); relays serve it within 10s",
                 tenant.id,
                 tenant.schema,
-                status_word(tenant.status)
+                tenant.status.as_str()
             );
         }
         TenantsCommand::List(args) => {
@@ -74,7 +74,7 @@ async fn connect(config: &Config) -> anyhow::Result<Database> {
             file: None,
         };
     }
-    Database::connect(&location, config.schema_name()?, Create::Never).await
+    Database::connect(&location, config.schema.clone(), Create::Never).await
 }
 
 /// Validates `id`, then suspends or resumes the tenant.
@@ -84,15 +84,7 @@ async fn set_status(config: &Config, id: &str, status: TenantStatus) -> anyhow::
     db.store
         .tenant_set_status(&id, status)
         .await
-        .with_context(|| format!("cannot set tenant {id} to {}", status_word(status)))
-}
-
-/// The status as the registry spells it.
-fn status_word(status: TenantStatus) -> &'static str {
-    match status {
-        TenantStatus::Active => "ACTIVE",
-        TenantStatus::Suspended => "SUSPENDED",
-    }
+        .with_context(|| format!("cannot set tenant {id} to {}", status.as_str()))
 }
 
 /// Tenants as an aligned table.
@@ -121,7 +113,7 @@ fn table(tenants: &[Tenant]) -> String {
             "{:<id_w$}  {:<schema_w$}  {:<9}  {}\n",
             t.id.as_str(),
             t.schema.as_str(),
-            status_word(t.status),
+            t.status.as_str(),
             t.created_at.format("%Y-%m-%d %H:%M:%S UTC")
         ));
     }

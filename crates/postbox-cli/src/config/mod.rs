@@ -57,8 +57,8 @@ pub(crate) struct Config {
     /// Several databases one relay serves (sharded outboxes), when `database_url` is not set.
     #[serde(deserialize_with = "values::url_list")]
     pub(crate) database_urls: Vec<DatabaseUrl>,
-    /// PostgreSQL schema of the default outbox and tenant registry.
-    pub(crate) schema: String,
+    /// PostgreSQL schema of the default outbox and tenant registry, checked as it is read.
+    pub(crate) schema: postbox::SchemaName,
     /// Events claimed per batch.
     pub(crate) batch_size: u32,
     /// Idle polling interval.
@@ -209,7 +209,7 @@ impl Default for Config {
         Config {
             database_url: None,
             database_urls: Vec::new(),
-            schema: "public".to_owned(),
+            schema: postbox::SchemaName::public(),
             batch_size: relay.batch_size,
             poll_interval: relay.poll_interval,
             busy_poll_interval: relay.busy_poll_interval,
@@ -312,11 +312,6 @@ impl Config {
     /// The age past which processed events are archived; `None` when retention is off.
     pub(crate) fn retention(&self) -> Option<Duration> {
         (!self.retention.is_zero()).then_some(self.retention)
-    }
-
-    /// The validated default schema.
-    pub(crate) fn schema_name(&self) -> anyhow::Result<postbox::SchemaName> {
-        postbox::SchemaName::new(&self.schema).context("invalid configuration key `schema`")
     }
 
     /// Where the database is: `database_url`. A command that works on one database refuses a
@@ -603,9 +598,6 @@ fn validate(loaded: &Loaded) -> anyhow::Result<()> {
             "log_level",
             format!("{:?} is not a log filter: {e}", c.log_level),
         );
-    }
-    if let Err(e) = postbox::SchemaName::new(&c.schema) {
-        return bad("schema", e.to_string());
     }
     if let Err(e) = Location::parse(c.database_url.as_ref()) {
         return bad("database_url", format!("{e:#}"));

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::support::{Pg, Running, run};
+use crate::support::{Pg, Running, postbox, run};
 
 const TOKEN: &str = "cli-test-token-0123456789";
 
@@ -187,18 +187,16 @@ fn the_deploy_files_name_real_commands_and_keys() {
         let command = line.split_once('=').expect("ExecStart=").1;
         let mut args: Vec<&str> = command.split_whitespace().skip(1).collect();
         args.push("--help");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_postbox"))
-            .args(&args)
-            .output()
-            .expect("postbox");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = postbox(dir.path(), &args).output().expect("postbox");
         assert!(
             out.status.success(),
             "{command}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_postbox"))
-        .arg("--help")
+    let dir = tempfile::tempdir().expect("tempdir");
+    let help = postbox(dir.path(), &["--help"])
         .output()
         .expect("postbox --help");
     let help = String::from_utf8_lossy(&help.stdout).to_string();

@@ -420,3 +420,105 @@ impl RelayConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Backoff, Glob, RetryPolicy};
+
+    /// The key [`RelayConfig::validate`] names for `config`.
+    fn field_of(config: RelayConfig) -> &'static str {
+        match config.validate() {
+            Err(Error::InvalidConfig { field, reason }) => {
+                assert!(!reason.is_empty(), "{field}: a reason is given");
+                field
+            }
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        RelayConfig::default().validate().expect("defaults");
+    }
+
+    #[test]
+    fn each_rule_names_its_key() {
+        let ms = Duration::from_millis;
+        let glob = |g: &str| g.parse::<Glob>().expect("glob");
+        let d = RelayConfig::default;
+        let cases: Vec<(RelayConfig, &str)> = vec![
+            (d().batch_size(0), "batch_size"),
+            (d().batch_size(10_001), "batch_size"),
+            (d().poll_interval(Duration::ZERO), "poll_interval"),
+            (d().busy_poll_interval(Duration::ZERO), "busy_poll_interval"),
+            (
+                d().poll_interval(ms(100)).busy_poll_interval(ms(200)),
+                "busy_poll_interval",
+            ),
+            (d().lease(ms(99)).publish_timeout(ms(50)), "lease"),
+            (d().publish_timeout(Duration::ZERO), "publish_timeout"),
+            (
+                d().lease(ms(1000)).publish_timeout(ms(1000)),
+                "publish_timeout",
+            ),
+            (
+                d().head_poll_interval(Some(Duration::ZERO)),
+                "head_poll_interval",
+            ),
+            (
+                d().head_poll_interval(Some(Duration::from_secs(60))),
+                "head_poll_interval",
+            ),
+            (
+                d().retry_policy(RetryPolicy::new(glob("Invoice*")).max_retries(0)),
+                "retry_policies",
+            ),
+            (
+                d().retry_policy(
+                    RetryPolicy::new(glob("*")).backoff(Backoff::new(Duration::ZERO, ms(10))),
+                ),
+                "retry_policies",
+            ),
+            (d().ordered_aggregate_types([""]), "ordered_aggregate_types"),
+            (
+                d().ordered_aggregate_types(["bad\ntype"]),
+                "ordered_aggregate_types",
+            ),
+            (
+                d().dead_letter_retry_interval(Some(Duration::ZERO)),
+                "dead_letter_retry_interval",
+            ),
+            (d().retention(Some(Duration::ZERO)), "retention"),
+            (
+                d().archive_retention(Some(Duration::ZERO)),
+                "archive_retention",
+            ),
+            (d().vacuum_threshold(Some(0)), "vacuum_threshold"),
+            (d().concurrency(0), "concurrency"),
+            (
+                d().retry(Backoff::new(Duration::ZERO, ms(10))),
+                "backoff_base",
+            ),
+            (
+                d().retry(Backoff {
+                    base: ms(100),
+                    cap: ms(10),
+                }),
+                "backoff_cap",
+            ),
+        ];
+        for (config, want) in cases {
+            assert_eq!(field_of(config), want);
+        }
+    }
+
+    #[test]
+    fn the_message_names_the_key() {
+        let e = RelayConfig::default()
+            .batch_size(0)
+            .validate()
+            .expect_err("batch_size 0");
+        assert!(e.to_string().contains("batch_size"), "{e}");
+    }
+}

@@ -31,6 +31,52 @@ const VACUUM_DUTY_PAUSE: u32 = 9;
 /// How long a table the relay may not vacuum is left alone before it tries again.
 const SKIP_FOR: Duration = Duration::from_secs(600);
 
+/// Every maintenance task of one relay, ticked together from its loop: each starts its work on
+/// a task of its own when due and returns at once, so none holds up a claim.
+pub(super) struct Maintenance {
+    vacuum: Vacuum,
+    retention: Retention,
+    slow_lane: SlowLane,
+    health: HealthReports,
+}
+
+impl Maintenance {
+    pub(super) fn new(cfg: &crate::relay::RelayConfig) -> Self {
+        Maintenance {
+            vacuum: Vacuum::new(cfg.vacuum_threshold),
+            retention: Retention::new(cfg.retention, cfg.archive_retention),
+            slow_lane: SlowLane::new(
+                cfg.dead_letter_retry_interval,
+                cfg.dead_letter_max_retries,
+                cfg.slow_lane_excluded(),
+            ),
+            health: HealthReports::new(),
+        }
+    }
+
+    /// Starts what is due on `targets`.
+    pub(super) fn tick(
+        &mut self,
+        store: &Arc<dyn Store>,
+        sink: &Arc<dyn crate::sink::Sink>,
+        relay_id: &str,
+        targets: &[Target],
+    ) {
+        self.vacuum.tick(store, targets);
+        self.retention.tick(store, targets);
+        self.slow_lane.tick(store, targets);
+        self.health.tick(store, sink, relay_id);
+    }
+
+    /// Stops every task and withdraws this relay's sink health reports.
+    pub(super) async fn stop(&mut self, store: &Arc<dyn Store>, relay_id: &str) {
+        self.vacuum.stop();
+        self.retention.stop();
+        self.slow_lane.stop();
+        self.health.stop(store, relay_id).await;
+    }
+}
+
 pub(super) struct Vacuum {
     threshold: Option<u64>,
     last_check: Option<Instant>,

@@ -226,14 +226,7 @@ impl Relay {
         // every target, after a notification, at each poll, and when a retry comes due.
         let mut busy_only = false;
         let mut last_full = Instant::now();
-        let mut vacuum = maintenance::Vacuum::new(cfg.vacuum_threshold);
-        let mut health = maintenance::HealthReports::new();
-        let mut retention = maintenance::Retention::new(cfg.retention, cfg.archive_retention);
-        let mut slow_lane = maintenance::SlowLane::new(
-            cfg.dead_letter_retry_interval,
-            cfg.dead_letter_max_retries,
-            cfg.slow_lane_excluded(),
-        );
+        let mut maintenance = maintenance::Maintenance::new(cfg);
         let mut stall = Stall::new();
         let mut gave_up = None;
         info!(relay = %inner.id, ?mode, "relay started");
@@ -252,10 +245,7 @@ impl Relay {
                 last_full = Instant::now();
             }
             busy_only = false;
-            vacuum.tick(&inner.store, targets.list());
-            retention.tick(&inner.store, targets.list());
-            slow_lane.tick(&inner.store, targets.list());
-            health.tick(&inner.store, &inner.sink, &inner.id);
+            maintenance.tick(&inner.store, &inner.sink, &inner.id, targets.list());
             let (full, claimed) = match round {
                 Ok(round) => {
                     db_errors.reset();
@@ -284,16 +274,7 @@ impl Relay {
             if mode == Mode::Drain
                 && let Some(waited) = stall.check(&stats, cfg.drain_patience)
             {
-                let e = Error::Unavailable {
-                    deferred: stats.deferred,
-                    waited,
-                    reason: pipeline
-                        .last_unavailable()
-                        .unwrap_or("no reason given")
-                        .to_owned(),
-                };
-                error!(relay = %inner.id, error = %e, "drain gave up");
-                gave_up = Some(e);
+                gave_up = Some(self.give_up(&stats, &pipeline, waited));
                 break;
             }
             // With ordering, a claim can come back short because it stopped at aggregates then
@@ -304,20 +285,9 @@ impl Relay {
                 continue;
             }
             let wait = match mode {
-                // Draining must know when nothing is left, and when the next retry or expired
-                // lease is due (any relay's), so it asks the database.
-                Mode::Drain => match self.next_due(targets.list()).await {
-                    Ok(None) => break,
-                    Ok(Some(due)) => due.clamp(Duration::from_millis(5), cfg.poll_interval),
-                    Err(e) if e.needs_operator() => {
-                        error!(relay = %inner.id, error = %e,
-                            "cannot drain: a served target's events cannot be read");
-                        return Err(e);
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "cannot read the backlog; retrying");
-                        cfg.poll_interval.min(Duration::from_secs(1))
-                    }
+                Mode::Drain => match self.drain_wait(targets.list()).await? {
+                    None => break,
+                    Some(wait) => wait,
                 },
                 Mode::Forever => {
                     let next = next_round(
@@ -351,12 +321,42 @@ impl Relay {
                 "could not record the last outcomes; those events are taken over when their leases expire");
         }
         stats.add(pipeline.take_stats());
-        vacuum.stop();
-        retention.stop();
-        slow_lane.stop();
-        health.stop(&inner.store, &inner.id).await;
+        maintenance.stop(&inner.store, &inner.id).await;
         info!(relay = %inner.id, ?stats, "relay stopped");
         gave_up.map_or(Ok(stats), Err)
+    }
+
+    /// The error a drain returns when destinations stayed down past `drain_patience`.
+    fn give_up(&self, stats: &RelayStats, pipeline: &Pipeline, waited: Duration) -> Error {
+        let e = Error::Unavailable {
+            deferred: stats.deferred,
+            waited,
+            reason: pipeline
+                .last_unavailable()
+                .unwrap_or("no reason given")
+                .to_owned(),
+        };
+        error!(relay = %self.inner.id, error = %e, "drain gave up");
+        e
+    }
+
+    /// How long a drain waits before its next round: until the next retry or expired lease is
+    /// due (any relay's), or `None` when nothing is left. Draining must know both, so it asks
+    /// the database; a read that fails for a passing reason is retried within a second.
+    async fn drain_wait(&self, targets: &[Target]) -> Result<Option<Duration>> {
+        let poll = self.inner.config.poll_interval;
+        match self.next_due(targets).await {
+            Ok(due) => Ok(due.map(|due| due.clamp(Duration::from_millis(5), poll))),
+            Err(e) if e.needs_operator() => {
+                error!(relay = %self.inner.id, error = %e,
+                    "cannot drain: a served target's events cannot be read");
+                Err(e)
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read the backlog; retrying");
+                Ok(Some(poll.min(Duration::from_secs(1))))
+            }
+        }
     }
 
     /// Steps the pipeline until it is idle, or (`claim_more`) until another batch fits, or

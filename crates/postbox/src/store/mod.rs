@@ -387,6 +387,7 @@ pub struct RejectedTenant {
 /// A tenant's status in the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum TenantStatus {
     /// Served by the relay.
     Active,
@@ -394,21 +395,28 @@ pub enum TenantStatus {
     Suspended,
 }
 
-#[cfg(feature = "postgres")]
 impl TenantStatus {
-    pub(crate) fn as_sql(self) -> &'static str {
+    /// The status as the registry stores it: `ACTIVE` or `SUSPENDED`.
+    pub fn as_str(self) -> &'static str {
         match self {
             TenantStatus::Active => "ACTIVE",
             TenantStatus::Suspended => "SUSPENDED",
         }
     }
 
+    #[cfg(feature = "postgres")]
     pub(crate) fn from_sql(s: &str) -> Self {
         if s == "ACTIVE" {
             TenantStatus::Active
         } else {
             TenantStatus::Suspended
         }
+    }
+}
+
+impl std::fmt::Display for TenantStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -154,12 +154,22 @@ impl MySqlStore {
 
     /// Connects with `options` and a pool of at most `max_connections`.
     pub async fn connect_with(options: MySqlConnectOptions, max_connections: u32) -> Result<Self> {
-        let pool = MySqlPoolOptions::new()
+        Self::connect_pool(options, max_connections, None).await
+    }
+
+    /// [`MySqlStore::connect_with`], with how long a statement waits for a free connection.
+    pub(crate) async fn connect_pool(
+        options: MySqlConnectOptions,
+        max_connections: u32,
+        acquire_timeout: Option<std::time::Duration>,
+    ) -> Result<Self> {
+        let mut pool = MySqlPoolOptions::new()
             .max_connections(max_connections.max(1))
-            .after_connect(|conn, _| Box::pin(async move { prepare_session(conn).await }))
-            .connect_with(options)
-            .await?;
-        Self::from_pool(pool).await
+            .after_connect(|conn, _| Box::pin(async move { prepare_session(conn).await }));
+        if let Some(timeout) = acquire_timeout {
+            pool = pool.acquire_timeout(timeout);
+        }
+        Self::from_pool(pool.connect_with(options).await?).await
     }
 
     /// A store over an existing pool. Its sessions should run at `READ COMMITTED`; on MySQL,

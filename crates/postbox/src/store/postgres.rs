@@ -733,7 +733,7 @@ impl Store for PgStore {
             self.registry()
         )))
         .bind(id.as_str())
-        .bind(status.as_sql())
+        .bind(status.as_str())
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| map_missing_table(e, &self.default_schema))?

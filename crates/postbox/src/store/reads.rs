@@ -15,6 +15,7 @@ use crate::schema::{Target, TenantId};
 /// An event's status, as stored in the `status` column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum EventStatus {
     /// Waiting to be claimed (or for its retry).
     Pending,

@@ -174,7 +174,7 @@ async fn prepare(database_url: Option<&str>) -> anyhow::Result<(Place, Database,
     let location =
         Location::parse(Some(&DatabaseUrl::from(url))).context("invalid --database-url")?;
     match &location {
-        Location::Postgres(_) => {
+        Location::Postgres(..) => {
             let suffix = uuid::Uuid::new_v4().simple().to_string();
             let schema = SchemaName::new(&format!("postbox_demo_{}", &suffix[..8]))?;
             let db = Database::connect(&location, schema.clone(), Create::IfMissing).await?;
@@ -197,7 +197,7 @@ async fn prepare(database_url: Option<&str>) -> anyhow::Result<(Place, Database,
             let db = Database::connect(&location, public.clone(), Create::IfMissing).await?;
             Ok((Place::SqliteMemory, db, public))
         }
-        Location::MySql(_) => bail!(
+        Location::MySql(..) => bail!(
             "the demo runs on PostgreSQL or SQLite; leave --database-url out for a temporary \
              SQLite database"
         ),
