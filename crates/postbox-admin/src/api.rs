@@ -67,36 +67,42 @@ async fn target(shared: &Shared, tenant: Option<&str>) -> Result<Target, ApiErro
 /// `GET /api/status`.
 #[derive(Serialize)]
 pub(crate) struct Status {
-    targets: Vec<TargetStatus>,
-    relay: Option<RelayStatus>,
+    pub(crate) targets: Vec<TargetStatus>,
+    pub(crate) relay: Option<RelayStatus>,
     /// What every relay last reported of its sinks (from the database).
-    reported_sinks: Vec<postbox::store::ReportedSink>,
-    history: Vec<Point>,
+    pub(crate) reported_sinks: Vec<postbox::store::ReportedSink>,
+    pub(crate) history: Vec<Point>,
 }
 
 #[derive(Serialize)]
-struct TargetStatus {
-    tenant: String,
-    schema: String,
+pub(crate) struct TargetStatus {
+    pub(crate) tenant: String,
+    pub(crate) schema: String,
     #[serde(flatten)]
-    counts: StatusCounts,
+    pub(crate) counts: StatusCounts,
 }
 
 #[derive(Serialize)]
-struct RelayStatus {
-    id: String,
-    published: u64,
-    failed_tries: u64,
-    gave_up: u64,
-    recovered: u64,
-    fenced: u64,
-    deferred: u64,
-    sinks: Vec<SinkHealth>,
+pub(crate) struct RelayStatus {
+    pub(crate) id: String,
+    pub(crate) published: u64,
+    pub(crate) failed_tries: u64,
+    pub(crate) gave_up: u64,
+    pub(crate) recovered: u64,
+    pub(crate) fenced: u64,
+    pub(crate) deferred: u64,
+    pub(crate) sinks: Vec<SinkHealth>,
 }
 
 pub(crate) async fn status(State(shared): State<Arc<Shared>>) -> ApiResult<Status> {
+    read_status(&shared).await.map(Json)
+}
+
+/// What `/api/status` and the page show: every target's counts, this process's relay, the
+/// sinks every relay reported, and the recent history.
+pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
     let mut out = Vec::new();
-    for target in targets(&shared, None).await? {
+    for target in targets(shared, None).await? {
         let counts = shared.store.status_counts(&target).await?;
         out.push(TargetStatus {
             tenant: target.label().to_owned(),
@@ -123,12 +129,12 @@ pub(crate) async fn status(State(shared): State<Arc<Shared>>) -> ApiResult<Statu
         .lock()
         .map(|h| h.points())
         .unwrap_or_default();
-    Ok(Json(Status {
+    Ok(Status {
         targets: out,
         relay,
         reported_sinks,
         history,
-    }))
+    })
 }
 
 /// The query of `GET /api/events`: the filters of `postbox events list`.
@@ -270,7 +276,18 @@ pub(crate) async fn retry_event(
 ) -> ApiResult<Retried> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let id = event_id(&id)?;
-    let target = target(&shared, query.tenant.as_deref()).await?;
+    let retried = retry_one(&shared, query.tenant.as_deref(), id, "admin API").await?;
+    Ok(Json(Retried { retried }))
+}
+
+/// Puts one `FAILED` event back in the queue, audited as done through `via`.
+pub(crate) async fn retry_one(
+    shared: &Shared,
+    tenant: Option<&str>,
+    id: i64,
+    via: &str,
+) -> Result<u64, ApiError> {
+    let target = target(shared, tenant).await?;
     let Some(event) = shared.store.event_get(&target, id).await? else {
         return Err(ApiError::not_found(format!(
             "no event {id} in tenant {}",
@@ -293,8 +310,8 @@ pub(crate) async fn retry_event(
             ids: Some(&[id]),
         })
         .await?;
-    info!(target: "postbox::audit", action = "retry", tenant = target.label(), event_id = id, retried, "admin API: event retried");
-    Ok(Json(Retried { retried }))
+    info!(target: "postbox::audit", action = "retry", tenant = target.label(), event_id = id, retried, "{via}: event retried");
+    Ok(retried)
 }
 
 /// The answer of a skip.

@@ -28,7 +28,13 @@ const MIN_LEN: usize = 16;
 #[derive(Clone)]
 pub struct Token {
     digest: [u8; 32],
+    /// What the page's session cookie holds: a digest of the token under another label, so the
+    /// cookie opens the page but is not the bearer token of the API.
+    session: [u8; 32],
 }
+
+/// The label the session digest is taken under.
+const SESSION_LABEL: &[u8] = b"postbox-admin-page-session:";
 
 impl Token {
     /// A token of at least 16 characters, with no whitespace or control characters (it travels
@@ -45,8 +51,12 @@ impl Token {
                 "contains whitespace or control characters".to_owned(),
             ));
         }
+        let mut session = Sha256::new();
+        session.update(SESSION_LABEL);
+        session.update(token.as_bytes());
         Ok(Token {
             digest: Sha256::digest(token.as_bytes()).into(),
+            session: session.finalize().into(),
         })
     }
 
@@ -54,6 +64,18 @@ impl Token {
     pub fn matches(&self, candidate: &str) -> bool {
         let digest: [u8; 32] = Sha256::digest(candidate.as_bytes()).into();
         self.digest.ct_eq(&digest).into()
+    }
+
+    /// The value of the page's session cookie, in hex.
+    pub(crate) fn session_value(&self) -> String {
+        self.session.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Whether `candidate` is the session cookie's value (compared in constant time).
+    pub(crate) fn matches_session(&self, candidate: &str) -> bool {
+        let expected = self.session_value();
+        candidate.len() == expected.len()
+            && bool::from(candidate.as_bytes().ct_eq(expected.as_bytes()))
     }
 }
 
@@ -110,6 +132,19 @@ mod tests {
         assert!(!token.matches(""));
         assert!(!token.matches("0123456789abcdef-token "));
         assert_eq!(format!("{token:?}"), "Token(***)");
+    }
+
+    #[test]
+    fn the_session_value_is_not_the_token() {
+        let token = Token::new("0123456789abcdef-token").unwrap();
+        let session = token.session_value();
+        assert_eq!(session.len(), 64);
+        assert!(token.matches_session(&session));
+        assert!(!token.matches(&session), "the cookie is no bearer token");
+        assert!(!token.matches_session("0123456789abcdef-token"));
+        assert!(!token.matches_session(&session[..63]));
+        let other = Token::new("0123456789abcdef-other").unwrap();
+        assert!(!other.matches_session(&session));
     }
 
     #[test]

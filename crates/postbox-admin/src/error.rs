@@ -53,6 +53,11 @@ impl ApiError {
         }
     }
 
+    /// What went wrong, as the API's `error` field says it.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }

@@ -6,8 +6,8 @@
 //!   migrated, a sink is connected; the reason in the body when not);
 //! - `/api/…`: a JSON admin API behind a bearer token — status, events (list, show, retry),
 //!   tenants (suspend, resume);
-//! - `GET /`: a small page over that API: backlog, throughput and latency, sinks, the latest
-//!   `FAILED` events with a retry button.
+//! - `GET /`: a small page rendered on the server, behind a session the token opens: backlog,
+//!   throughput and latency, sinks, the latest `FAILED` events with a retry button.
 //!
 //! [`alerts`] sends an operator a message (a Slack-compatible webhook, and a log line) when an
 //! event goes `FAILED`, a sink stays down or the backlog grows old — a handful per outage,

@@ -1,27 +1,182 @@
-//! The page at `/`: plain HTML and a little JavaScript over the API, no build step. The shell
-//! holds no data; the script asks for the token and reads everything through `/api`.
+//! The page at `/`: HTML rendered on the server from the relay's live state (templates under
+//! `templates/`, every value escaped by askama), and a few lines of JavaScript that reload it
+//! every few seconds.
+//!
+//! A visitor who is not signed in gets the sign-in form and no data. Signing in with the admin
+//! token sets a session cookie (`HttpOnly`, `SameSite=Strict`) holding a digest of the token
+//! under another label: it opens the page, and is not the API's bearer token. The page's one
+//! write, Retry, is a form that needs the cookie and a request from the page's own origin.
 
-use axum::http::header;
-use axum::response::IntoResponse;
+use std::sync::Arc;
+use std::time::Duration;
 
-const INDEX: &str = include_str!("../assets/index.html");
+use askama::Template;
+use axum::Form;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use postbox::store::{EventFilter, ListParams, Order};
+use serde::Deserialize;
+
+use crate::api::{self, Status};
+use crate::error::ApiError;
+use crate::server::Shared;
+
 const SCRIPT: &str = include_str!("../assets/app.js");
 
-/// Only this origin's script, no inline code, no framing: event data shown on the page cannot
-/// run as code.
-const CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'";
+/// The session cookie's name.
+const COOKIE: &str = "postbox_admin";
 
-pub(crate) async fn index() -> impl IntoResponse {
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CONTENT_SECURITY_POLICY, CSP),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        INDEX,
-    )
+/// How long a sign-in lasts.
+const SESSION_SECONDS: u64 = 12 * 3600;
+
+/// FAILED events listed per tenant.
+const FAILED_PER_TENANT: u32 = 20;
+
+/// Only this origin's script, forms posted to this origin, no framing: event data shown on the
+/// page cannot run as code.
+const CSP: &str = "default-src 'none'; script-src 'self'; form-action 'self'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'";
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct LoginPage<'a> {
+    /// Why the visitor sees the form again, if there is a reason.
+    message: Option<&'a str>,
 }
 
+#[derive(Template)]
+#[template(path = "page.html")]
+struct Dashboard {
+    relay: String,
+    updated: String,
+    targets: Vec<TargetRow>,
+    sinks: Vec<SinkRow>,
+    rates: Option<String>,
+    bars: Vec<Bar>,
+    failed: Vec<FailedRow>,
+    notice: Option<String>,
+}
+
+struct TargetRow {
+    tenant: String,
+    pending: i64,
+    processing: i64,
+    failed: i64,
+    oldest: String,
+}
+
+struct SinkRow {
+    name: String,
+    up: bool,
+    since: String,
+    last_error: String,
+}
+
+/// One bar of the throughput chart (SVG user units).
+struct Bar {
+    x: String,
+    y: String,
+    width: String,
+    height: String,
+    colour: &'static str,
+    title: String,
+}
+
+struct FailedRow {
+    id: i64,
+    tenant: String,
+    event_type: String,
+    aggregate: String,
+    tries: i32,
+    last_error: String,
+    updated: String,
+}
+
+/// `GET /`: the dashboard when signed in, else the sign-in form.
+pub(crate) async fn index(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if !signed_in(&shared, &headers) {
+        return html(StatusCode::OK, &LoginPage { message: None }, None);
+    }
+    dashboard(&shared, None).await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct SignIn {
+    token: String,
+}
+
+/// `POST /login`: the token from the form; right → the session cookie and the dashboard.
+pub(crate) async fn login(
+    State(shared): State<Arc<Shared>>,
+    form: Result<Form<SignIn>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let right = match (&shared.token, &form) {
+        (Some(token), Ok(Form(form))) => token.matches(form.token.trim()),
+        _ => false,
+    };
+    let Some(token) = shared.token.as_ref().filter(|_| right) else {
+        let message = if shared.token.is_none() {
+            "No admin token is configured for this relay: the page cannot be opened."
+        } else {
+            "The token was refused."
+        };
+        return html(
+            StatusCode::UNAUTHORIZED,
+            &LoginPage {
+                message: Some(message),
+            },
+            None,
+        );
+    };
+    let cookie = format!(
+        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}",
+        token.session_value()
+    );
+    see_other(Some(cookie))
+}
+
+/// `POST /logout`: forgets the session.
+pub(crate) async fn logout() -> Response {
+    see_other(Some(format!(
+        "{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+    )))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct RetryForm {
+    tenant: String,
+    id: i64,
+}
+
+/// `POST /retry`: the Retry button of a FAILED event; answers with the dashboard and what the
+/// retry did.
+pub(crate) async fn retry(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    form: Result<Form<RetryForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    if !signed_in(&shared, &headers) {
+        let message = Some("Sign in again: the session has ended.");
+        return html(StatusCode::UNAUTHORIZED, &LoginPage { message }, None);
+    }
+    if !same_origin(&headers) {
+        return (
+            StatusCode::FORBIDDEN,
+            "a form from another site cannot act on this relay",
+        )
+            .into_response();
+    }
+    let Ok(Form(form)) = form else {
+        return dashboard(&shared, Some("The retry form was incomplete.".to_owned())).await;
+    };
+    let notice = match api::retry_one(&shared, Some(&form.tenant), form.id, "admin page").await {
+        Ok(_) => format!("Event {} is back in the queue.", form.id),
+        Err(e) => format!("Retry of event {} failed: {}", form.id, e.message()),
+    };
+    dashboard(&shared, Some(notice)).await
+}
+
+/// `GET /app.js`: the page's reload loop.
 pub(crate) async fn script() -> impl IntoResponse {
     (
         [
@@ -30,4 +185,287 @@ pub(crate) async fn script() -> impl IntoResponse {
         ],
         SCRIPT,
     )
+}
+
+async fn dashboard(shared: &Shared, notice: Option<String>) -> Response {
+    match build(shared, notice).await {
+        Ok(page) => html(StatusCode::OK, &page, None),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the relay's state cannot be read: {}", e.message()),
+        )
+            .into_response(),
+    }
+}
+
+async fn build(shared: &Shared, notice: Option<String>) -> Result<Dashboard, ApiError> {
+    let status = api::read_status(shared).await?;
+    let failed = failed_rows(shared, &status).await?;
+    Ok(Dashboard {
+        relay: status.relay.as_ref().map_or_else(
+            || "no relay in this process".to_owned(),
+            |r| {
+                format!(
+                    "relay {}: {} published, {} failed tries, {} FAILED",
+                    r.id, r.published, r.failed_tries, r.gave_up
+                )
+            },
+        ),
+        updated: chrono::Utc::now().format("%H:%M:%S UTC").to_string(),
+        targets: status
+            .targets
+            .iter()
+            .map(|t| TargetRow {
+                tenant: t.tenant.clone(),
+                pending: t.counts.pending,
+                processing: t.counts.processing,
+                failed: t.counts.failed,
+                oldest: t.counts.oldest_pending_age.map_or_else(|| "—".into(), age),
+            })
+            .collect(),
+        sinks: sink_rows(&status),
+        rates: status.history.last().map(|last| {
+            let rate = last.published as f64 / last.seconds.max(0.001);
+            let latency = last
+                .mean_latency
+                .map_or_else(|| "—".into(), |s| age(Duration::from_secs_f64(s)));
+            format!(
+                "now: {rate:.1} events/s, mean latency {latency}, backlog {}",
+                last.backlog
+            )
+        }),
+        bars: bars(&status),
+        failed,
+        notice,
+    })
+}
+
+fn sink_rows(status: &Status) -> Vec<SinkRow> {
+    let list: Vec<&postbox::SinkHealth> = match &status.relay {
+        Some(relay) => relay.sinks.iter().collect(),
+        None => status.reported_sinks.iter().map(|s| &s.health).collect(),
+    };
+    list.into_iter()
+        .map(|s| SinkRow {
+            name: s.name.clone(),
+            up: s.up,
+            since: s.since.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            last_error: s.last_error.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// One bar per point of the last 15 minutes (5 s each), the newest at the right; red where
+/// events went FAILED.
+fn bars(status: &Status) -> Vec<Bar> {
+    let points = &status.history;
+    let rates: Vec<f64> = points
+        .iter()
+        .map(|p| p.published as f64 / p.seconds.max(0.001))
+        .collect();
+    let max = rates.iter().copied().fold(1.0, f64::max);
+    let slots = points.len().max(180);
+    let width = 600.0 / slots as f64;
+    let offset = slots - points.len();
+    points
+        .iter()
+        .zip(&rates)
+        .enumerate()
+        .map(|(i, (p, rate))| {
+            let height = rate / max * 86.0;
+            let latency = p
+                .mean_latency
+                .map(|s| format!(", mean latency {}", age(Duration::from_secs_f64(s))))
+                .unwrap_or_default();
+            Bar {
+                x: format!("{:.2}", (offset + i) as f64 * width),
+                y: format!("{:.2}", 88.0 - height),
+                width: format!("{:.2}", (width - 1.0).max(1.0)),
+                height: format!("{height:.2}"),
+                colour: if p.gave_up > 0 { "#b3261e" } else { "#3b6fd8" },
+                title: format!("{rate:.1} events/s{latency}"),
+            }
+        })
+        .collect()
+}
+
+/// The latest FAILED events of every target that has some.
+async fn failed_rows(shared: &Shared, status: &Status) -> Result<Vec<FailedRow>, ApiError> {
+    let mut rows = Vec::new();
+    for t in status.targets.iter().filter(|t| t.counts.failed > 0) {
+        let target = api::targets(shared, Some(&t.tenant)).await?;
+        let Some(target) = target.first() else {
+            continue;
+        };
+        let mut filter = EventFilter::default();
+        filter.statuses = vec![postbox::store::EventStatus::Failed];
+        let events = shared
+            .store
+            .events_list(&ListParams {
+                target,
+                filter: &filter,
+                order: Order::NewestFirst,
+                after: None,
+                limit: FAILED_PER_TENANT,
+            })
+            .await?;
+        rows.extend(events.into_iter().map(|e| {
+            FailedRow {
+                id: e.id,
+                tenant: t.tenant.clone(),
+                event_type: e.event_type,
+                aggregate: [e.aggregate_type, e.aggregate_id]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                tries: e.retry_count,
+                last_error: e.last_error.unwrap_or_default(),
+                updated: e.updated_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            }
+        }));
+    }
+    Ok(rows)
+}
+
+/// Whether the request carries this relay's session cookie.
+fn signed_in(shared: &Shared, headers: &HeaderMap) -> bool {
+    let Some(token) = &shared.token else {
+        return false;
+    };
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .any(|(name, value)| name == COOKIE && token.matches_session(value))
+}
+
+/// Whether a form post comes from this page: browsers say so in `Sec-Fetch-Site`, or in an
+/// `Origin` that names this host. (The `SameSite=Strict` cookie already stays home on a
+/// cross-site post; this refuses one from a browser that would send it.)
+fn same_origin(headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site == "same-origin";
+    }
+    match headers.get(header::ORIGIN) {
+        None => true,
+        Some(origin) => {
+            let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+            let origin_host = origin
+                .to_str()
+                .ok()
+                .and_then(|o| o.split_once("://"))
+                .map(|(_, h)| h);
+            host.is_some() && origin_host == host
+        }
+    }
+}
+
+fn html(status: StatusCode, page: &impl Template, cookie: Option<String>) -> Response {
+    let body = match page.render() {
+        Ok(body) => body,
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the page could not be rendered: {e}"),
+            )
+                .into_response();
+        }
+    };
+    let mut response = (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, CSP),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response();
+    if let Some(cookie) = cookie.and_then(|c| c.parse().ok()) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// 303 to `/`, setting `cookie`.
+fn see_other(cookie: Option<String>) -> Response {
+    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    if let Some(cookie) = cookie.and_then(|c| c.parse().ok()) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// A duration as a person reads it.
+fn age(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1.0 {
+        format!("{} ms", (s * 1000.0).round())
+    } else if s < 120.0 {
+        format!("{s:.1} s")
+    } else if s < 7200.0 {
+        format!("{} min", (s / 60.0).round())
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms_from_elsewhere_are_refused() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::HOST,
+            "127.0.0.1:9187".parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert!(same_origin(&h), "no Origin: a non-browser client");
+        h.insert(
+            header::ORIGIN,
+            "http://127.0.0.1:9187"
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
+        );
+        assert!(same_origin(&h));
+        h.insert(
+            header::ORIGIN,
+            "http://evil.example"
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
+        );
+        assert!(!same_origin(&h));
+        h.insert(
+            "sec-fetch-site",
+            "cross-site".parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert!(!same_origin(&h));
+        h.insert(
+            "sec-fetch-site",
+            "same-origin".parse().unwrap_or_else(|_| unreachable!()),
+        );
+        assert!(same_origin(&h));
+    }
+
+    #[test]
+    fn ages_read_as_a_person_would() {
+        assert_eq!(age(Duration::from_millis(250)), "250 ms");
+        assert_eq!(age(Duration::from_secs(5)), "5.0 s");
+        assert_eq!(age(Duration::from_secs(600)), "10 min");
+        assert_eq!(age(Duration::from_secs(3 * 3600)), "3.0 h");
+    }
+
+    #[test]
+    fn values_are_escaped() {
+        let page = LoginPage {
+            message: Some("<script>alert(1)</script>"),
+        };
+        let body = page.render().unwrap_or_default();
+        assert!(!body.contains("<script>alert"), "{body}");
+        assert!(body.contains("&#60;script&#62;") || body.contains("&lt;script&gt;"));
+    }
 }

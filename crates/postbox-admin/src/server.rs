@@ -176,8 +176,9 @@ impl Admin {
     }
 }
 
-/// Every route. Probes, metrics and the page's shell (no data in it) are public; the API and
-/// every unknown path need the token, so a caller without it learns nothing of what exists.
+/// Every route. Probes and metrics are public; the page shows data only to a signed-in session
+/// (else its sign-in form); the API and every unknown path need the token, so a caller without
+/// it learns nothing of what exists.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     let private = Router::new()
         .route("/api/status", get(api::status))
@@ -202,6 +203,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/", get(page::index))
         .route("/app.js", get(page::script))
+        .route("/login", post(page::login))
+        .route("/logout", post(page::logout))
+        .route("/retry", post(page::retry))
         .merge(private)
         .with_state(shared)
 }

@@ -538,9 +538,143 @@ async fn failed_events_send_one_alert_to_the_webhook_not_one_each() {
     s.stop().await;
 }
 
+/// The page as HTTP sees it: without a session, the sign-in form and no data; a wrong token is
+/// refused with 401; the right one sets an `HttpOnly`, `SameSite=Strict` cookie that is not the
+/// token; with it the page is rendered on the server and escapes what events carry; a Retry
+/// posted from another site is refused, one from the page puts the event back.
+#[tokio::test]
+async fn the_page_needs_a_session_escapes_what_it_shows_and_refuses_other_sites() {
+    let s = Setup::new(true, None).await;
+    let evil = "<img src=x onerror=alert(1)>";
+    s.sink.script(
+        "InvoiceRejected",
+        Behaviour::FailWith(postbox::PublishError::permanent(evil)),
+    );
+    let id = s.enqueue("InvoiceRejected", 1).await[0];
+    wait_until("the event is FAILED", Duration::from_secs(10), || async {
+        s.status_of(id).await == "FAILED"
+    })
+    .await;
+    s.sink.unscript("InvoiceRejected");
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    let page = http.get(s.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("form-action 'self'"),
+        "{csp}"
+    );
+    let body = page.text().await.unwrap();
+    assert!(body.contains("login-form"), "the sign-in form: {body}");
+    assert!(
+        !body.contains("InvoiceRejected"),
+        "no data without a session"
+    );
+
+    let wrong = http
+        .post(s.url("/login"))
+        .form(&[("token", "not-the-token-0123456789")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+    let body = wrong.text().await.unwrap();
+    assert!(body.contains("The token was refused."), "{body}");
+
+    let right = http
+        .post(s.url("/login"))
+        .form(&[("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 303);
+    let cookie = right.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(
+        !cookie.contains(TOKEN),
+        "the cookie is not the token: {cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_owned();
+    // The cookie opens the page, not the API.
+    let api = http
+        .get(s.url("/api/status"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 401);
+
+    let body = http
+        .get(s.url("/"))
+        .header("cookie", &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        body.contains("InvoiceRejected"),
+        "the FAILED event is listed"
+    );
+    assert!(
+        !body.contains(evil),
+        "an event's text is never markup: {body}"
+    );
+    assert!(
+        body.contains("&#60;img") || body.contains("&lt;img"),
+        "it is shown escaped"
+    );
+
+    let retry = |origin: &'static str| {
+        http.post(s.url("/retry"))
+            .header("cookie", &session)
+            .header("origin", origin)
+            .form(&[("tenant", "default".to_owned()), ("id", id.to_string())])
+            .send()
+    };
+    let forged = retry("http://evil.example").await.unwrap();
+    assert_eq!(forged.status(), 403, "a form from another site");
+    assert_eq!(s.status_of(id).await, "FAILED");
+    let own = format!("http://{}", s.addr).leak();
+    let done = retry(own).await.unwrap();
+    assert_eq!(done.status(), 200);
+    let body = done.text().await.unwrap();
+    assert!(
+        body.contains(&format!("Event {id} is back in the queue.")),
+        "{body}"
+    );
+    wait_until(
+        "the retried event is published",
+        Duration::from_secs(10),
+        || async { s.sink.published_ids().contains(&id) },
+    )
+    .await;
+    // Without the session, a retry is a sign-in page.
+    let anonymous = http
+        .post(s.url("/retry"))
+        .form(&[("tenant", "default"), ("id", "1")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    s.stop().await;
+}
+
 /// The page in headless Chromium (Debian's chromium and chromium-driver, driven by Selenium):
-/// it asks for the token, shows the backlog and the FAILED event, and its Retry button puts the
-/// event back in the queue.
+/// it asks for the token (refusing a wrong one), shows the backlog and the FAILED event, and
+/// its Retry button puts the event back in the queue.
 #[tokio::test]
 async fn the_page_shows_a_person_the_failed_event_and_retries_it() {
     let s = Setup::new(true, None).await;
@@ -575,6 +709,19 @@ async fn the_page_shows_a_person_the_failed_event_and_retries_it() {
     assert_eq!(
         seen["rows_without_token"], 0,
         "no data without the token: {seen}"
+    );
+    assert!(
+        seen["wrong_token"].as_str().unwrap().contains("refused"),
+        "{seen}"
+    );
+    assert_eq!(seen["rows_after_wrong_token"], 0, "{seen}");
+    assert_eq!(
+        seen["session_cookie_http_only"], true,
+        "the session cookie is HttpOnly: {seen}"
+    );
+    assert_eq!(
+        seen["script_sees_cookie"], false,
+        "no script reads the session: {seen}"
     );
     assert!(
         !seen["address_after_sign_in"]
@@ -642,6 +789,10 @@ async fn tenants_are_suspended_and_resumed_and_every_write_is_audited() {
         .with_max_level(tracing::Level::INFO)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // tracing-core takes a lone registered dispatcher for the global one: a log call site first
+    // reached by another test's thread (which has none) would then be cached as disabled for
+    // every thread, this one's included. A second live dispatcher makes it ask each of them.
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
     let s = Setup::new(true, None).await;
     let acme = postbox::TenantId::new("acme").unwrap();
     s.store
