@@ -43,6 +43,10 @@ struct Setup {
 
 impl Setup {
     async fn new(migrate: bool, alerts: Option<Alerts>) -> Setup {
+        Setup::with_config(migrate, alerts, config()).await
+    }
+
+    async fn with_config(migrate: bool, alerts: Option<Alerts>, config: RelayConfig) -> Setup {
         let db = TestDb::new().await;
         let store = PgStore::new(db.pool().clone());
         if migrate {
@@ -50,8 +54,7 @@ impl Setup {
         }
         let store: Arc<dyn Store> = Arc::new(store);
         let sink = RecordingSink::new();
-        let relay =
-            Relay::from_parts(Arc::clone(&store), Arc::new(sink.clone()), config()).unwrap();
+        let relay = Relay::from_parts(Arc::clone(&store), Arc::new(sink.clone()), config).unwrap();
         let mut builder = Admin::builder(Arc::clone(&store))
             .relay(relay.clone())
             .metrics(postbox_admin::install_metrics().unwrap())
@@ -242,6 +245,75 @@ async fn metrics_are_scraped_and_parsed_while_events_flow() {
         "{:?}",
         scrape.docs
     );
+    s.stop().await;
+}
+
+/// The counters of what a relay does beside publishing reach the scrape: an event recovered from
+/// a dead relay's expired claim, a result fenced off because another relay took the event over,
+/// and the relay's own vacuum of the table.
+#[tokio::test]
+async fn recoveries_fences_and_vacuums_are_counted_in_the_scrape() {
+    let s = Setup::with_config(true, None, config().vacuum_threshold(Some(1))).await;
+    // A dead relay's claim: PROCESSING, its lease long gone.
+    let stale: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, payload, status, locked_by, locked_until, claim_token)
+         VALUES ('Stale', '{}', 'PROCESSING', 'dead-relay', now() - interval '1 minute',
+                 gen_random_uuid())
+         RETURNING id",
+    )
+    .fetch_one(s.db.pool())
+    .await
+    .unwrap();
+    wait_until(
+        "the stale event is published",
+        Duration::from_secs(10),
+        || async { s.sink.published_ids().contains(&stale) },
+    )
+    .await;
+    // Taken over while this relay publishes it: the slow publish ends with a result that must
+    // not be recorded.
+    s.sink
+        .script("Slow", Behaviour::Slow(Duration::from_millis(1500)));
+    let slow = s.enqueue("Slow", 1).await[0];
+    wait_until(
+        "the slow event is claimed",
+        Duration::from_secs(10),
+        || async { s.status_of(slow).await == "PROCESSING" },
+    )
+    .await;
+    sqlx::query("UPDATE outbox_events SET claim_token = gen_random_uuid() WHERE id = $1")
+        .bind(slow)
+        .execute(s.db.pool())
+        .await
+        .unwrap();
+    s.enqueue("OrderPlaced", 50).await;
+    let scrape = || async {
+        let (_, text) = get(&s.url("/metrics"), None).await;
+        let lines = text.lines().map(|l| Ok(l.to_owned()));
+        prometheus_parse::Scrape::parse(lines).unwrap()
+    };
+    let count = |scrape: &prometheus_parse::Scrape, name: &str| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .filter(|x| x.metric == name && x.labels.get("tenant") == Some("default"))
+            .map(|x| match x.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+                _ => 0.0,
+            })
+            .sum()
+    };
+    for name in [
+        "postbox_stale_recovered_total",
+        "postbox_events_fenced_total",
+        "postbox_vacuums_total",
+    ] {
+        // Other tests of this process count into the same recorder: at least this one's.
+        wait_until(name, Duration::from_secs(20), || async {
+            count(&scrape().await, name) >= 1.0
+        })
+        .await;
+    }
     s.stop().await;
 }
 
