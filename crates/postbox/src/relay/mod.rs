@@ -251,19 +251,12 @@ impl Relay {
                     db_errors.reset();
                     round
                 }
-                Err(e) if e.needs_operator() => {
-                    error!(relay = %inner.id, error = %e, "relay cannot serve any target");
-                    pipeline.stop().await.ok();
-                    return Err(e);
-                }
                 Err(e) => {
                     let wait = db_errors.next_delay();
-                    warn!(relay = %inner.id, error = %e, retry_in = ?wait,
-                        "relay round failed; events stay in the outbox and are retried (check the database)");
-                    if !pipeline.is_idle() {
-                        // Keep recording what is in flight while the database recovers.
-                        self.drive(&mut pipeline, &mut stats, false, &stop).await;
-                    } else if wait_or_stop(wait, &mut stop).await {
+                    if self
+                        .ride_out(e, wait, &mut pipeline, &mut stats, &mut stop)
+                        .await?
+                    {
                         break;
                     }
                     continue;
@@ -302,18 +295,10 @@ impl Relay {
                     next.wait
                 }
             };
-            match waker.wait(store, wait, &mut stop, targets.list()).await {
-                Woken::Stop => break,
-                Woken::Hint => busy_only = false,
-                Woken::Rows(moved) => {
-                    // The rows may not be committed yet: poll those targets busily until they
-                    // are (or the busy period ends).
-                    for target in &moved {
-                        targets.mark_busy(target, cfg.busy_period.max(cfg.busy_poll_interval));
-                    }
-                    busy_only = false;
-                }
-                Woken::Timeout => {}
+            let woken = waker.wait(store, wait, &mut stop, targets.list()).await;
+            match self.after_wake(woken, &mut targets, busy_only) {
+                Some(next_busy_only) => busy_only = next_busy_only,
+                None => break,
             }
         }
         if let Err(e) = pipeline.stop().await {
@@ -324,6 +309,52 @@ impl Relay {
         maintenance.stop(&inner.store, &inner.id).await;
         info!(relay = %inner.id, ?stats, "relay stopped");
         gave_up.map_or(Ok(stats), Err)
+    }
+
+    /// After a round that failed: stops the relay (`Err`) when no target can be served without
+    /// an operator; else keeps recording what is in flight, or waits `wait` before the next
+    /// round. `Ok(true)`: shutdown came meanwhile.
+    async fn ride_out(
+        &self,
+        e: Error,
+        wait: Duration,
+        pipeline: &mut Pipeline,
+        stats: &mut RelayStats,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool> {
+        let id = &self.inner.id;
+        if e.needs_operator() {
+            error!(relay = %id, error = %e, "relay cannot serve any target");
+            pipeline.stop().await.ok();
+            return Err(e);
+        }
+        warn!(relay = %id, error = %e, retry_in = ?wait,
+            "relay round failed; events stay in the outbox and are retried (check the database)");
+        if !pipeline.is_idle() {
+            // Keep recording what is in flight while the database recovers.
+            self.drive(pipeline, stats, false, stop).await;
+            return Ok(false);
+        }
+        Ok(wait_or_stop(wait, stop).await)
+    }
+
+    /// What a wake-up means for the next round: `None` to stop; else whether the round serves
+    /// only the busy targets (`busy_only` as planned, unless something woke the relay).
+    fn after_wake(&self, woken: Woken, targets: &mut Targets, busy_only: bool) -> Option<bool> {
+        let cfg = &self.inner.config;
+        match woken {
+            Woken::Stop => None,
+            Woken::Hint => Some(false),
+            Woken::Rows(moved) => {
+                // The rows may not be committed yet: poll those targets busily until they are
+                // (or the busy period ends).
+                for target in &moved {
+                    targets.mark_busy(target, cfg.busy_period.max(cfg.busy_poll_interval));
+                }
+                Some(false)
+            }
+            Woken::Timeout => Some(busy_only),
+        }
     }
 
     /// The error a drain returns when destinations stayed down past `drain_patience`.
