@@ -219,14 +219,18 @@ pub(crate) enum Command {
                       enqueue, with the event written by the business statement itself \
                       (enqueue_with, PostgreSQL), and with an enqueue that notifies on every \
                       commit (PostgreSQL), at 1 and 8 producers); drain (a preloaded backlog \
-                      drained by 1 and 4 relays to the null sink) beside the ceiling (the relay's own claim and mark \
+                      drained by 1 and 4 relays to the null sink, with the p50/p99 of every \
+                      claim the relays made) beside the ceiling (the relay's own claim and mark \
                       statements in a minimal loop, same run); commit-to-publish latency at a \
                       steady rate with debounced NOTIFY and busy polling, with NOTIFY on every \
                       commit, with no NOTIFY at all (plain SQL) from idle, and with polling \
                       only (PostgreSQL); per-aggregate ordering (the --events backlog over \
                       --ordered-aggregates aggregates, drained with and without ordering); a \
                       soak (a large backlog, events/s per window, last/first \
-                      ratio, peak RSS); history (PostgreSQL: a table that starts with \
+                      ratio, peak RSS); history (PostgreSQL: first one relay drains an --events \
+                      backlog of plain-SQL events, ANALYZEd while pending, on the empty table \
+                      and again on the table with its history, events/s and claims of each; \
+                      then a table that starts with \
                       --history-rows processed events written by plain SQL and VACUUM ANALYZEd, \
                       retention a third of --history-duration so archiving runs all along, \
                       producers at --history-rate, relays with every maintenance task on; per \
