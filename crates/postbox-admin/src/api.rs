@@ -76,6 +76,9 @@ pub(crate) struct Status {
 
 #[derive(Serialize)]
 pub(crate) struct TargetStatus {
+    /// The target itself, for the page's reads of its events.
+    #[serde(skip)]
+    pub(crate) target: Target,
     pub(crate) tenant: String,
     pub(crate) schema: String,
     #[serde(flatten)]
@@ -108,6 +111,7 @@ pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
             tenant: target.label().to_owned(),
             schema: target.schema.as_str().to_owned(),
             counts,
+            target,
         });
     }
     let relay = shared.relay.as_ref().map(|relay| {

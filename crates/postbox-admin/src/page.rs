@@ -95,7 +95,7 @@ struct FailedRow {
 /// `GET /`: the dashboard when signed in, else the sign-in form.
 pub(crate) async fn index(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     if !signed_in(&shared, &headers) {
-        return html(StatusCode::OK, &LoginPage { message: None }, None);
+        return html(StatusCode::OK, &LoginPage { message: None });
     }
     dashboard(&shared, None).await
 }
@@ -110,11 +110,9 @@ pub(crate) async fn login(
     State(shared): State<Arc<Shared>>,
     form: Result<Form<SignIn>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    let right = match (&shared.token, &form) {
-        (Some(token), Ok(Form(form))) => token.matches(form.token.trim()),
-        _ => false,
-    };
-    let Some(token) = shared.token.as_ref().filter(|_| right) else {
+    let signed =
+        |token: &&crate::Token| matches!(&form, Ok(Form(f)) if token.matches(f.token.trim()));
+    let Some(token) = shared.token.as_ref().filter(signed) else {
         let message = if shared.token.is_none() {
             "No admin token is configured for this relay: the page cannot be opened."
         } else {
@@ -125,21 +123,20 @@ pub(crate) async fn login(
             &LoginPage {
                 message: Some(message),
             },
-            None,
         );
     };
     let cookie = format!(
         "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}",
         token.session_value()
     );
-    see_other(Some(cookie))
+    see_other(cookie)
 }
 
 /// `POST /logout`: forgets the session.
 pub(crate) async fn logout() -> Response {
-    see_other(Some(format!(
+    see_other(format!(
         "{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
-    )))
+    ))
 }
 
 #[derive(Deserialize)]
@@ -157,7 +154,7 @@ pub(crate) async fn retry(
 ) -> Response {
     if !signed_in(&shared, &headers) {
         let message = Some("Sign in again: the session has ended.");
-        return html(StatusCode::UNAUTHORIZED, &LoginPage { message }, None);
+        return html(StatusCode::UNAUTHORIZED, &LoginPage { message });
     }
     if !same_origin(&headers) {
         return (
@@ -189,7 +186,7 @@ pub(crate) async fn script() -> impl IntoResponse {
 
 async fn dashboard(shared: &Shared, notice: Option<String>) -> Response {
     match build(shared, notice).await {
-        Ok(page) => html(StatusCode::OK, &page, None),
+        Ok(page) => html(StatusCode::OK, &page),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the relay's state cannot be read: {}", e.message()),
@@ -293,16 +290,12 @@ fn bars(status: &Status) -> Vec<Bar> {
 async fn failed_rows(shared: &Shared, status: &Status) -> Result<Vec<FailedRow>, ApiError> {
     let mut rows = Vec::new();
     for t in status.targets.iter().filter(|t| t.counts.failed > 0) {
-        let target = api::targets(shared, Some(&t.tenant)).await?;
-        let Some(target) = target.first() else {
-            continue;
-        };
         let mut filter = EventFilter::default();
         filter.statuses = vec![postbox::store::EventStatus::Failed];
         let events = shared
             .store
             .events_list(&ListParams {
-                target,
+                target: &t.target,
                 filter: &filter,
                 order: Order::NewestFirst,
                 after: None,
@@ -363,40 +356,36 @@ fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-fn html(status: StatusCode, page: &impl Template, cookie: Option<String>) -> Response {
-    let body = match page.render() {
-        Ok(body) => body,
-        Err(e) => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the page could not be rendered: {e}"),
-            )
-                .into_response();
-        }
-    };
-    let mut response = (
-        status,
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CONTENT_SECURITY_POLICY, CSP),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        body,
-    )
-        .into_response();
-    if let Some(cookie) = cookie.and_then(|c| c.parse().ok()) {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
+fn html(status: StatusCode, page: &impl Template) -> Response {
+    match page.render() {
+        Ok(body) => (
+            status,
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CONTENT_SECURITY_POLICY, CSP),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            body,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the page could not be rendered: {e}"),
+        )
+            .into_response(),
     }
-    response
 }
 
 /// 303 to `/`, setting `cookie`.
-fn see_other(cookie: Option<String>) -> Response {
-    let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-    if let Some(cookie) = cookie.and_then(|c| c.parse().ok()) {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response
+fn see_other(cookie: String) -> Response {
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/".to_owned()),
+            (header::SET_COOKIE, cookie),
+        ],
+    )
+        .into_response()
 }
 
 /// A duration as a person reads it.

@@ -97,6 +97,18 @@ impl Setup {
         done.into_iter().map(|e| e.id().unwrap()).collect()
     }
 
+    /// One event of `event_type` that `behaviour` makes `FAILED`; the sink is polite again after.
+    async fn failed_event(&self, event_type: &str, behaviour: Behaviour) -> i64 {
+        self.sink.script(event_type, behaviour);
+        let id = self.enqueue(event_type, 1).await[0];
+        wait_until("the event is FAILED", Duration::from_secs(10), || async {
+            self.status_of(id).await == "FAILED"
+        })
+        .await;
+        self.sink.unscript(event_type);
+        id
+    }
+
     async fn status_of(&self, id: i64) -> String {
         sqlx::query_scalar("SELECT status FROM outbox_events WHERE id = $1")
             .bind(id)
@@ -446,16 +458,10 @@ async fn bad_input_gets_a_4xx_naming_what_is_wrong() {
 #[tokio::test]
 async fn a_failed_event_is_retried_from_the_api() {
     let s = Setup::new(true, None).await;
-    s.sink.script("Flaky", Behaviour::FailPermanently);
-    let id = s.enqueue("Flaky", 1).await[0];
-    wait_until("the event is FAILED", Duration::from_secs(10), || async {
-        s.status_of(id).await == "FAILED"
-    })
-    .await;
+    let id = s.failed_event("Flaky", Behaviour::FailPermanently).await;
     let (_, body) = get(&s.url("/api/events?status=FAILED"), Some(TOKEN)).await;
     let page: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(page["events"][0]["id"], id);
-    s.sink.unscript("Flaky");
     let (code, body) = post(
         &s.url(&format!("/api/events/{id}/retry")),
         Some(TOKEN),
@@ -618,16 +624,12 @@ async fn failed_events_send_one_alert_to_the_webhook_not_one_each() {
 async fn the_page_needs_a_session_escapes_what_it_shows_and_refuses_other_sites() {
     let s = Setup::new(true, None).await;
     let evil = "<img src=x onerror=alert(1)>";
-    s.sink.script(
-        "InvoiceRejected",
-        Behaviour::FailWith(postbox::PublishError::permanent(evil)),
-    );
-    let id = s.enqueue("InvoiceRejected", 1).await[0];
-    wait_until("the event is FAILED", Duration::from_secs(10), || async {
-        s.status_of(id).await == "FAILED"
-    })
-    .await;
-    s.sink.unscript("InvoiceRejected");
+    let id = s
+        .failed_event(
+            "InvoiceRejected",
+            Behaviour::FailWith(postbox::PublishError::permanent(evil)),
+        )
+        .await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -709,18 +711,17 @@ async fn the_page_needs_a_session_escapes_what_it_shows_and_refuses_other_sites(
         "it is shown escaped"
     );
 
-    let retry = |origin: &'static str| {
+    let retry = |origin: String| {
         http.post(s.url("/retry"))
             .header("cookie", &session)
             .header("origin", origin)
             .form(&[("tenant", "default".to_owned()), ("id", id.to_string())])
             .send()
     };
-    let forged = retry("http://evil.example").await.unwrap();
+    let forged = retry("http://evil.example".to_owned()).await.unwrap();
     assert_eq!(forged.status(), 403, "a form from another site");
     assert_eq!(s.status_of(id).await, "FAILED");
-    let own = format!("http://{}", s.addr).leak();
-    let done = retry(own).await.unwrap();
+    let done = retry(format!("http://{}", s.addr)).await.unwrap();
     assert_eq!(done.status(), 200);
     let body = done.text().await.unwrap();
     assert!(
@@ -751,13 +752,9 @@ async fn the_page_needs_a_session_escapes_what_it_shows_and_refuses_other_sites(
 async fn the_page_shows_a_person_the_failed_event_and_retries_it() {
     let s = Setup::new(true, None).await;
     s.enqueue("OrderPlaced", 30).await;
-    s.sink.script("InvoiceRejected", Behaviour::FailPermanently);
-    let id = s.enqueue("InvoiceRejected", 1).await[0];
-    wait_until("the event is FAILED", Duration::from_secs(10), || async {
-        s.status_of(id).await == "FAILED"
-    })
-    .await;
-    s.sink.unscript("InvoiceRejected");
+    let id = s
+        .failed_event("InvoiceRejected", Behaviour::FailPermanently)
+        .await;
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("admin-page.png");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/page.py");
     let base = s.url("");

@@ -79,27 +79,32 @@ pub(crate) async fn run(
     // Retention a third of the run: the history spans two retentions, so half of it is due at
     // once and the rest comes due while the run goes on, as do the new events after a while.
     let retention = plan.duration / 3;
-    let drain = if plan.drain_events > 0 {
-        let (empty, empty_claims) =
-            drain_backlog(db, &relay_dbs[..1], config, plan.drain_events, bars).await?;
+    // The same backlog drained by one relay on the empty table, then on the long one.
+    let drain_once = || drain_backlog(pool, &relay_dbs[..1], config, plan.drain_events, bars);
+    let on_empty = if plan.drain_events > 0 {
+        let drained = drain_once().await?;
         sqlx::query("TRUNCATE outbox_events")
             .execute(pool)
             .await
             .map_err(BenchError::db)?;
-        write_history(pool, plan.rows, retention * 2).await?;
-        let (history, history_claims) =
-            drain_backlog(db, &relay_dbs[..1], config, plan.drain_events, bars).await?;
-        Some(HistoryDrain {
-            events: plan.drain_events,
-            ratio: history.per_second / empty.per_second,
-            empty,
-            empty_claims,
-            history,
-            history_claims,
-        })
+        Some(drained)
     } else {
-        write_history(pool, plan.rows, retention * 2).await?;
         None
+    };
+    write_history(pool, plan.rows, retention * 2).await?;
+    let drain = match on_empty {
+        Some((empty, empty_claims)) => {
+            let (history, history_claims) = drain_once().await?;
+            Some(HistoryDrain {
+                events: plan.drain_events,
+                ratio: history.per_second / empty.per_second,
+                empty,
+                empty_claims,
+                history,
+                history_claims,
+            })
+        }
+        None => None,
     };
     let bar = &bars(plan.duration.as_secs(), "history (seconds)");
     db.create_business_table().await?;
@@ -240,17 +245,12 @@ pub(crate) async fn run(
 /// statistics while they are pending (the worst moment for a DBA's `ANALYZE`), and drains them
 /// with `relay_dbs`' relays.
 async fn drain_backlog(
-    db: &Db,
+    pool: &PgPool,
     relay_dbs: &[Db],
     config: &RelayConfig,
     events: u64,
     bars: &dyn Fn(u64, &str) -> ProgressBar,
 ) -> Result<(Throughput, Option<ClaimTimes>), BenchError> {
-    let Db::Pg(pool) = db else {
-        return Err(BenchError::Setup(
-            "the history phase needs PostgreSQL".into(),
-        ));
-    };
     sqlx::query(
         "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
          SELECT 'InvoiceCreated', 'Invoice', g::text,

@@ -208,24 +208,14 @@ impl Database {
             .await
             .with_context(|| format!("cannot connect to {shown}"))?;
         tracing::debug!(database = %shown, "connected");
-        // The concrete store, not `AnyStore`'s forwarding, behind the relay.
-        let (store, pool): (Arc<dyn Store>, Pool) = match store {
-            postbox::AnyStore::Postgres(s) => {
-                let pool = Pool::Postgres(s.pool().clone());
-                (Arc::new(s), pool)
-            }
-            postbox::AnyStore::MySql(s) => {
-                let pool = Pool::MySql(s.pool().clone());
-                (Arc::new(s), pool)
-            }
-            postbox::AnyStore::Sqlite(s) => {
-                let pool = Pool::Sqlite(s.pool().clone());
-                (Arc::new(s), pool)
-            }
+        let pool = match &store {
+            postbox::AnyStore::Postgres(s) => Pool::Postgres(s.pool().clone()),
+            postbox::AnyStore::MySql(s) => Pool::MySql(s.pool().clone()),
+            postbox::AnyStore::Sqlite(s) => Pool::Sqlite(s.pool().clone()),
             other => bail!("{shown}: no store for {:?} in this build", other.kind()),
         };
         Ok(Database {
-            store,
+            store: Arc::new(store),
             pool,
             location: shown,
         })

@@ -166,12 +166,7 @@ impl ConnectOptions {
                             ),
                         )
                     })?;
-                use sqlx::Connection as _;
-                sqlx::postgres::PgConnection::connect_with(&options)
-                    .await?
-                    .close()
-                    .await
-                    .ok();
+                probe::<sqlx::postgres::PgConnection>(&options).await?;
                 let mut pool = sqlx::postgres::PgPoolOptions::new()
                     .max_connections(self.max_connections.unwrap_or(10));
                 if let Some(timeout) = self.acquire_timeout {
@@ -194,12 +189,7 @@ impl ConnectOptions {
             #[cfg(feature = "mysql")]
             DatabaseKind::MySql => {
                 let options = mysql_options(&self.url)?;
-                use sqlx::Connection as _;
-                sqlx::mysql::MySqlConnection::connect_with(&options)
-                    .await?
-                    .close()
-                    .await
-                    .ok();
+                probe::<sqlx::mysql::MySqlConnection>(&options).await?;
                 let store = MySqlStore::connect_pool(
                     options,
                     self.max_connections.unwrap_or(10),
@@ -215,6 +205,14 @@ impl ConnectOptions {
             )),
         }
     }
+}
+
+/// Opens one connection alone and closes it: a server that refuses it says why at once, where
+/// a pool would retry until its acquire timeout and report only that.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn probe<C: sqlx::Connection>(options: &C::Options) -> Result<()> {
+    C::connect_with(options).await?.close().await.ok();
+    Ok(())
 }
 
 /// The options of a `mysql://` or `mariadb://` URL (sqlx reads the first spelling only).

@@ -25,6 +25,15 @@ fn fast() -> RelayConfig {
     RelayConfig::default().poll_interval(Duration::from_millis(50))
 }
 
+/// Drains `store` to a recording sink: exactly the event `id` is published, once.
+async fn drains_exactly(store: impl Store, id: i64) {
+    let sink = RecordingSink::new();
+    let relay = Relay::new(store, sink.clone(), fast()).unwrap();
+    let stats = relay.drain(std::future::pending()).await.unwrap();
+    assert_eq!(stats.published, 1);
+    assert_eq!(sink.published_ids(), vec![id]);
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_commit_is_published_and_rollback_is_not() {
@@ -52,11 +61,7 @@ async fn postgres_commit_is_published_and_rollback_is_not() {
         .unwrap();
     tx.rollback().await.unwrap();
 
-    let sink = RecordingSink::new();
-    let relay = Relay::new(store, sink.clone(), fast()).unwrap();
-    let stats = relay.drain(std::future::pending()).await.unwrap();
-    assert_eq!(stats.published, 1);
-    assert_eq!(sink.published_ids(), vec![a.id().unwrap()]);
+    drains_exactly(store, a.id().unwrap()).await;
 }
 
 #[cfg(feature = "sqlite")]
@@ -232,11 +237,7 @@ async fn mysql_commit_is_published_and_rollback_is_not() {
         .unwrap();
     tx.rollback().await.unwrap();
 
-    let sink = RecordingSink::new();
-    let relay = Relay::new(store, sink.clone(), fast()).unwrap();
-    let stats = relay.drain(std::future::pending()).await.unwrap();
-    assert_eq!(stats.published, 1);
-    assert_eq!(sink.published_ids(), vec![a.id().unwrap()]);
+    drains_exactly(store, a.id().unwrap()).await;
 }
 
 /// `postbox::connect` with a schema other than `public`: the store's producer writes to that
@@ -269,14 +270,7 @@ async fn connect_by_url_gives_one_schema_to_the_producer_and_the_relay() {
         .await
         .unwrap();
     assert_eq!(in_billing, 1);
-    let sink = RecordingSink::new();
-    let stats = Relay::new(store, sink.clone(), fast())
-        .unwrap()
-        .drain(std::future::pending())
-        .await
-        .unwrap();
-    assert_eq!(stats.published, 1);
-    assert_eq!(sink.published_ids(), vec![id]);
+    drains_exactly(store, id).await;
 }
 
 /// `postbox::connect` on an SQLite path creates the file; its outbox and relay meet.
@@ -301,14 +295,7 @@ async fn connect_by_path_opens_sqlite_for_the_producer_and_the_relay() {
         .id()
         .unwrap();
     tx.commit().await.unwrap();
-    let sink = RecordingSink::new();
-    let stats = Relay::new(store, sink.clone(), fast())
-        .unwrap()
-        .drain(std::future::pending())
-        .await
-        .unwrap();
-    assert_eq!(stats.published, 1);
-    assert_eq!(sink.published_ids(), vec![id]);
+    drains_exactly(store, id).await;
 }
 
 /// A server that refuses the connection says why, at once: not a pool timeout after the

@@ -554,13 +554,14 @@ fn validate(loaded: &Loaded) -> anyhow::Result<()> {
             loaded.source_of(key)
         ))
     };
-    // The relay's own rules (batch size, intervals, lease and publish timeout, retry policies),
-    // checked where they are defined; the error names the key it is about.
+    // The relay's own rules (batch size, intervals, lease and publish timeout, concurrency,
+    // backoff, retry policies), checked where they are defined; the error names the key.
     if let Err(postbox::Error::InvalidConfig { field, reason }) = c.relay_config().validate() {
         // Where the key it is checked against was set, too.
         let related = match field {
             "publish_timeout" => Some("lease"),
             "busy_poll_interval" | "head_poll_interval" => Some("poll_interval"),
+            "backoff_cap" => Some("backoff_base"),
             _ => None,
         };
         return match related {
@@ -570,22 +571,6 @@ fn validate(loaded: &Loaded) -> anyhow::Result<()> {
             ),
             None => bad(field, reason),
         };
-    }
-    if c.concurrency == 0 {
-        return bad("concurrency", "must be at least 1".into());
-    }
-    if c.backoff_base.is_zero() {
-        return bad("backoff_base", "must be above zero".into());
-    }
-    if c.backoff_cap < c.backoff_base {
-        return bad(
-            "backoff_cap",
-            format!(
-                "{} is below backoff_base ({})",
-                show(c.backoff_cap),
-                show(c.backoff_base)
-            ),
-        );
     }
     if i32::try_from(c.max_retries).is_err() {
         return bad("max_retries", format!("{} is too large", c.max_retries));
