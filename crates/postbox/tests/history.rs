@@ -142,7 +142,7 @@ async fn costs(db: &TestDb) -> Costs {
             &mut conn,
             "claim",
             claim,
-            &format!("{BATCH}, 30000, 'r1', {token}"),
+            &format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired'"),
         )
         .await,
     ));
@@ -278,10 +278,10 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "claim_ordered",
-            include_str!("../sql/postgres/claim_ordered.sql"),
+            claim,
             &format!(
                 "{BATCH}, 30000, 'r2', '00000000-0000-0000-0000-000000000002'::uuid, \
-                 ARRAY['Invoice']::text[], 9223372036854775807"
+                 ARRAY['Invoice']::text[], 9223372036854775807, 'lease expired'"
             ),
         )
         .await,

@@ -7,10 +7,7 @@ use sqlx::mysql::MySqlConnection;
 
 use super::Checked;
 
-const ENQUEUE: &str = "INSERT INTO outbox_events
-    (event_type, aggregate_type, aggregate_id, payload, event_class, schema_version, headers,
-     idempotency_key, max_retries)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const ENQUEUE: &str = include_str!("../../sql/mysql/enqueue.sql");
 
 /// The idempotency key's unique index, as MySQL names it in a duplicate-key error.
 const KEY_INDEX: &str = "outbox_events_idempotency_key_idx";

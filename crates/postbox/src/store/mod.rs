@@ -16,6 +16,8 @@ use crate::outbox::{Outbox, OutboxBuilder};
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+mod list;
 mod migrations;
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -52,6 +54,12 @@ pub(crate) fn ms(d: Duration) -> f64 {
 pub(crate) fn secs(v: Option<f64>) -> Option<Duration> {
     v.map(|s| Duration::from_secs_f64(s.max(0.0)))
 }
+
+/// What a stale event's `last_error` says when a claim takes it over from a relay whose lease ran
+/// out (a failed try, G3): every store's claim writes this text, with `{relay}` replaced by the
+/// relay that held it.
+pub(crate) const LEASE_EXPIRED: &str =
+    "lease expired: relay {relay} did not finish publishing in time (crashed or stalled)";
 
 /// Parameters of [`Store::events_claim`].
 #[derive(Clone, Debug)]

@@ -16,25 +16,31 @@
 //! Sessions run at `READ COMMITTED`, so that each statement of a claim sees what other relays
 //! committed before it.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::mysql::MySqlArguments;
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
-use sqlx::{Executor, QueryBuilder, Row};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, QueryBuilder, Row};
 use uuid::Uuid;
 
+use super::list::{ListDialect, list_query};
 use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark,
-    Horizon, HorizonProbe, ListParams, MarkFailedParams, MarkProcessedParams, Order, PurgeBatch,
-    PurgeKind, PurgeParams, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams,
-    SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus,
-    Wakeups, secs, storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, EventStatus,
+    FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams, MarkFailedParams,
+    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, ReleaseParams, RenewParams,
+    ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant,
+    TenantAddParams, TenantStatus, Wakeups, secs, storable_error,
 };
 use crate::error::{Error, Result};
+use crate::glob::Glob;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
@@ -45,16 +51,6 @@ const MIGRATIONS: &[Migration] = &[Migration {
 
 const NO_TENANTS: &str = "tenants need PostgreSQL: a MySQL database holds one outbox (use one \
                           database per tenant, and list them in the relay's database_urls)";
-
-/// The columns a claim reads back, by the names `store/row.rs` decodes.
-const CLAIMED_COLUMNS: &str = "id, status = 'FAILED' AS exhausted, event_type, aggregate_type, \
-     aggregate_id, idempotency_key, payload, headers, event_class, schema_version, retry_count, \
-     max_retries, created_at, last_error";
-
-/// Every column of a list row, by name (`archived_at` is added per table).
-const LIST_COLUMNS: &str = "id, status, event_type, aggregate_type, aggregate_id, \
-     idempotency_key, event_class, schema_version, headers, payload, retry_count, max_retries, \
-     last_error, processed_at, locked_until, locked_by, created_at, updated_at";
 
 /// The oldest servers with `FOR UPDATE SKIP LOCKED`.
 const NEEDED: &str = "MySQL 8.0 or later, or MariaDB 10.6 or later (the first versions with \
@@ -132,7 +128,7 @@ impl ServerVersion {
 
 /// Refuses a server without `SKIP LOCKED`, naming the versions needed.
 async fn check_version(conn: &mut MySqlConnection) -> Result<ServerVersion> {
-    let version: String = sqlx::query_scalar("SELECT VERSION()")
+    let version: String = sqlx::query_scalar(include_str!("../../sql/mysql/version.sql"))
         .fetch_one(&mut *conn)
         .await?;
     match ServerVersion::parse(&version) {
@@ -177,9 +173,10 @@ impl MySqlStore {
     pub async fn from_pool(pool: MySqlPool) -> Result<Self> {
         let mut conn = pool.acquire().await?;
         check_version(&mut conn).await?;
-        let database: Option<String> = sqlx::query_scalar("SELECT DATABASE()")
-            .fetch_one(&mut *conn)
-            .await?;
+        let database: Option<String> =
+            sqlx::query_scalar(include_str!("../../sql/mysql/database.sql"))
+                .fetch_one(&mut *conn)
+                .await?;
         let database = database.ok_or_else(|| {
             Error::invalid_config(
                 "database_url",
@@ -222,19 +219,21 @@ impl MySqlStore {
 /// Every session of a store's pool: `READ COMMITTED`, and on MySQL live `information_schema`
 /// table statistics (its `AUTO_INCREMENT` is cached for a day otherwise).
 async fn prepare_session(conn: &mut MySqlConnection) -> std::result::Result<(), sqlx::Error> {
-    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    sqlx::query(include_str!("../../sql/mysql/session.sql"))
+        .execute(&mut *conn)
         .await?;
-    let version: String = sqlx::query_scalar("SELECT VERSION()")
+    let version: String = sqlx::query_scalar(include_str!("../../sql/mysql/version.sql"))
         .fetch_one(&mut *conn)
         .await?;
     if ServerVersion::parse(&version).is_some_and(|v| !v.mariadb) {
-        conn.execute("SET SESSION information_schema_stats_expiry = 0")
+        sqlx::query(include_str!("../../sql/mysql/session_mysql.sql"))
+            .execute(&mut *conn)
             .await?;
     }
     Ok(())
 }
 
-/// `, ?` for each of `ids`, inside parentheses: `(?, ?, ?)`.
+/// `(?, ?, ?)`: one bound `?` for each of `ids`, inside parentheses.
 fn push_ids(query: &mut QueryBuilder<MySql>, ids: &[i64]) {
     query.push("(");
     let mut list = query.separated(", ");
@@ -244,58 +243,51 @@ fn push_ids(query: &mut QueryBuilder<MySql>, ids: &[i64]) {
     list.push_unseparated(")");
 }
 
+/// A statement of `sql/mysql/` with its lists spelled out: each `{name}` marker becomes one `?`
+/// per item (`?, ?, ?`), or one `(?, ?)` per pair for `pairs`. Only placeholders are added.
+///
+/// Written by hand because MySQL takes no array parameter, and a list read from one JSON
+/// parameter (`JSON_TABLE`) would cost `UPDATE … WHERE id IN (…)` its primary-key lookups on
+/// MariaDB before 11.1 (no semi-join in a single-table `UPDATE` or `DELETE`). Every list must
+/// hold at least one item (`IN ()` is not SQL): callers return early on an empty one.
+fn spelled(
+    template: &'static str,
+    lists: &[(&str, usize)],
+    pairs: &[(&str, usize)],
+) -> AssertSqlSafe<String> {
+    let mut sql = template.to_owned();
+    for (marker, count, one) in lists
+        .iter()
+        .map(|(m, n)| (m, n, "?"))
+        .chain(pairs.iter().map(|(m, n)| (m, n, "(?, ?)")))
+    {
+        debug_assert!(*count > 0, "an empty list for {{{marker}}}");
+        sql = sql.replace(&format!("{{{marker}}}"), &vec![one; *count].join(", "));
+    }
+    AssertSqlSafe(sql)
+}
+
+/// A statement whose one list, `{ids}`, holds `ids`, bound after `binds` (see [`spelled`]).
+fn with_ids<'q>(template: &'static str, ids: &'q [i64]) -> Query<'q, MySql, MySqlArguments> {
+    sqlx::query(spelled(template, &[("ids", ids.len())], &[]))
+}
+
+/// Binds each of `ids`, in order.
+fn bind_ids<'q>(
+    q: Query<'q, MySql, MySqlArguments>,
+    ids: &[i64],
+) -> Query<'q, MySql, MySqlArguments> {
+    ids.iter().fold(q, |q, id| q.bind(*id))
+}
+
 /// Microseconds of a duration, for `INTERVAL ? MICROSECOND`.
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// The claimable part of one status range, in id order: `?` status, then (ordered) the ordered
-/// types and the horizon, then the limit.
-fn pick_query<'a>(status: &'static str, p: &'a ClaimParams<'a>) -> QueryBuilder<MySql> {
-    let mut q = QueryBuilder::new(
-        "SELECT e.id, e.status = 'PROCESSING' AS stale, e.aggregate_type, e.aggregate_id \
-         FROM outbox_events e WHERE e.status = ",
-    );
-    q.push_bind(status);
-    q.push(" AND (e.locked_until IS NULL OR e.locked_until < UTC_TIMESTAMP(6))");
-    if p.order.is_on() {
-        // An ordered event is claimable only at or below the commit horizon, and when no earlier
-        // event of its aggregate is unfinished and not claimable now (FAILED and not skipped,
-        // in flight, backing off, or stale on its last try). Earlier claimable ones come first
-        // in id order; the claim then checks they are really its own (see `events_claim`).
-        q.push(" AND (e.aggregate_id IS NULL OR e.aggregate_type IS NULL OR NOT ");
-        push_ordered(&mut q, p.order.aggregate_types);
-        q.push(" OR (e.id <= ");
-        q.push_bind(p.order.settled_through);
-        q.push(
-            " AND NOT EXISTS (SELECT 1 FROM outbox_events b \
-             WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id \
-             AND b.status IN ('PENDING', 'PROCESSING', 'FAILED') AND b.id < e.id \
-             AND b.skipped_at IS NULL \
-             AND NOT (b.status = 'PENDING' \
-                      AND (b.locked_until IS NULL OR b.locked_until < UTC_TIMESTAMP(6))) \
-             AND NOT (b.status = 'PROCESSING' AND b.locked_until < UTC_TIMESTAMP(6) \
-                      AND b.retry_count + 1 < b.max_retries))))",
-        );
-    }
-    q.push(" ORDER BY e.id LIMIT ");
-    q.push_bind(i64::from(p.batch_size));
-    q.push(" FOR UPDATE SKIP LOCKED");
-    q
-}
-
-/// `(e.aggregate_type IN (…))`, or `(TRUE)` when `*` orders every type.
-fn push_ordered(q: &mut QueryBuilder<MySql>, types: &[String]) {
-    if types.iter().any(|t| t == "*") {
-        q.push("(TRUE)");
-        return;
-    }
-    q.push("(e.aggregate_type IN (");
-    let mut list = q.separated(", ");
-    for t in types {
-        list.push_bind(t.clone());
-    }
-    list.push_unseparated("))");
+/// The ordered aggregate types as the claim and the backlog take them: a JSON array.
+fn ordered_json(types: &[String]) -> Result<String> {
+    Ok(serde_json::to_string(types)?)
 }
 
 /// One picked row: id, whether it is a stale claim, and its aggregate.
@@ -330,87 +322,69 @@ fn keep_own_heads(
         .collect()
 }
 
-fn list_branch(query: &mut QueryBuilder<MySql>, table: &'static str, p: &ListParams<'_>) {
-    let f = p.filter;
-    query.push(format_args!("(SELECT {LIST_COLUMNS}, "));
-    query.push(if table == "outbox_events" {
-        "CAST(NULL AS DATETIME(6)) AS archived_at"
-    } else {
-        "archived_at"
-    });
-    query.push(format_args!(" FROM {table} WHERE TRUE"));
-    if !f.ids.is_empty() {
-        query.push(" AND id IN ");
-        push_ids(query, &f.ids);
+/// The list statement's MySQL words (`store/list.rs`): `IN (?, ?)` for lists, `LIKE` for globs
+/// (the table's collation is binary: case-sensitive, as the globs are), UTC times without a zone.
+struct MySqlList;
+
+impl ListDialect for MySqlList {
+    type Db = MySql;
+    const BRANCH: &'static str = "(";
+    const COLUMNS: &'static str = include_str!("../../sql/mysql/list_columns.sql");
+    const NULL_ARCHIVED_AT: &'static str = "CAST(NULL AS DATETIME(6)) AS archived_at";
+
+    fn table(&self, table: &'static str) -> Cow<'static, str> {
+        Cow::Borrowed(table)
     }
-    if !f.statuses.is_empty() {
-        query.push(" AND status IN (");
-        let mut list = query.separated(", ");
-        for s in &f.statuses {
+
+    fn parked(&self) -> Cow<'static, str> {
+        Cow::Borrowed(include_str!("../../sql/mysql/list_parked.sql"))
+    }
+
+    fn ids(&self, q: &mut QueryBuilder<MySql>, ids: &[i64]) {
+        q.push("id IN ");
+        push_ids(q, ids);
+    }
+
+    fn statuses(&self, q: &mut QueryBuilder<MySql>, statuses: &[EventStatus]) {
+        q.push("status IN (");
+        let mut list = q.separated(", ");
+        for s in statuses {
             list.push_bind(s.as_str());
         }
         list.push_unseparated(")");
     }
-    // The table's collation is binary: LIKE is case-sensitive, as the globs are.
-    if let Some(glob) = &f.event_type {
-        query.push(" AND event_type LIKE ");
-        query.push_bind(glob.to_like());
+
+    fn glob(&self, q: &mut QueryBuilder<MySql>, column: &'static str, glob: &Glob) {
+        q.push(column).push(" LIKE ").push_bind(glob.to_like());
     }
-    if let Some(glob) = &f.aggregate_type {
-        query.push(" AND aggregate_type LIKE ");
-        query.push_bind(glob.to_like());
+
+    fn created(&self, q: &mut QueryBuilder<MySql>, op: &'static str, t: DateTime<Utc>) {
+        q.push("created_at ")
+            .push(op)
+            .push(" ")
+            .push_bind(t.naive_utc());
     }
-    if let Some(id) = &f.aggregate_id {
-        query.push(" AND aggregate_id = ");
-        query.push_bind(id.clone());
-    }
-    if f.parked && table == "outbox_events" {
-        query.push(
-            " AND status = 'FAILED' AND skipped_at IS NULL AND aggregate_id IS NOT NULL \
-             AND EXISTS (SELECT 1 FROM outbox_events l \
-             WHERE l.aggregate_type = outbox_events.aggregate_type \
-             AND l.aggregate_id = outbox_events.aggregate_id AND l.id > outbox_events.id \
-             AND l.status IN ('PENDING', 'PROCESSING'))",
-        );
-    }
-    if let Some(since) = f.since {
-        query.push(" AND created_at >= ");
-        query.push_bind(since.naive_utc());
-    }
-    if let Some(until) = f.until {
-        query.push(" AND created_at < ");
-        query.push_bind(until.naive_utc());
-    }
-    let newest_first = p.order == Order::NewestFirst;
-    if let Some(after) = p.after {
-        query.push(if newest_first {
-            " AND id < "
-        } else {
-            " AND id > "
-        });
-        query.push_bind(after);
-    }
-    query.push(if newest_first {
-        " ORDER BY id DESC LIMIT "
-    } else {
-        " ORDER BY id ASC LIMIT "
-    });
-    query.push_bind(i64::from(p.limit));
-    query.push(")");
 }
 
-/// Takes the named lock of this database's outbox for `what` on `conn`'s session, without
-/// waiting. False when another session holds it.
-async fn try_lock(conn: &mut MySqlConnection, what: &str) -> Result<bool> {
-    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(CONCAT(?, DATABASE()), 0)")
+/// The prefix of retention's named lock (archiving and purging run one at a time per database).
+const RETENTION_LOCK: &str = "postbox_retention:";
+
+/// The prefix of the migration's named lock.
+const MIGRATION_LOCK: &str = "postbox_migrate:";
+
+/// Takes the named lock of this database's outbox for `what` on `conn`'s session, waiting up to
+/// `wait_secs`. False when another session holds it.
+async fn try_lock(conn: &mut MySqlConnection, what: &str, wait_secs: i64) -> Result<bool> {
+    let got: Option<i64> = sqlx::query_scalar(include_str!("../../sql/mysql/lock.sql"))
         .bind(what)
+        .bind(wait_secs)
         .fetch_one(&mut *conn)
         .await?;
     Ok(got == Some(1))
 }
 
 async fn unlock(conn: &mut MySqlConnection, what: &str) -> Result<()> {
-    sqlx::query("DO RELEASE_LOCK(CONCAT(?, DATABASE()))")
+    sqlx::query(include_str!("../../sql/mysql/unlock.sql"))
         .bind(what)
         .execute(&mut *conn)
         .await?;
@@ -422,25 +396,20 @@ impl Store for MySqlStore {
     async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
         // MySQL commits each DDL statement at once: a named lock keeps migrations one at a time.
         let mut conn = self.pool.acquire().await?;
-        let got: Option<i64> =
-            sqlx::query_scalar("SELECT GET_LOCK(CONCAT('postbox_migrate:', DATABASE()), 60)")
-                .fetch_one(&mut *conn)
-                .await?;
-        if got != Some(1) {
+        if !try_lock(&mut conn, MIGRATION_LOCK, 60).await? {
             return Err(Error::Unsupported(
                 "another `postbox migrate` has held the migration lock of this database for a \
                  minute; try again when it is done",
             ));
         }
-        let applied = migrations::apply::<MySql>(
-            &mut conn,
-            "postbox_schema_history",
-            "DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6))",
-            MIGRATIONS,
-            str::to_owned,
-        )
-        .await;
-        unlock(&mut conn, "postbox_migrate:").await?;
+        let history = migrations::History {
+            create: include_str!("../../sql/mysql/history_create.sql").to_owned(),
+            read: include_str!("../../sql/mysql/history_read.sql").to_owned(),
+            record: include_str!("../../sql/mysql/history_record.sql").to_owned(),
+        };
+        let applied =
+            migrations::apply::<MySql>(&mut conn, &history, MIGRATIONS, str::to_owned).await;
+        unlock(&mut conn, MIGRATION_LOCK).await?;
         applied
     }
 
@@ -455,12 +424,17 @@ impl Store for MySqlStore {
             claim_token: token,
             ..Claimed::default()
         };
+        let ordered = ordered_json(p.order.aggregate_types)?;
         let mut tx = self.pool.begin().await?;
         // Due rows of both ranges, in id order; the first batch_size of them.
         let mut picked: Vec<Picked> = Vec::new();
         for status in ["PENDING", "PROCESSING"] {
-            let rows: Vec<Picked> = pick_query(status, p)
-                .build_query_as()
+            let rows: Vec<Picked> = sqlx::query_as(include_str!("../../sql/mysql/claim_pick.sql"))
+                .bind(status)
+                .bind(&ordered)
+                .bind(&ordered)
+                .bind(p.order.settled_through)
+                .bind(i64::from(p.batch_size))
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| self.missing(e))?;
@@ -478,42 +452,25 @@ impl Store for MySqlStore {
             return Ok(claimed);
         }
         let ids: Vec<i64> = picked.iter().map(|r| r.0).collect();
-        let stale: Vec<i64> = picked.iter().filter(|r| r.1).map(|r| r.0).collect();
-        // Each expression reads the old values of the columns assigned after it (MySQL assigns
-        // left to right). A stale row (still PROCESSING) lost its lease: a failed try; on its
-        // last try it goes FAILED instead.
-        let mut take = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_events SET \
-             last_error = IF(status = 'PROCESSING', CONCAT('lease expired: relay ', \
-                 COALESCE(locked_by, '?'), \
-                 ' did not finish publishing in time (crashed or stalled)'), last_error), \
-             locked_until = IF(status = 'PROCESSING' AND retry_count + 1 >= max_retries, NULL, \
-                 UTC_TIMESTAMP(6) + INTERVAL ",
-        );
-        take.push_bind(micros(p.lease));
-        take.push(" MICROSECOND), locked_by = ");
-        take.push_bind(p.relay_id);
-        take.push(", claim_token = ");
-        take.push_bind(token.to_string());
-        take.push(
-            ", updated_at = UTC_TIMESTAMP(6), \
-             retry_count = retry_count + (status = 'PROCESSING'), \
-             status = IF(status = 'PROCESSING' AND retry_count >= max_retries, 'FAILED', \
-                 'PROCESSING') \
-             WHERE id IN ",
-        );
-        push_ids(&mut take, &ids);
-        take.build().execute(&mut *tx).await?;
-        let mut read = QueryBuilder::<MySql>::new(format!("SELECT {CLAIMED_COLUMNS}, id IN "));
+        let mut stale: Vec<i64> = picked.iter().filter(|r| r.1).map(|r| r.0).collect();
         if stale.is_empty() {
-            read.push("(-1)");
-        } else {
-            push_ids(&mut read, &stale);
+            // No id: `id IN (-1)` is false for every row.
+            stale.push(-1);
         }
-        read.push(" AS stale FROM outbox_events WHERE id IN ");
-        push_ids(&mut read, &ids);
-        read.push(" ORDER BY id");
-        let rows = read.build().fetch_all(&mut *tx).await?;
+        let take = with_ids(include_str!("../../sql/mysql/claim_take.sql"), &ids)
+            .bind(LEASE_EXPIRED)
+            .bind(micros(p.lease))
+            .bind(p.relay_id)
+            .bind(token.to_string());
+        bind_ids(take, &ids).execute(&mut *tx).await?;
+        let read = sqlx::query(spelled(
+            include_str!("../../sql/mysql/claim_read.sql"),
+            &[("stale", stale.len()), ("ids", ids.len())],
+            &[],
+        ));
+        let rows = bind_ids(bind_ids(read, &stale), &ids)
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
         for row in &rows {
             add_claimed_row(&mut claimed, row, None)?;
@@ -526,15 +483,13 @@ impl Store for MySqlStore {
         if p.ids.is_empty() {
             return Ok(0);
         }
-        let mut q = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_events SET locked_until = UTC_TIMESTAMP(6) + INTERVAL ",
-        );
-        q.push_bind(micros(p.lease));
-        q.push(" MICROSECOND, updated_at = UTC_TIMESTAMP(6) WHERE claim_token = ");
-        q.push_bind(p.claim_token.to_string());
-        q.push(" AND status = 'PROCESSING' AND id IN ");
-        push_ids(&mut q, p.ids);
-        Ok(q.build().execute(&self.pool).await?.rows_affected())
+        let q = with_ids(include_str!("../../sql/mysql/renew.sql"), p.ids)
+            .bind(micros(p.lease))
+            .bind(p.claim_token.to_string());
+        Ok(bind_ids(q, p.ids)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 
     async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> Result<u64> {
@@ -542,14 +497,12 @@ impl Store for MySqlStore {
         if p.ids.is_empty() {
             return Ok(0);
         }
-        let mut q = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_events SET status = 'PROCESSED', processed_at = UTC_TIMESTAMP(6), \
-             locked_until = NULL, updated_at = UTC_TIMESTAMP(6) WHERE claim_token = ",
-        );
-        q.push_bind(p.claim_token.to_string());
-        q.push(" AND status = 'PROCESSING' AND id IN ");
-        push_ids(&mut q, p.ids);
-        Ok(q.build().execute(&self.pool).await?.rows_affected())
+        let q = with_ids(include_str!("../../sql/mysql/mark_processed.sql"), p.ids)
+            .bind(p.claim_token.to_string());
+        Ok(bind_ids(q, p.ids)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 
     async fn events_mark_failed(&self, p: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>> {
@@ -577,12 +530,11 @@ impl Store for MySqlStore {
             if done.rows_affected() == 0 {
                 continue;
             }
-            let (retry_count, gave_up): (i32, bool) = sqlx::query_as(
-                "SELECT retry_count, status = 'FAILED' FROM outbox_events WHERE id = ?",
-            )
-            .bind(t.id)
-            .fetch_one(&mut *tx)
-            .await?;
+            let (retry_count, gave_up): (i32, bool) =
+                sqlx::query_as(include_str!("../../sql/mysql/mark_failed_read.sql"))
+                    .bind(t.id)
+                    .fetch_one(&mut *tx)
+                    .await?;
             marks.push(FailedMark {
                 id: t.id,
                 retry_count,
@@ -602,20 +554,14 @@ impl Store for MySqlStore {
         let mut tx = self.pool.begin().await?;
         let mut released = 0;
         for r in p.releases {
-            released += sqlx::query(
-                "UPDATE outbox_events
-                 SET status = 'PENDING',
-                     locked_until = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-                     last_error = ?, updated_at = UTC_TIMESTAMP(6)
-                 WHERE id = ? AND claim_token = ? AND status = 'PROCESSING'",
-            )
-            .bind(micros(r.delay))
-            .bind(storable_error(&r.error))
-            .bind(r.id)
-            .bind(&token)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            released += sqlx::query(include_str!("../../sql/mysql/release.sql"))
+                .bind(micros(r.delay))
+                .bind(storable_error(&r.error))
+                .bind(r.id)
+                .bind(&token)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
         }
         tx.commit().await?;
         Ok(released)
@@ -623,19 +569,15 @@ impl Store for MySqlStore {
 
     async fn events_retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
         Self::check_target(p.target)?;
-        let mut q = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_events SET status = 'PENDING', retry_count = 0, locked_until = NULL, \
-             skipped_at = NULL, updated_at = UTC_TIMESTAMP(6) WHERE status = 'FAILED'",
-        );
-        if let Some(ids) = p.ids {
-            if ids.is_empty() {
-                return Ok(0);
-            }
-            q.push(" AND id IN ");
-            push_ids(&mut q, ids);
-        }
-        Ok(q.build()
-            .execute(&self.pool)
+        let q = match p.ids {
+            Some([]) => return Ok(0),
+            Some(ids) => bind_ids(
+                with_ids(include_str!("../../sql/mysql/retry_failed.sql"), ids),
+                ids,
+            ),
+            None => sqlx::query(include_str!("../../sql/mysql/retry_failed_all.sql")),
+        };
+        Ok(q.execute(&self.pool)
             .await
             .map_err(|e| self.missing(e))?
             .rows_affected())
@@ -647,20 +589,14 @@ impl Store for MySqlStore {
         // Candidates in id order, a few more than the batch for the excluded types, locked; the
         // retry policies' globs are matched here (MySQL's LIKE has no per-pattern escape that
         // every version reads alike).
-        let candidates: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT id, event_type FROM outbox_events
-             WHERE status = 'FAILED'
-               AND updated_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
-               AND retry_count < max_retries + ?
-               AND skipped_at IS NULL
-             ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED",
-        )
-        .bind(micros(p.after))
-        .bind(i64::from(p.max_tries))
-        .bind(i64::from(p.batch_size).saturating_mul(4))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| self.missing(e))?;
+        let candidates: Vec<(i64, String)> =
+            sqlx::query_as(include_str!("../../sql/mysql/slow_lane_pick.sql"))
+                .bind(micros(p.after))
+                .bind(i64::from(p.max_tries))
+                .bind(i64::from(p.batch_size).saturating_mul(4))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.missing(e))?;
         let ids: Vec<i64> = candidates
             .into_iter()
             .filter(|(_, event_type)| !p.exclude.iter().any(|g| g.matches(event_type)))
@@ -671,13 +607,11 @@ impl Store for MySqlStore {
             tx.commit().await?;
             return Ok(0);
         }
-        let mut q = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_events SET retry_count = GREATEST(retry_count, max_retries), \
-             status = 'PENDING', locked_until = NULL, updated_at = UTC_TIMESTAMP(6) \
-             WHERE status = 'FAILED' AND id IN ",
-        );
-        push_ids(&mut q, &ids);
-        let done = q.build().execute(&mut *tx).await?.rows_affected();
+        let take = with_ids(include_str!("../../sql/mysql/slow_lane_take.sql"), &ids);
+        let done = bind_ids(take, &ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
         tx.commit().await?;
         Ok(done)
     }
@@ -685,20 +619,7 @@ impl Store for MySqlStore {
     async fn events_list(&self, p: &ListParams<'_>) -> Result<Vec<StoredEvent>> {
         Self::check_target(p.target)?;
         p.filter.validate()?;
-        let mut query = QueryBuilder::<MySql>::new("SELECT * FROM (");
-        list_branch(&mut query, "outbox_events", p);
-        if p.filter.reads_archive() {
-            query.push(" UNION ALL ");
-            list_branch(&mut query, "outbox_events_archive", p);
-        }
-        query.push(") listed ORDER BY id ");
-        query.push(match p.order {
-            Order::NewestFirst => "DESC",
-            Order::OldestFirst => "ASC",
-        });
-        query.push(" LIMIT ");
-        query.push_bind(i64::from(p.limit));
-        let rows = query
+        let rows = list_query(&MySqlList, p)
             .build()
             .fetch_all(&self.pool)
             .await
@@ -711,12 +632,12 @@ impl Store for MySqlStore {
     async fn events_archive(&self, p: &ArchiveParams<'_>) -> Result<Option<ArchiveBatch>> {
         Self::check_target(p.target)?;
         let mut conn = self.pool.acquire().await?;
-        if !p.dry_run && !try_lock(&mut conn, "postbox_retention:").await? {
+        if !p.dry_run && !try_lock(&mut conn, RETENTION_LOCK, 0).await? {
             return Ok(None);
         }
         let batch = self.archive_batch(&mut conn, p).await;
         if !p.dry_run {
-            unlock(&mut conn, "postbox_retention:").await?;
+            unlock(&mut conn, RETENTION_LOCK).await?;
         }
         batch.map(Some)
     }
@@ -724,38 +645,38 @@ impl Store for MySqlStore {
     async fn events_purge(&self, p: &PurgeParams<'_>) -> Result<Option<PurgeBatch>> {
         Self::check_target(p.target)?;
         let age = micros(p.older_than);
-        let (table, column, status) = match p.kind {
-            PurgeKind::Archive => ("outbox_events_archive", "archived_at", ""),
-            PurgeKind::Failed => ("outbox_events", "updated_at", " AND status = 'FAILED'"),
+        let (purge, count) = match p.kind {
+            PurgeKind::Archive => (
+                include_str!("../../sql/mysql/purge_archive.sql"),
+                include_str!("../../sql/mysql/purge_archive_count.sql"),
+            ),
+            PurgeKind::Failed => (
+                include_str!("../../sql/mysql/purge_failed.sql"),
+                include_str!("../../sql/mysql/purge_failed_count.sql"),
+            ),
         };
-        let filter = format!("WHERE {column} < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND{status}");
         if p.dry_run {
-            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT count(*) FROM {table} {filter}"
-            )))
-            .bind(age)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.missing(e))?;
+            let n: i64 = sqlx::query_scalar(count)
+                .bind(age)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| self.missing(e))?;
             return Ok(Some(PurgeBatch {
                 purged: u64::try_from(n).unwrap_or(0),
                 done: true,
             }));
         }
         let mut conn = self.pool.acquire().await?;
-        if !try_lock(&mut conn, "postbox_retention:").await? {
+        if !try_lock(&mut conn, RETENTION_LOCK, 0).await? {
             return Ok(None);
         }
-        // Safe: table, column and status are constants of this function.
-        let gone = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DELETE FROM {table} {filter} ORDER BY {column} LIMIT ?"
-        )))
-        .bind(age)
-        .bind(i64::from(p.batch_size))
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| self.missing(e));
-        unlock(&mut conn, "postbox_retention:").await?;
+        let gone = sqlx::query(purge)
+            .bind(age)
+            .bind(i64::from(p.batch_size))
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| self.missing(e));
+        unlock(&mut conn, RETENTION_LOCK).await?;
         let gone = gone?.rows_affected();
         Ok(Some(PurgeBatch {
             purged: gone,
@@ -773,13 +694,11 @@ impl Store for MySqlStore {
         let counted: i64 = row.try_get(2)?;
         let (processed, processed_exact) = if counted > EXACT_PROCESSED_COUNT {
             // Past the exact limit: the table's row estimate less the other statuses.
-            let estimate: Option<i64> = sqlx::query_scalar(
-                "SELECT CAST(TABLE_ROWS AS SIGNED) FROM information_schema.TABLES
-                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox_events'",
-            )
-            .fetch_optional(&self.pool)
-            .await?
-            .flatten();
+            let estimate: Option<i64> =
+                sqlx::query_scalar(include_str!("../../sql/mysql/table_rows.sql"))
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .flatten();
             let others: i64 =
                 row.try_get::<i64, _>(0)? + row.try_get::<i64, _>(1)? + row.try_get::<i64, _>(3)?;
             (
@@ -802,29 +721,10 @@ impl Store for MySqlStore {
 
     async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
         Self::check_target(target)?;
-        let mut q = QueryBuilder::<MySql>::new(
-            "SELECT CASE WHEN EXISTS (SELECT 1 FROM outbox_events e \
-             WHERE e.status IN ('PENDING', 'PROCESSING') \
-             AND (e.locked_until IS NULL OR e.locked_until < UTC_TIMESTAMP(6))",
-        );
-        if !ordered.is_empty() {
-            q.push(" AND (e.aggregate_id IS NULL OR e.aggregate_type IS NULL OR NOT ");
-            push_ordered(&mut q, ordered);
-            q.push(
-                " OR NOT EXISTS (SELECT 1 FROM outbox_events b \
-                 WHERE b.aggregate_type = e.aggregate_type AND b.aggregate_id = e.aggregate_id \
-                 AND b.status IN ('PENDING', 'PROCESSING', 'FAILED') AND b.id < e.id \
-                 AND b.skipped_at IS NULL))",
-            );
-        }
-        q.push(
-            ") THEN 0.0 ELSE (SELECT GREATEST(0.0, \
-             TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), MIN(locked_until)) / 1e6) \
-             FROM outbox_events WHERE status IN ('PENDING', 'PROCESSING') \
-             AND locked_until >= UTC_TIMESTAMP(6)) END",
-        );
-        let due: Option<f64> = q
-            .build_query_scalar()
+        let ordered = ordered_json(ordered)?;
+        let due: Option<f64> = sqlx::query_scalar(include_str!("../../sql/mysql/backlog.sql"))
+            .bind(&ordered)
+            .bind(&ordered)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| self.missing(e))?;
@@ -877,26 +777,23 @@ impl Store for MySqlStore {
         let mut settled = upto.max(floor);
         let mut waiting_for = None;
         if upto > floor {
-            let present: HashSet<i64> = sqlx::query_scalar(
-                "SELECT id FROM outbox_events WHERE id > ? AND id <= ?
-                 UNION ALL SELECT id FROM outbox_events_archive WHERE id > ? AND id <= ?",
-            )
-            .bind(floor)
-            .bind(upto)
-            .bind(floor)
-            .bind(upto)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| self.missing(e))?
-            .into_iter()
-            .collect();
+            let present: HashSet<i64> =
+                sqlx::query_scalar(include_str!("../../sql/mysql/horizon_present.sql"))
+                    .bind(floor)
+                    .bind(upto)
+                    .bind(floor)
+                    .bind(upto)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| self.missing(e))?
+                    .into_iter()
+                    .collect();
             for id in (floor + 1..=upto).filter(|id| !present.contains(id)) {
-                let locked =
-                    sqlx::query("SELECT id FROM outbox_events WHERE id = ? FOR UPDATE NOWAIT")
-                        .bind(id)
-                        .fetch_optional(&self.pool)
-                        .await
-                        .is_err();
+                let locked = sqlx::query(include_str!("../../sql/mysql/horizon_locked.sql"))
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .is_err();
                 if locked {
                     settled = id - 1;
                     waiting_for = Some(id);
@@ -921,25 +818,20 @@ impl Store for MySqlStore {
             return Ok(Vec::new());
         }
         let mut tx = self.pool.begin().await?;
-        let mut pick = QueryBuilder::<MySql>::new(
-            "SELECT id FROM outbox_events WHERE skipped_at IS NULL \
-             AND status IN ('PENDING', 'FAILED') AND id IN ",
-        );
-        push_ids(&mut pick, ids);
-        pick.push(" ORDER BY id FOR UPDATE");
-        let skipped: Vec<i64> = pick
-            .build_query_scalar()
+        let pick = sqlx::query_scalar(spelled(
+            include_str!("../../sql/mysql/skip_pick.sql"),
+            &[("ids", ids.len())],
+            &[],
+        ));
+        let skipped: Vec<i64> = ids
+            .iter()
+            .fold(pick, |q, id| q.bind(*id))
             .fetch_all(&mut *tx)
             .await
             .map_err(|e| self.missing(e))?;
         if !skipped.is_empty() {
-            let mut q = QueryBuilder::<MySql>::new(
-                "UPDATE outbox_events SET status = 'FAILED', skipped_at = UTC_TIMESTAMP(6), \
-                 locked_until = NULL, last_error = COALESCE(last_error, 'skipped by an operator'), \
-                 updated_at = UTC_TIMESTAMP(6) WHERE id IN ",
-            );
-            push_ids(&mut q, &skipped);
-            q.build().execute(&mut *tx).await?;
+            let skip = with_ids(include_str!("../../sql/mysql/skip.sql"), &skipped);
+            bind_ids(skip, &skipped).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(skipped)
@@ -958,51 +850,40 @@ impl Store for MySqlStore {
 
     async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {
         // A long transaction keeps InnoDB's purge from removing old row versions.
-        let age: Option<f64> = sqlx::query_scalar(
-            "SELECT MAX(TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6))) / 1e6
-             FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> CONNECTION_ID()",
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let age: Option<f64> =
+            sqlx::query_scalar(include_str!("../../sql/mysql/oldest_transaction.sql"))
+                .fetch_one(&self.pool)
+                .await?;
         Ok(secs(age))
     }
 
     async fn sinks_report(&self, relay_id: &str, sinks: &[SinkHealth]) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "DELETE FROM postbox_sink_health WHERE relay_id = ?
-                OR reported_at < UTC_TIMESTAMP(6) - INTERVAL 1 DAY",
-        )
-        .bind(relay_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.missing(e))?;
-        for sink in sinks {
-            sqlx::query(
-                "INSERT INTO postbox_sink_health (relay_id, sink, up, since, last_error)
-                 VALUES (?, ?, ?, ?, ?)",
-            )
+        sqlx::query(include_str!("../../sql/mysql/sinks_forget.sql"))
             .bind(relay_id)
-            .bind(&sink.name)
-            .bind(sink.up)
-            .bind(sink.since.naive_utc())
-            .bind(sink.last_error.as_deref().map(storable_error))
             .execute(&mut *tx)
-            .await?;
+            .await
+            .map_err(|e| self.missing(e))?;
+        for sink in sinks {
+            sqlx::query(include_str!("../../sql/mysql/sinks_report.sql"))
+                .bind(relay_id)
+                .bind(&sink.name)
+                .bind(sink.up)
+                .bind(sink.since.naive_utc())
+                .bind(sink.last_error.as_deref().map(storable_error))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
-        let rows: Vec<super::ReportedRow> = sqlx::query_as(
-            "SELECT relay_id, sink, up, since, last_error,
-                    TIMESTAMPDIFF(MICROSECOND, reported_at, UTC_TIMESTAMP(6)) / 1e6
-             FROM postbox_sink_health ORDER BY sink, relay_id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| self.missing(e))?;
+        let rows: Vec<super::ReportedRow> =
+            sqlx::query_as(include_str!("../../sql/mysql/sinks_reported.sql"))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.missing(e))?;
         Ok(super::reported_sinks(rows))
     }
 
@@ -1046,23 +927,17 @@ impl MySqlStore {
             return Ok(picked);
         }
         let last = picked.last().map_or(0, |p| p.0);
-        let mut q = QueryBuilder::<MySql>::new(
-            "SELECT id, aggregate_type, aggregate_id FROM outbox_events \
-             WHERE status IN ('PENDING', 'PROCESSING', 'FAILED') AND skipped_at IS NULL \
-             AND id < ",
-        );
-        q.push_bind(last);
-        q.push(" AND (aggregate_type, aggregate_id) IN (");
-        let mut list = q.separated(", ");
-        for (at, aid) in &aggregates {
-            list.push("(");
-            list.push_bind_unseparated(at.to_string());
-            list.push_unseparated(", ");
-            list.push_bind_unseparated(aid.to_string());
-            list.push_unseparated(")");
-        }
-        list.push_unseparated(")");
-        let unfinished: Vec<(i64, String, String)> = q.build_query_as().fetch_all(&mut *tx).await?;
+        let heads = sqlx::query_as(spelled(
+            include_str!("../../sql/mysql/claim_heads.sql"),
+            &[],
+            &[("aggregates", aggregates.len())],
+        ))
+        .bind(last);
+        let unfinished: Vec<(i64, String, String)> = aggregates
+            .iter()
+            .fold(heads, |q, (at, aid)| q.bind(*at).bind(*aid))
+            .fetch_all(&mut *tx)
+            .await?;
         Ok(keep_own_heads(picked, types, &unfinished))
     }
 
@@ -1071,17 +946,14 @@ impl MySqlStore {
         conn: &mut MySqlConnection,
         p: &ArchiveParams<'_>,
     ) -> Result<ArchiveBatch> {
-        let walked: Vec<(i64, bool, bool)> = sqlx::query_as(
-            "SELECT id, created_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS young,
-                    status = 'PROCESSED' AS processed
-             FROM outbox_events WHERE id > ? ORDER BY id LIMIT ?",
-        )
-        .bind(micros(p.older_than))
-        .bind(p.after_id)
-        .bind(i64::from(p.batch_size))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(|e| self.missing(e))?;
+        let walked: Vec<(i64, bool, bool)> =
+            sqlx::query_as(include_str!("../../sql/mysql/archive_walk.sql"))
+                .bind(micros(p.older_than))
+                .bind(p.after_id)
+                .bind(i64::from(p.batch_size))
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| self.missing(e))?;
         let mut last_id = p.after_id;
         let mut old = Vec::new();
         let mut reached_young = false;
@@ -1102,24 +974,13 @@ impl MySqlStore {
             old.len() as u64
         } else {
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let mut copy = QueryBuilder::<MySql>::new(
-                "INSERT INTO outbox_events_archive (id, status, event_type, aggregate_type, \
-                 aggregate_id, payload, event_class, schema_version, headers, idempotency_key, \
-                 retry_count, max_retries, last_error, processed_at, locked_until, locked_by, \
-                 claim_token, skipped_at, created_at, updated_at) \
-                 SELECT id, status, event_type, aggregate_type, aggregate_id, payload, \
-                 event_class, schema_version, headers, idempotency_key, retry_count, \
-                 max_retries, last_error, processed_at, locked_until, locked_by, claim_token, \
-                 skipped_at, created_at, updated_at FROM outbox_events \
-                 WHERE status = 'PROCESSED' AND id IN ",
-            );
-            push_ids(&mut copy, &old);
-            copy.build().execute(&mut *tx).await?;
-            let mut delete = QueryBuilder::<MySql>::new(
-                "DELETE FROM outbox_events WHERE status = 'PROCESSED' AND id IN ",
-            );
-            push_ids(&mut delete, &old);
-            let moved = delete.build().execute(&mut *tx).await?.rows_affected();
+            let copy = with_ids(include_str!("../../sql/mysql/archive_move.sql"), &old);
+            bind_ids(copy, &old).execute(&mut *tx).await?;
+            let delete = with_ids(include_str!("../../sql/mysql/archive_delete.sql"), &old);
+            let moved = bind_ids(delete, &old)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             tx.commit().await?;
             moved
         };

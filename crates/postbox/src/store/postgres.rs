@@ -1,26 +1,28 @@
 //! The PostgreSQL store: the production back-end.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::Connection;
+use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
-// Statements built with format! below interpolate only `SchemaName::quoted()` and constant
-// text, which is why they may be wrapped in `AssertSqlSafe`.
-use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
+use super::list::{ListDialect, list_query};
 use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::sql::{PerSchema, render, safe};
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, FailedMark,
-    Horizon, HorizonProbe, ListParams, MarkFailedParams, MarkProcessedParams, Order, PurgeBatch,
-    PurgeKind, PurgeParams, RejectedTenant, ReleaseParams, RenewParams, ReportedSink,
-    RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant, TenantAddParams,
-    TenantStatus, Wakeups, ms, secs, storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, EventStatus,
+    FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams, MarkFailedParams,
+    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RejectedTenant, ReleaseParams,
+    RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent,
+    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
+use crate::glob::Glob;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
@@ -58,6 +60,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         name: "outbox_0007_ordering",
         sql: include_str!("../../sql/postgres/0007_ordering.sql"),
     },
+    Migration {
+        name: "outbox_0008_one_claim",
+        sql: include_str!("../../sql/postgres/0008_one_claim.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.
@@ -78,7 +84,6 @@ const REGISTRY_MIGRATIONS: &[Migration] = &[
 
 struct PgSql {
     claim: std::sync::Arc<str>,
-    claim_ordered: std::sync::Arc<str>,
     horizon: std::sync::Arc<str>,
     skip: std::sync::Arc<str>,
     renew: std::sync::Arc<str>,
@@ -96,13 +101,18 @@ struct PgSql {
     archive_purge: std::sync::Arc<str>,
     purge_failed: std::sync::Arc<str>,
     purge_failed_count: std::sync::Arc<str>,
+    tenant_list: std::sync::Arc<str>,
+    tenant_add: std::sync::Arc<str>,
+    tenant_set_status: std::sync::Arc<str>,
+    sinks_forget: std::sync::Arc<str>,
+    sinks_report: std::sync::Arc<str>,
+    sinks_reported: std::sync::Arc<str>,
 }
 
 impl PgSql {
     fn build(schema: &SchemaName) -> Self {
         PgSql {
             claim: render(include_str!("../../sql/postgres/claim.sql"), schema),
-            claim_ordered: render(include_str!("../../sql/postgres/claim_ordered.sql"), schema),
             horizon: render(include_str!("../../sql/postgres/horizon.sql"), schema),
             skip: render(include_str!("../../sql/postgres/skip.sql"), schema),
             renew: render(include_str!("../../sql/postgres/renew.sql"), schema),
@@ -130,6 +140,18 @@ impl PgSql {
             purge_failed: render(include_str!("../../sql/postgres/purge_failed.sql"), schema),
             purge_failed_count: render(
                 include_str!("../../sql/postgres/purge_failed_count.sql"),
+                schema,
+            ),
+            tenant_list: render(include_str!("../../sql/postgres/tenant_list.sql"), schema),
+            tenant_add: render(include_str!("../../sql/postgres/tenant_add.sql"), schema),
+            tenant_set_status: render(
+                include_str!("../../sql/postgres/tenant_set_status.sql"),
+                schema,
+            ),
+            sinks_forget: render(include_str!("../../sql/postgres/sinks_forget.sql"), schema),
+            sinks_report: render(include_str!("../../sql/postgres/sinks_report.sql"), schema),
+            sinks_reported: render(
+                include_str!("../../sql/postgres/sinks_reported.sql"),
                 schema,
             ),
         }
@@ -171,40 +193,41 @@ impl PgStore {
         &self.pool
     }
 
-    fn registry(&self) -> String {
-        format!("{}.postbox_tenants", self.default_schema.quoted())
-    }
-
     async fn migrate_in(
         conn: &mut sqlx::PgConnection,
         schema: &SchemaName,
         registry: bool,
     ) -> Result<Vec<String>> {
-        // Serialize concurrent migrations of the same schema (several relays starting at once).
-        sqlx::query("SELECT pg_advisory_xact_lock(7012026, hashtext($1))")
+        sqlx::query(include_str!("../../sql/postgres/migrate_lock.sql"))
             .bind(schema.as_str())
             .execute(&mut *conn)
             .await?;
-        let q = schema.quoted();
-        // "already exists, skipping" notices are noise in an operator's log.
-        sqlx::query("SET LOCAL client_min_messages = warning")
+        sqlx::query(include_str!("../../sql/postgres/migrate_quiet.sql"))
             .execute(&mut *conn)
             .await?;
-        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA IF NOT EXISTS {q}")))
-            .execute(&mut *conn)
-            .await?;
+        let create = render(include_str!("../../sql/postgres/create_schema.sql"), schema);
+        sqlx::raw_sql(safe(&create)).execute(&mut *conn).await?;
         let wanted: Vec<Migration> = OUTBOX_MIGRATIONS
             .iter()
             .chain(if registry { REGISTRY_MIGRATIONS } else { &[] })
             .copied()
             .collect();
-        let applied = migrations::apply::<sqlx::Postgres>(
-            conn,
-            &format!("{q}.postbox_schema_history"),
-            "TIMESTAMPTZ NOT NULL DEFAULT now()",
-            &wanted,
-            |template| render(template, schema).to_string(),
-        )
+        let history = migrations::History {
+            create: render(
+                include_str!("../../sql/postgres/history_create.sql"),
+                schema,
+            )
+            .to_string(),
+            read: render(include_str!("../../sql/postgres/history_read.sql"), schema).to_string(),
+            record: render(
+                include_str!("../../sql/postgres/history_record.sql"),
+                schema,
+            )
+            .to_string(),
+        };
+        let applied = migrations::apply::<sqlx::Postgres>(conn, &history, &wanted, |template| {
+            render(template, schema).to_string()
+        })
         .await?;
         Ok(applied)
     }
@@ -212,13 +235,11 @@ impl PgStore {
     /// Every registry row: a tenant, or why it cannot be served (a row added by hand with a
     /// name Postbox refuses).
     async fn tenant_rows(&self) -> Result<Vec<std::result::Result<Tenant, RejectedTenant>>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT id, schema_name, status, created_at FROM {} ORDER BY id",
-            self.registry()
-        )))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        let sql = self.sql.get(&self.default_schema);
+        let rows = sqlx::query(safe(&sql.tenant_list))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &self.default_schema))?;
         rows.iter()
             .map(|row| {
                 let id: String = row.try_get(0)?;
@@ -245,99 +266,53 @@ impl PgStore {
     }
 }
 
-/// One table's part of a list statement: its rows matching the filter, in the page's range.
-/// Only fixed SQL text and the quoted schema are pushed; every value is bound.
-fn list_branch(
-    query: &mut sqlx::QueryBuilder<sqlx::Postgres>,
-    schema: &SchemaName,
-    table: &'static str,
-    p: &ListParams<'_>,
-) {
-    let f = p.filter;
-    query.push(
-        "(SELECT id, status, event_type::text AS event_type, \
-         aggregate_type::text AS aggregate_type, aggregate_id::text AS aggregate_id, \
-         idempotency_key::text AS idempotency_key, event_class::text AS event_class, \
-         schema_version, headers::text AS headers, payload::text AS payload, retry_count, \
-         max_retries, last_error, processed_at, locked_until, locked_by, created_at, \
-         updated_at, ",
-    );
-    query.push(if table == "outbox_events" {
-        "NULL::timestamptz AS archived_at"
-    } else {
-        "archived_at"
-    });
-    query.push(format_args!(" FROM {}.{table} WHERE TRUE", schema.quoted()));
-    if !f.ids.is_empty() {
-        query.push(" AND id = ANY(");
-        query.push_bind(f.ids.clone());
-        query.push(")");
+/// The list statement's PostgreSQL words (`store/list.rs`): tables in the schema, arrays for
+/// lists, `LIKE` with an escape for globs.
+struct PgList<'a>(&'a SchemaName);
+
+impl ListDialect for PgList<'_> {
+    type Db = sqlx::Postgres;
+    const BRANCH: &'static str = "(";
+    const COLUMNS: &'static str = include_str!("../../sql/postgres/list_columns.sql");
+    const NULL_ARCHIVED_AT: &'static str = "NULL::timestamptz AS archived_at";
+
+    fn table(&self, table: &'static str) -> Cow<'static, str> {
+        Cow::Owned(format!("{}.{table}", self.0.quoted()))
     }
-    if !f.statuses.is_empty() {
-        let statuses: Vec<&'static str> = f.statuses.iter().map(|s| s.as_str()).collect();
-        query.push(" AND status = ANY(");
-        query.push_bind(statuses);
-        query.push(")");
+
+    fn parked(&self) -> Cow<'static, str> {
+        let sql = render(include_str!("../../sql/postgres/list_parked.sql"), self.0);
+        Cow::Owned(sql.to_string())
     }
-    if let Some(glob) = &f.event_type {
-        query.push(" AND event_type LIKE ");
-        query.push_bind(glob.to_like());
-        query.push(" ESCAPE '\\'");
+
+    fn ids(&self, q: &mut sqlx::QueryBuilder<Self::Db>, ids: &[i64]) {
+        q.push("id = ANY(").push_bind(ids.to_vec()).push(")");
     }
-    if let Some(glob) = &f.aggregate_type {
-        query.push(" AND aggregate_type LIKE ");
-        query.push_bind(glob.to_like());
-        query.push(" ESCAPE '\\'");
+
+    fn statuses(&self, q: &mut sqlx::QueryBuilder<Self::Db>, statuses: &[EventStatus]) {
+        let statuses: Vec<&'static str> = statuses.iter().map(|s| s.as_str()).collect();
+        q.push("status = ANY(").push_bind(statuses).push(")");
     }
-    if let Some(id) = &f.aggregate_id {
-        query.push(" AND aggregate_id = ");
-        query.push_bind(id.clone());
+
+    fn glob(&self, q: &mut sqlx::QueryBuilder<Self::Db>, column: &'static str, glob: &Glob) {
+        q.push(column).push(" LIKE ").push_bind(glob.to_like());
+        q.push(" ESCAPE '\\'");
     }
-    if f.parked && table == "outbox_events" {
-        query.push(format_args!(
-            " AND status = 'FAILED' AND skipped_at IS NULL AND aggregate_id IS NOT NULL \
-             AND EXISTS (SELECT 1 FROM {}.outbox_events l \
-             WHERE l.aggregate_type = {table}.aggregate_type \
-             AND l.aggregate_id = {table}.aggregate_id AND l.id > {table}.id \
-             AND l.status IN ('PENDING', 'PROCESSING'))",
-            schema.quoted()
-        ));
+
+    fn created(&self, q: &mut sqlx::QueryBuilder<Self::Db>, op: &'static str, t: DateTime<Utc>) {
+        q.push("created_at ").push(op).push(" ").push_bind(t);
     }
-    if let Some(since) = f.since {
-        query.push(" AND created_at >= ");
-        query.push_bind(since);
-    }
-    if let Some(until) = f.until {
-        query.push(" AND created_at < ");
-        query.push_bind(until);
-    }
-    let newest_first = p.order == Order::NewestFirst;
-    if let Some(after) = p.after {
-        query.push(if newest_first {
-            " AND id < "
-        } else {
-            " AND id > "
-        });
-        query.push_bind(after);
-    }
-    query.push(if newest_first {
-        " ORDER BY id DESC LIMIT "
-    } else {
-        " ORDER BY id ASC LIMIT "
-    });
-    query.push_bind(i64::from(p.limit));
-    query.push(")");
 }
 
 /// Takes the retention lock of `schema`'s outbox for the rest of `tx`: archiving and purging run
 /// one at a time per table (relays and commands alike). False when another session holds it.
 async fn retention_lock(tx: &mut sqlx::PgConnection, schema: &SchemaName) -> Result<bool> {
-    Ok(sqlx::query_scalar(
-        "SELECT pg_try_advisory_xact_lock(hashtext('postbox_retention'), hashtext($1))",
+    Ok(
+        sqlx::query_scalar(include_str!("../../sql/postgres/retention_lock.sql"))
+            .bind(schema.as_str())
+            .fetch_one(tx)
+            .await?,
     )
-    .bind(schema.as_str())
-    .fetch_one(tx)
-    .await?)
 }
 
 /// A batch size as the SQL functions take it.
@@ -378,23 +353,14 @@ impl Store for PgStore {
     async fn events_claim(&self, p: &ClaimParams<'_>) -> Result<Claimed> {
         let sql = self.sql.get(&p.target.schema);
         let token = Uuid::new_v4();
-        let ordered = p.order.is_on();
-        let query = sqlx::query(safe(if ordered {
-            &sql.claim_ordered
-        } else {
-            &sql.claim
-        }))
-        .bind(i32::try_from(p.batch_size).unwrap_or(i32::MAX))
-        .bind(ms(p.lease))
-        .bind(p.relay_id)
-        .bind(token);
-        let query = if ordered {
-            query
-                .bind(p.order.aggregate_types)
-                .bind(p.order.settled_through)
-        } else {
-            query
-        };
+        let query = sqlx::query(safe(&sql.claim))
+            .bind(i32::try_from(p.batch_size).unwrap_or(i32::MAX))
+            .bind(ms(p.lease))
+            .bind(p.relay_id)
+            .bind(token)
+            .bind(p.order.aggregate_types)
+            .bind(p.order.settled_through)
+            .bind(LEASE_EXPIRED);
         let rows = query
             .fetch_all(&self.pool)
             .await
@@ -516,20 +482,7 @@ impl Store for PgStore {
     async fn events_list(&self, p: &ListParams<'_>) -> Result<Vec<StoredEvent>> {
         p.filter.validate()?;
         let schema = &p.target.schema;
-        let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT * FROM (");
-        list_branch(&mut query, schema, "outbox_events", p);
-        if p.filter.reads_archive() {
-            query.push(" UNION ALL ");
-            list_branch(&mut query, schema, "outbox_events_archive", p);
-        }
-        query.push(") AS e ORDER BY id ");
-        query.push(match p.order {
-            Order::NewestFirst => "DESC",
-            Order::OldestFirst => "ASC",
-        });
-        query.push(" LIMIT ");
-        query.push_bind(i64::from(p.limit));
-        let rows = query
+        let rows = list_query(&PgList(schema), p)
             .build()
             .fetch_all(&self.pool)
             .await
@@ -691,18 +644,14 @@ impl Store for PgStore {
             return Err(Error::TenantExists(p.id.to_string()));
         }
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {} (id, schema_name) VALUES ($1, $2)
-             ON CONFLICT DO NOTHING
-             RETURNING id, schema_name, status, created_at",
-            self.registry()
-        )))
-        .bind(p.id.as_str())
-        .bind(schema.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| map_missing_table(e, &self.default_schema))?
-        .ok_or_else(|| Error::TenantExists(p.id.to_string()))?;
+        let sql = self.sql.get(&self.default_schema);
+        let row = sqlx::query(safe(&sql.tenant_add))
+            .bind(p.id.as_str())
+            .bind(schema.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| map_missing_table(e, &self.default_schema))?
+            .ok_or_else(|| Error::TenantExists(p.id.to_string()))?;
         let tenant = Self::tenant_from_row(&row)?;
         Self::migrate_in(&mut tx, &schema, false).await?;
         tx.commit().await?;
@@ -728,100 +677,73 @@ impl Store for PgStore {
     }
 
     async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant> {
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE {} SET status = $2 WHERE id = $1 RETURNING id, schema_name, status, created_at",
-            self.registry()
-        )))
-        .bind(id.as_str())
-        .bind(status.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| map_missing_table(e, &self.default_schema))?
-        .ok_or_else(|| Error::UnknownTenant(id.to_string()))?;
+        let sql = self.sql.get(&self.default_schema);
+        let row = sqlx::query(safe(&sql.tenant_set_status))
+            .bind(id.as_str())
+            .bind(status.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &self.default_schema))?
+            .ok_or_else(|| Error::UnknownTenant(id.to_string()))?;
         Self::tenant_from_row(&row)
     }
 
     async fn sinks_report(&self, relay_id: &str, sinks: &[SinkHealth]) -> Result<()> {
-        let table = format!("{}.postbox_sink_health", self.default_schema.quoted());
+        let sql = self.sql.get(&self.default_schema);
         let mut tx = self.pool.begin().await?;
-        // Safe: a quoted, validated schema name and a constant.
-        sqlx::query(AssertSqlSafe(format!(
-            "DELETE FROM {table} WHERE relay_id = $1 OR reported_at < now() - interval '1 day'"
-        )))
-        .bind(relay_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| map_missing_table(e, &self.default_schema))?;
-        for sink in sinks {
-            sqlx::query(AssertSqlSafe(format!(
-                "INSERT INTO {table} (relay_id, sink, up, since, last_error)
-                 VALUES ($1, $2, $3, $4, $5)"
-            )))
+        sqlx::query(safe(&sql.sinks_forget))
             .bind(relay_id)
-            .bind(&sink.name)
-            .bind(sink.up)
-            .bind(sink.since)
-            .bind(sink.last_error.as_deref().map(storable_error))
             .execute(&mut *tx)
-            .await?;
+            .await
+            .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        for sink in sinks {
+            sqlx::query(safe(&sql.sinks_report))
+                .bind(relay_id)
+                .bind(&sink.name)
+                .bind(sink.up)
+                .bind(sink.since)
+                .bind(sink.last_error.as_deref().map(storable_error))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
-        let rows: Vec<super::ReportedRow> = sqlx::query_as(AssertSqlSafe(format!(
-            "SELECT relay_id, sink, up, since, last_error,
-                        EXTRACT(EPOCH FROM now() - reported_at)::float8
-                 FROM {}.postbox_sink_health ORDER BY sink, relay_id",
-            self.default_schema.quoted()
-        )))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| map_missing_table(e, &self.default_schema))?;
+        let sql = self.sql.get(&self.default_schema);
+        let rows: Vec<super::ReportedRow> = sqlx::query_as(safe(&sql.sinks_reported))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &self.default_schema))?;
         Ok(super::reported_sinks(rows))
     }
 
     async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {
-        // Only transactions that hold a snapshot (backend_xmin) keep vacuum from working.
-        let age: Option<f64> = sqlx::query_scalar(
-            "SELECT EXTRACT(EPOCH FROM now() - min(xact_start))::float8
-             FROM pg_stat_activity
-             WHERE datname = current_database() AND backend_xmin IS NOT NULL
-               AND pid <> pg_backend_pid()",
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let age: Option<f64> =
+            sqlx::query_scalar(include_str!("../../sql/postgres/oldest_transaction.sql"))
+                .fetch_one(&self.pool)
+                .await?;
         Ok(secs(age))
     }
 
     async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
         let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
-        // The identity column's sequence, read without touching the table: one buffer each.
-        let heads: Vec<Option<i64>> = sqlx::query_scalar(
-            "SELECT CASE WHEN q.seq IS NULL THEN NULL
-                         -- NULL until the sequence's first use: no row yet.
-                         ELSE coalesce(pg_sequence_last_value(q.seq), 0) END
-             FROM unnest($1::text[]) WITH ORDINALITY AS s(name, n),
-                  LATERAL (SELECT to_regclass(quote_ident(s.name) || '.outbox_events_id_seq')
-                          AS seq) AS q
-             ORDER BY s.n",
-        )
-        .bind(&schemas)
-        .fetch_all(&self.pool)
-        .await?;
+        let heads: Vec<Option<i64>> =
+            sqlx::query_scalar(include_str!("../../sql/postgres/heads.sql"))
+                .bind(&schemas)
+                .fetch_all(&self.pool)
+                .await?;
         Ok(heads)
     }
 
     async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
         let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT schemaname::text, n_dead_tup FROM pg_stat_user_tables
-             WHERE relname = 'outbox_events' AND schemaname = ANY($1)",
-        )
-        .bind(&schemas)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as(include_str!("../../sql/postgres/dead_rows.sql"))
+                .bind(&schemas)
+                .fetch_all(&self.pool)
+                .await?;
         Ok(schemas
             .iter()
             .map(|s| {
@@ -838,15 +760,11 @@ impl Store for PgStore {
         let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
         // Only the owner (or a superuser) may vacuum; anyone else gets a warning and nothing
         // done, so ask first.
-        let may: Option<bool> = sqlx::query_scalar(
-            "SELECT pg_has_role(c.relowner, 'USAGE')
-                    OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = $1 AND c.relname = 'outbox_events'",
-        )
-        .bind(target.schema.as_str())
-        .fetch_optional(&mut conn)
-        .await?;
+        let may: Option<bool> =
+            sqlx::query_scalar(include_str!("../../sql/postgres/may_vacuum.sql"))
+                .bind(target.schema.as_str())
+                .fetch_optional(&mut conn)
+                .await?;
         match may {
             None => {
                 return Err(Error::NotMigrated {
@@ -860,17 +778,14 @@ impl Store for PgStore {
             }
             Some(true) => {}
         }
-        // One relay vacuums a table at a time; the others skip it. The lock is the session's,
-        // so it goes with the connection.
-        let ours: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(7012027, hashtext($1))")
+        let ours: bool = sqlx::query_scalar(include_str!("../../sql/postgres/vacuum_lock.sql"))
             .bind(target.schema.as_str())
             .fetch_one(&mut conn)
             .await?;
         if !ours {
             return Ok(());
         }
-        // Waits for an autovacuum worker to give way, not for an operator's vacuum.
-        sqlx::raw_sql("SET lock_timeout = '60s'")
+        sqlx::raw_sql(include_str!("../../sql/postgres/vacuum_wait.sql"))
             .execute(&mut conn)
             .await?;
         let sql = self.sql.get(&target.schema);

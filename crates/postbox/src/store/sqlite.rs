@@ -1,23 +1,27 @@
 //! The SQLite store: the embedded, zero-setup default. One outbox per database file; no tenants.
 
+use std::borrow::Cow;
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use uuid::Uuid;
 
+use super::list::{ListDialect, list_query};
 use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, FailedMark, ListParams,
-    MarkFailedParams, MarkProcessedParams, Order, PurgeBatch, PurgeKind, PurgeParams,
-    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts,
-    Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EventStatus, FailedMark,
+    LEASE_EXPIRED, ListParams, MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind,
+    PurgeParams, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams,
+    StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs,
+    storable_error,
 };
 use crate::error::{Error, Result};
+use crate::glob::Glob;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
@@ -115,86 +119,47 @@ fn ids_json(ids: &[i64]) -> String {
     s
 }
 
-/// One table's part of a list statement (see the PostgreSQL store's): fixed SQL text, every
-/// value bound. Globs use `GLOB`, case-sensitive like the globs themselves; times compare through
+/// The list statement's SQLite words (`store/list.rs`): JSON arrays read with `json_each` for
+/// lists, `GLOB` for globs (case-sensitive like the globs themselves), times compared through
 /// `julianday`, which reads every date form SQLite knows.
-fn list_branch(
-    query: &mut sqlx::QueryBuilder<sqlx::Sqlite>,
-    table: &'static str,
-    p: &ListParams<'_>,
-) {
-    let f = p.filter;
-    query.push(
-        "SELECT * FROM (SELECT id, status, event_type, aggregate_type, aggregate_id, \
-         idempotency_key, event_class, schema_version, headers, payload, retry_count, \
-         max_retries, last_error, processed_at, locked_until, locked_by, created_at, \
-         updated_at, ",
-    );
-    query.push(if table == "outbox_events" {
-        "NULL AS archived_at"
-    } else {
-        "archived_at"
-    });
-    query.push(format_args!(" FROM {table} WHERE 1"));
-    if !f.ids.is_empty() {
-        query.push(" AND id IN (SELECT value FROM json_each(");
-        query.push_bind(ids_json(&f.ids));
-        query.push("))");
+struct SqliteList;
+
+impl ListDialect for SqliteList {
+    type Db = sqlx::Sqlite;
+    const BRANCH: &'static str = "SELECT * FROM (";
+    const COLUMNS: &'static str = include_str!("../../sql/sqlite/list_columns.sql");
+    const NULL_ARCHIVED_AT: &'static str = "NULL AS archived_at";
+
+    fn table(&self, table: &'static str) -> Cow<'static, str> {
+        Cow::Borrowed(table)
     }
-    if !f.statuses.is_empty() {
-        let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
-        query.push(" AND status IN (SELECT value FROM json_each(");
-        query.push_bind(serde_json::to_string(&statuses).unwrap_or_default());
-        query.push("))");
+
+    fn parked(&self) -> Cow<'static, str> {
+        Cow::Borrowed(include_str!("../../sql/sqlite/list_parked.sql"))
     }
-    if let Some(glob) = &f.event_type {
-        query.push(" AND event_type GLOB ");
-        query.push_bind(glob.to_sqlite_glob().to_owned());
+
+    fn ids(&self, q: &mut sqlx::QueryBuilder<Self::Db>, ids: &[i64]) {
+        q.push("id IN (SELECT value FROM json_each(");
+        q.push_bind(ids_json(ids)).push("))");
     }
-    if let Some(glob) = &f.aggregate_type {
-        query.push(" AND aggregate_type GLOB ");
-        query.push_bind(glob.to_sqlite_glob().to_owned());
+
+    fn statuses(&self, q: &mut sqlx::QueryBuilder<Self::Db>, statuses: &[EventStatus]) {
+        let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        q.push("status IN (SELECT value FROM json_each(");
+        q.push_bind(serde_json::to_string(&statuses).unwrap_or_default());
+        q.push("))");
     }
-    if let Some(id) = &f.aggregate_id {
-        query.push(" AND aggregate_id = ");
-        query.push_bind(id.clone());
+
+    fn glob(&self, q: &mut sqlx::QueryBuilder<Self::Db>, column: &'static str, glob: &Glob) {
+        q.push(column).push(" GLOB ");
+        q.push_bind(glob.to_sqlite_glob().to_owned());
     }
-    if f.parked && table == "outbox_events" {
-        query.push(
-            " AND status = 'FAILED' AND skipped_at IS NULL AND aggregate_id IS NOT NULL \
-             AND EXISTS (SELECT 1 FROM outbox_events l \
-             WHERE l.aggregate_type = outbox_events.aggregate_type \
-             AND l.aggregate_id = outbox_events.aggregate_id AND l.id > outbox_events.id \
-             AND l.status IN ('PENDING', 'PROCESSING'))",
-        );
+
+    fn created(&self, q: &mut sqlx::QueryBuilder<Self::Db>, op: &'static str, t: DateTime<Utc>) {
+        let t = t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string();
+        q.push("julianday(created_at) ").push(op);
+        q.push(" julianday(").push_bind(t).push(")");
     }
-    let julian = |t: chrono::DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string();
-    if let Some(since) = f.since {
-        query.push(" AND julianday(created_at) >= julianday(");
-        query.push_bind(julian(since));
-        query.push(")");
-    }
-    if let Some(until) = f.until {
-        query.push(" AND julianday(created_at) < julianday(");
-        query.push_bind(julian(until));
-        query.push(")");
-    }
-    let newest_first = p.order == Order::NewestFirst;
-    if let Some(after) = p.after {
-        query.push(if newest_first {
-            " AND id < "
-        } else {
-            " AND id > "
-        });
-        query.push_bind(after);
-    }
-    query.push(if newest_first {
-        " ORDER BY id DESC LIMIT "
-    } else {
-        " ORDER BY id ASC LIMIT "
-    });
-    query.push_bind(i64::from(p.limit));
-    query.push(")");
 }
 
 fn map_missing_table(err: sqlx::Error) -> Error {
@@ -212,14 +177,13 @@ fn map_missing_table(err: sqlx::Error) -> Error {
 impl Store for SqliteStore {
     async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let applied = migrations::apply::<sqlx::Sqlite>(
-            &mut tx,
-            "postbox_schema_history",
-            "TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-            MIGRATIONS,
-            str::to_owned,
-        )
-        .await?;
+        let history = migrations::History {
+            create: include_str!("../../sql/sqlite/history_create.sql").to_owned(),
+            read: include_str!("../../sql/sqlite/history_read.sql").to_owned(),
+            record: include_str!("../../sql/sqlite/history_record.sql").to_owned(),
+        };
+        let applied =
+            migrations::apply::<sqlx::Sqlite>(&mut tx, &history, MIGRATIONS, str::to_owned).await?;
         tx.commit().await?;
         Ok(applied)
     }
@@ -232,15 +196,9 @@ impl Store for SqliteStore {
         Self::check_target(p.target)?;
         let token = Uuid::new_v4();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        // Ids are drawn in commit order here (one writer at a time): the horizon is not needed.
-        let pick = if p.order.is_on() {
-            sqlx::query_as(include_str!("../../sql/sqlite/claim_pick_ordered.sql"))
-                .bind(i64::from(p.batch_size))
-                .bind(serde_json::to_string(p.order.aggregate_types)?)
-        } else {
-            sqlx::query_as(include_str!("../../sql/sqlite/claim_pick.sql"))
-                .bind(i64::from(p.batch_size))
-        };
+        let pick = sqlx::query_as(include_str!("../../sql/sqlite/claim_pick.sql"))
+            .bind(i64::from(p.batch_size))
+            .bind(serde_json::to_string(p.order.aggregate_types)?);
         let picked: Vec<(i64, bool)> = pick.fetch_all(&mut *tx).await.map_err(map_missing_table)?;
         let mut claimed = Claimed {
             claim_token: token,
@@ -262,6 +220,7 @@ impl Store for SqliteStore {
             .bind(p.relay_id)
             .bind(token.to_string())
             .bind(ids_json(&stale))
+            .bind(LEASE_EXPIRED)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -378,20 +337,7 @@ impl Store for SqliteStore {
     async fn events_list(&self, p: &ListParams<'_>) -> Result<Vec<StoredEvent>> {
         Self::check_target(p.target)?;
         p.filter.validate()?;
-        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new("SELECT * FROM (");
-        list_branch(&mut query, "outbox_events", p);
-        if p.filter.reads_archive() {
-            query.push(" UNION ALL ");
-            list_branch(&mut query, "outbox_events_archive", p);
-        }
-        query.push(") ORDER BY id ");
-        query.push(match p.order {
-            Order::NewestFirst => "DESC",
-            Order::OldestFirst => "ASC",
-        });
-        query.push(" LIMIT ");
-        query.push_bind(i64::from(p.limit));
-        let rows = query
+        let rows = list_query(&SqliteList, p)
             .build()
             .fetch_all(&self.pool)
             .await
@@ -490,10 +436,9 @@ impl Store for SqliteStore {
     }
 
     async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        let head: Option<i64> =
-            sqlx::query_scalar("SELECT seq FROM sqlite_sequence WHERE name = 'outbox_events'")
-                .fetch_optional(&self.pool)
-                .await?;
+        let head: Option<i64> = sqlx::query_scalar(include_str!("../../sql/sqlite/head.sql"))
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(targets
             .iter()
             .map(|t| {
@@ -553,40 +498,31 @@ impl Store for SqliteStore {
 
     async fn sinks_report(&self, relay_id: &str, sinks: &[SinkHealth]) -> Result<()> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(
-            "DELETE FROM postbox_sink_health WHERE relay_id = ?1
-                OR reported_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')",
-        )
-        .bind(relay_id)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_missing_table)?;
-        for sink in sinks {
-            sqlx::query(
-                "INSERT INTO postbox_sink_health (relay_id, sink, up, since, last_error)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
+        sqlx::query(include_str!("../../sql/sqlite/sinks_forget.sql"))
             .bind(relay_id)
-            .bind(&sink.name)
-            .bind(sink.up)
-            .bind(sink.since.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-            .bind(sink.last_error.as_deref().map(storable_error))
             .execute(&mut *tx)
-            .await?;
+            .await
+            .map_err(map_missing_table)?;
+        for sink in sinks {
+            sqlx::query(include_str!("../../sql/sqlite/sinks_report.sql"))
+                .bind(relay_id)
+                .bind(&sink.name)
+                .bind(sink.up)
+                .bind(sink.since.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+                .bind(sink.last_error.as_deref().map(storable_error))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
-        let rows: Vec<super::ReportedRow> = sqlx::query_as(
-            "SELECT relay_id, sink, up, since, last_error,
-                    (julianday('now') - julianday(reported_at)) * 86400.0
-             FROM postbox_sink_health ORDER BY sink, relay_id",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_missing_table)?;
+        let rows: Vec<super::ReportedRow> =
+            sqlx::query_as(include_str!("../../sql/sqlite/sinks_reported.sql"))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_missing_table)?;
         Ok(super::reported_sinks(rows))
     }
 

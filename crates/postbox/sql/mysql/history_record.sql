@@ -1,0 +1,2 @@
+-- Records migration ? as applied.
+INSERT INTO postbox_schema_history (name) VALUES (?)

@@ -1,0 +1,6 @@
+-- An operator's retry of FAILED events ({ids}): back to PENDING with no tries counted, a skip
+-- undone. Events in any other state are left alone.
+UPDATE outbox_events
+SET status = 'PENDING', retry_count = 0, locked_until = NULL, skipped_at = NULL,
+    updated_at = UTC_TIMESTAMP(6)
+WHERE status = 'FAILED' AND id IN ({ids})

@@ -1,0 +1,5 @@
+-- An operator's retry of every FAILED event (see retry_failed.sql).
+UPDATE outbox_events
+SET status = 'PENDING', retry_count = 0, locked_until = NULL, skipped_at = NULL,
+    updated_at = UTC_TIMESTAMP(6)
+WHERE status = 'FAILED'

@@ -1,0 +1,2 @@
+-- Gives back the named lock of lock.sql (? the task's prefix).
+DO RELEASE_LOCK(CONCAT(?, DATABASE()))
