@@ -19,7 +19,9 @@ use tokio::time::Instant;
 use crate::BenchError;
 use crate::db::{Db, Extra};
 use crate::phases;
-use crate::report::{ClaimTimes, HistoryDrain, HistoryRun, HistoryWindow, Throughput, rss_kib};
+use crate::report::{
+    ClaimTimes, DrainCase, HistoryDrain, HistoryRun, HistoryWindow, Throughput, rss_kib,
+};
 
 /// What the phase takes.
 pub(crate) struct HistoryPlan {
@@ -79,10 +81,30 @@ pub(crate) async fn run(
     // Retention a third of the run: the history spans two retentions, so half of it is due at
     // once and the rest comes due while the run goes on, as do the new events after a while.
     let retention = plan.duration / 3;
-    // The same backlog drained by one relay on the empty table, then on the long one.
-    let drain_once = || drain_backlog(pool, &relay_dbs[..1], config, plan.drain_events, bars);
+    // The same backlog drained by one relay on the empty table, then on the long one: each time
+    // quiet, then with a snapshot held open throughout.
+    let drain_both = || async {
+        let (quiet, quiet_claims) = drain_backlog(
+            pool,
+            &relay_dbs[..1],
+            config,
+            plan.drain_events,
+            false,
+            bars,
+        )
+        .await?;
+        let (held, held_claims) =
+            drain_backlog(pool, &relay_dbs[..1], config, plan.drain_events, true, bars).await?;
+        Ok::<_, BenchError>(DrainCase {
+            held_over_quiet: held.per_second / quiet.per_second,
+            quiet,
+            quiet_claims,
+            held,
+            held_claims,
+        })
+    };
     let on_empty = if plan.drain_events > 0 {
-        let drained = drain_once().await?;
+        let drained = drain_both().await?;
         sqlx::query("TRUNCATE outbox_events")
             .execute(pool)
             .await
@@ -93,15 +115,13 @@ pub(crate) async fn run(
     };
     write_history(pool, plan.rows, retention * 2).await?;
     let drain = match on_empty {
-        Some((empty, empty_claims)) => {
-            let (history, history_claims) = drain_once().await?;
+        Some(empty) => {
+            let history = drain_both().await?;
             Some(HistoryDrain {
                 events: plan.drain_events,
-                ratio: history.per_second / empty.per_second,
+                ratio: history.quiet.per_second / empty.quiet.per_second,
                 empty,
-                empty_claims,
                 history,
-                history_claims,
             })
         }
         None => None,
@@ -243,12 +263,14 @@ pub(crate) async fn run(
 
 /// Writes `events` pending events by plain SQL, as a producer in another language would, takes
 /// statistics while they are pending (the worst moment for a DBA's `ANALYZE`), and drains them
-/// with `relay_dbs`' relays.
+/// with `relay_dbs`' relays; with `hold`, while a `REPEATABLE READ` transaction that read the
+/// table stays open (its snapshot keeps every row version the drain's marks replace).
 async fn drain_backlog(
     pool: &PgPool,
     relay_dbs: &[Db],
     config: &RelayConfig,
     events: u64,
+    hold: bool,
     bars: &dyn Fn(u64, &str) -> ProgressBar,
 ) -> Result<(Throughput, Option<ClaimTimes>), BenchError> {
     sqlx::query(
@@ -266,9 +288,31 @@ async fn drain_backlog(
         .execute(pool)
         .await
         .map_err(BenchError::db)?;
-    let bar = bars(events, "history: drain a backlog");
+    let held = if hold {
+        let mut report = pool.begin().await.map_err(BenchError::db)?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .execute(&mut *report)
+            .await
+            .map_err(BenchError::db)?;
+        sqlx::query("SELECT count(*) FROM outbox_events")
+            .execute(&mut *report)
+            .await
+            .map_err(BenchError::db)?;
+        Some(report)
+    } else {
+        None
+    };
+    let what = if hold {
+        "history: drain a backlog, snapshot held"
+    } else {
+        "history: drain a backlog"
+    };
+    let bar = bars(events, what);
     let drained = phases::drain(relay_dbs, config, events, &bar).await?;
     bar.finish_and_clear();
+    if let Some(report) = held {
+        report.rollback().await.map_err(BenchError::db)?;
+    }
     Ok(drained)
 }
 
@@ -327,15 +371,17 @@ fn window_latency(times: &Mutex<Times>) -> Result<(u64, (f64, f64)), BenchError>
     Ok((count, (ms(0.5), ms(0.99))))
 }
 
-/// The cost of a claim of 100 on the table as it is: 20 claims, each rolled back (nothing is
-/// taken from the relays), p50 and p99 in ms.
+/// The cost of a claim of 100 on the table as it is, from the start of the table (a relay's
+/// sweep; its other claims start from its floor): 20 claims, each rolled back (nothing is taken
+/// from the relays), p50 and p99 in ms.
 async fn claim_probe(pool: &PgPool) -> Result<(f64, f64), BenchError> {
     let mut hist = Histogram::<u64>::new(3).map_err(|e| BenchError::Check(e.to_string()))?;
     for _ in 0..20 {
         let mut tx = pool.begin().await.map_err(BenchError::db)?;
         let started = Instant::now();
         sqlx::query(
-            "SELECT count(*) FROM postbox_claim(100, 30000, 'bench-probe', gen_random_uuid())",
+            "SELECT count(*) FROM postbox_claim(100, 30000, 'bench-probe', gen_random_uuid(),
+                                                 ARRAY[]::text[], 0, 'probe', 0)",
         )
         .execute(&mut *tx)
         .await

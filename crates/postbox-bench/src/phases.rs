@@ -163,6 +163,7 @@ pub(crate) async fn ceiling(
                         batch_size: config.batch_size,
                         lease: config.lease,
                         relay_id: &relay_id,
+                        floor: 0,
                         order: Default::default(),
                     })
                     .await?;

@@ -267,21 +267,34 @@ pub struct HistoryRun {
 }
 
 /// One relay draining the same plain-SQL backlog (statistics taken while it is pending) on an
-/// empty table and on the table with the history phase's history.
+/// empty table and on the table with the history phase's history, each time on a quiet database
+/// and with a `REPEATABLE READ` snapshot held open throughout (what a `pg_dump`, a long report
+/// or a replica with `hot_standby_feedback` does).
 #[derive(Clone, Debug, Serialize)]
 pub struct HistoryDrain {
     /// Events in each backlog.
     pub events: u64,
     /// On the empty table.
-    pub empty: Throughput,
-    /// The relay's claims there.
-    pub empty_claims: Option<ClaimTimes>,
+    pub empty: DrainCase,
     /// On the table with the history.
-    pub history: Throughput,
-    /// The relay's claims there.
-    pub history_claims: Option<ClaimTimes>,
-    /// `history / empty` events/s.
+    pub history: DrainCase,
+    /// `history / empty` events/s, quiet.
     pub ratio: f64,
+}
+
+/// One backlog drained quiet and with a snapshot held.
+#[derive(Clone, Debug, Serialize)]
+pub struct DrainCase {
+    /// On a quiet database.
+    pub quiet: Throughput,
+    /// The relay's claims there.
+    pub quiet_claims: Option<ClaimTimes>,
+    /// With a snapshot held open throughout.
+    pub held: Throughput,
+    /// The relay's claims there.
+    pub held_claims: Option<ClaimTimes>,
+    /// `held / quiet` events/s.
+    pub held_over_quiet: f64,
 }
 
 /// Everything one `postbox bench` run measured.
@@ -448,14 +461,21 @@ impl BenchReport {
             if let Some(d) = &h.drain {
                 let _ = writeln!(
                     out,
-                    "  drain of {} plain-SQL events, ANALYZE while pending, 1 relay: {:.0} events/s on the empty table (claim p50/p99 {} ms), {:.0} with the history (claim p50/p99 {} ms): {:.2}x",
+                    "  drain of {} plain-SQL events, ANALYZE while pending, 1 relay (events/s, claim p50/p99 ms):",
                     d.events,
-                    d.empty.per_second,
-                    claim_cell(d.empty_claims),
-                    d.history.per_second,
-                    claim_cell(d.history_claims),
-                    d.ratio
                 );
+                for (table, case) in [("empty table", &d.empty), ("with the history", &d.history)] {
+                    let _ = writeln!(
+                        out,
+                        "    {table:<17} quiet {:>8.0} ({})  snapshot held {:>8.0} ({})  held/quiet {:.2}x",
+                        case.quiet.per_second,
+                        claim_cell(case.quiet_claims),
+                        case.held.per_second,
+                        claim_cell(case.held_claims),
+                        case.held_over_quiet,
+                    );
+                }
+                let _ = writeln!(out, "    history/empty (quiet) {:.2}x", d.ratio);
             }
             let _ = writeln!(
                 out,

@@ -13,8 +13,8 @@ use crate::schedule::FaultKind;
 #[command(
     name = "postbox-chaos",
     version,
-    about = "A seeded chaos run: kill, pause and cut off relays, restart PostgreSQL, then account \
-             for every event",
+    about = "A seeded chaos run: kill, pause and cut off relays, restart PostgreSQL, hold a \
+             snapshot open, then account for every event",
     long_about = "A seeded, replayable chaos run against real processes. It starts a PostgreSQL \
                   cluster of its own (initdb in a temporary directory, on a free port; removed \
                   afterwards), migrates it with `postbox migrate`, and runs --relays `postbox \
@@ -23,7 +23,8 @@ use crate::schedule::FaultKind;
                   the same transaction, and by plain SQL), rolling back a share of transactions \
                   on purpose. Meanwhile a schedule drawn from --seed kills relays (SIGKILL, then \
                   a replacement), pauses them past their lease (SIGSTOP, SIGCONT), restarts \
-                  PostgreSQL, and stalls or cuts off the broker. Then it waits for the outbox to \
+                  PostgreSQL, stalls or cuts off the broker, and holds a REPEATABLE READ \
+                  snapshot open for minutes (long-transaction). Then it waits for the outbox to \
                   drain, reads back everything the broker received, and prints a table: \
                   committed, published, lost, ghosts, duplicates against their bound, FAILED \
                   events, faults injected.\n\n\

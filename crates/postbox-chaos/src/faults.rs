@@ -158,6 +158,19 @@ async fn apply(fault: &Fault, targets: &Targets<'_>) -> anyhow::Result<(bool, Op
             targets.proxy.up();
             Ok((true, None))
         }
+        FaultKind::LongTransaction => {
+            let mut report = targets.pool.begin().await?;
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *report)
+                .await?;
+            sqlx::query("SELECT count(*) FROM outbox_events")
+                .execute(&mut *report)
+                .await?;
+            tokio::time::sleep(fault.hold).await;
+            // A PostgreSQL restart meanwhile (another lane's fault) ends it first.
+            report.rollback().await.ok();
+            Ok((true, None))
+        }
     }
 }
 
@@ -213,6 +226,8 @@ pub(crate) fn duplicate_bound(
     match injected.fault.kind {
         FaultKind::Kill | FaultKind::Pause => batch,
         FaultKind::PgRestart | FaultKind::BrokerDown => batch * relays,
+        // Slower claims, never a repeat.
+        FaultKind::LongTransaction => 0,
         FaultKind::BrokerStall => {
             let timeout = publish_timeout.as_millis().max(1) as u64;
             let windows = (injected.fault.hold.as_millis() as u64).div_ceil(timeout);

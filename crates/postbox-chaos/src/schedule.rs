@@ -22,16 +22,20 @@ pub(crate) enum FaultKind {
     BrokerStall,
     /// The broker refuses connections for `hold`.
     BrokerDown,
+    /// A `REPEATABLE READ` transaction that read the outbox stays open for `hold` (a `pg_dump`,
+    /// a long report): nothing can remove the row versions the relays' marks leave meanwhile.
+    LongTransaction,
 }
 
 impl FaultKind {
     /// Every kind, in the order reports list them.
-    pub(crate) const ALL: [FaultKind; 5] = [
+    pub(crate) const ALL: [FaultKind; 6] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::PgRestart,
         FaultKind::BrokerStall,
         FaultKind::BrokerDown,
+        FaultKind::LongTransaction,
     ];
 
     /// What it hurts: faults of one lane never overlap; with `--overlap`, faults of different
@@ -39,7 +43,7 @@ impl FaultKind {
     pub(crate) fn lane(self) -> Lane {
         match self {
             FaultKind::Kill | FaultKind::Pause => Lane::Relays,
-            FaultKind::PgRestart => Lane::Database,
+            FaultKind::PgRestart | FaultKind::LongTransaction => Lane::Database,
             FaultKind::BrokerStall | FaultKind::BrokerDown => Lane::Broker,
         }
     }
@@ -51,6 +55,7 @@ impl FaultKind {
             FaultKind::PgRestart => "pg-restart",
             FaultKind::BrokerStall => "broker-stall",
             FaultKind::BrokerDown => "broker-down",
+            FaultKind::LongTransaction => "long-transaction",
         }
     }
 }
@@ -108,6 +113,9 @@ impl fmt::Display for Fault {
             ),
             FaultKind::BrokerStall => write!(f, "{at:>8.1}s  stall the broker for {hold:.1}s"),
             FaultKind::BrokerDown => write!(f, "{at:>8.1}s  cut the broker off for {hold:.1}s"),
+            FaultKind::LongTransaction => {
+                write!(f, "{at:>8.1}s  hold a snapshot open for {hold:.1}s")
+            }
         }
     }
 }
@@ -216,6 +224,12 @@ fn draw(
             FaultKind::PgRestart => between(rng, Duration::ZERO, p.max_pg_downtime),
             FaultKind::BrokerStall | FaultKind::BrokerDown => {
                 between(rng, Duration::from_millis(500), p.max_outage)
+            }
+            // Minutes in a long run (a twelfth to a sixth of it, three minutes at most), so
+            // that the relays mark thousands of events behind it.
+            FaultKind::LongTransaction => {
+                let most = (p.duration / 6).min(Duration::from_secs(180));
+                between(rng, most / 2, most)
             }
         };
         let gap = between(rng, gap / 2, gap * 3 / 2);

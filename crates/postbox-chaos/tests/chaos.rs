@@ -1,5 +1,5 @@
 //! The CI chaos run: two minutes of faults (relays killed and paused past their lease,
-//! PostgreSQL restarted, the broker stalled and cut off) while producers commit 20,000 events,
+//! PostgreSQL restarted, the broker stalled and cut off, a snapshot held open) while producers commit 20,000 events,
 //! against the real PostgreSQL binaries and Redis of this machine. The checker must pass: nothing
 //! lost, no ghost, duplicates within their bound, nothing FAILED, no relay dead on its own.
 //!
@@ -75,7 +75,14 @@ fn two_minutes_of_faults_lose_nothing_and_publish_no_ghost() {
         "{}",
         context()
     );
-    for kind in ["kill", "pause", "pg-restart", "broker-stall", "broker-down"] {
+    for kind in [
+        "kill",
+        "pause",
+        "pg-restart",
+        "broker-stall",
+        "broker-down",
+        "long-transaction",
+    ] {
         assert!(
             report["faults"][kind].as_u64() >= Some(1),
             "no {kind} fault was injected\n{}",

@@ -93,6 +93,21 @@ pub enum Error {
         schema: String,
     },
 
+    /// An index of the outbox table that is built without blocking writes (`CREATE INDEX
+    /// CONCURRENTLY`, after the migrations) could not be built, usually because a transaction
+    /// stayed open for the whole wait. The outbox works without it, more slowly.
+    #[error(
+        "the index {index} of {schema}.outbox_events could not be built ({reason}); the outbox works without it, but claims of retried events walk more of the table. A transaction that stays open (a pg_dump, a long report) holds the build back: run `postbox migrate` again once it has ended"
+    )]
+    IndexNotBuilt {
+        /// The schema.
+        schema: String,
+        /// The index.
+        index: &'static str,
+        /// Why, as the database said.
+        reason: String,
+    },
+
     /// A drain gave up: its events' destinations stayed unavailable for the drain's patience
     /// ([`RelayConfig::drain_patience`](crate::RelayConfig::drain_patience)). Those events are
     /// `PENDING`, with no try spent; nothing was lost.

@@ -136,13 +136,31 @@ async fn costs(db: &TestDb) -> Costs {
     let token = "'00000000-0000-0000-0000-000000000001'::uuid";
     let claim = include_str!("../sql/postgres/claim.sql");
     let mut out = Vec::new();
+    // A relay's first floor (and its sweep every minute): from the start of the polling index.
+    let floor_sql = include_str!("../sql/postgres/floor.sql");
+    let max = i64::MAX;
+    // (Read once first: the session's first call plans the function, reading the catalog.)
+    let floor: i64 = sqlx::query_scalar("SELECT postbox_floor(0, $1)")
+        .bind(max)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("floor");
+    out.push((
+        "floor_sweep",
+        buffers(&mut conn, "floor_sweep", floor_sql, &format!("0, {max}")).await,
+    ));
+    out.push((
+        "floor",
+        buffers(&mut conn, "floor", floor_sql, &format!("{floor}, {max}")).await,
+    ));
+    // Claims from the relay's floor, as relays make them.
     out.push((
         "claim",
         buffers(
             &mut conn,
             "claim",
             claim,
-            &format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired'"),
+            &format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}"),
         )
         .await,
     ));
@@ -281,7 +299,7 @@ async fn costs(db: &TestDb) -> Costs {
             claim,
             &format!(
                 "{BATCH}, 30000, 'r2', '00000000-0000-0000-0000-000000000002'::uuid, \
-                 ARRAY['Invoice']::text[], 9223372036854775807, 'lease expired'"
+                 ARRAY['Invoice']::text[], 9223372036854775807, 'lease expired', {floor}"
             ),
         )
         .await,

@@ -251,6 +251,7 @@ async fn claim_ordered(store: &PgStore, batch_size: u32, settled_through: i64) -
             batch_size,
             lease: Duration::from_secs(30),
             relay_id: "r",
+            floor: 0,
             order: ClaimOrder {
                 aggregate_types: &["Invoice".to_owned()],
                 settled_through,

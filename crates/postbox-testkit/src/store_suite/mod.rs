@@ -157,16 +157,51 @@ fn target<B: StoreHarness>(b: &B) -> Target {
 }
 
 async fn claim<B: StoreHarness>(b: &B, relay: &str, batch_size: u32, lease: Duration) -> Claimed {
+    claim_from(b, relay, batch_size, lease, 0).await
+}
+
+async fn claim_from<B: StoreHarness>(
+    b: &B,
+    relay: &str,
+    batch_size: u32,
+    lease: Duration,
+    floor: i64,
+) -> Claimed {
     b.store()
         .events_claim(&ClaimParams {
             target: &target(b),
             batch_size,
             lease,
             relay_id: relay,
+            floor,
             order: Default::default(),
         })
         .await
         .expect("claim")
+}
+
+/// The commit horizon once it has passed `id` (no transaction writes to the table here).
+async fn settled_past<B: StoreHarness>(b: &B, id: i64) -> i64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut probe = None;
+    loop {
+        let horizon = b
+            .store()
+            .commit_horizon(&target(b), probe.as_ref())
+            .await
+            .expect("commit horizon");
+        if let Some(settled) = horizon.settled
+            && settled >= id
+        {
+            return settled;
+        }
+        probe = horizon.probe;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the commit horizon did not pass {id} in 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 async fn mark_processed<B: StoreHarness>(b: &B, token: Uuid, ids: &[i64]) -> u64 {
@@ -698,6 +733,95 @@ pub async fn a_release_puts_events_back_after_a_delay_without_spending_a_try<B: 
     let again = claim(&b, "r2", 10, Duration::from_secs(30)).await;
     let again: Vec<i64> = again.events.iter().map(|e| e.id).collect();
     assert_eq!(again, ids[..2]);
+}
+
+/// A conformance case; see the module docs.
+///
+/// A claim from a floor (see [`Store::claim_floor`]) takes new work at or above it, and below it
+/// every event that went wrong once: a failed try once its backoff is over, an event put back
+/// while its destination was down, an operator's retry, and a lease taken over from a relay that
+/// claimed such an event and stopped. Stores that do not claim from a floor pass it as well.
+pub async fn claims_from_a_floor_still_take_what_went_wrong_below_it<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 6).await;
+    let (backing_off, released, retried) = (ids[0], ids[1], ids[2]);
+    let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
+    assert_eq!(c.events.len(), 6);
+    // A backoff long enough to outlast the claims below, whatever the store's horizon takes.
+    b.store()
+        .events_mark_failed(&MarkFailedParams {
+            target: &target(&b),
+            claim_token: c.claim_token,
+            tries: &[failed(backing_off, "timeout", false)],
+            retry: Backoff {
+                base: Duration::from_millis(1500),
+                cap: Duration::from_millis(1500),
+            },
+        })
+        .await
+        .unwrap();
+    mark_failed(&b, c.claim_token, &[failed(retried, "bad payload", true)]).await;
+    b.store()
+        .events_release(&postbox::store::ReleaseParams {
+            target: &target(&b),
+            claim_token: c.claim_token,
+            releases: &[postbox::store::Release {
+                id: released,
+                error: "unavailable: broker down".to_owned(),
+                delay: Duration::ZERO,
+            }],
+        })
+        .await
+        .unwrap();
+    assert_eq!(mark_processed(&b, c.claim_token, &ids[3..]).await, 3);
+    let operator = b
+        .store()
+        .events_retry_failed(&postbox::store::RetryFailedParams {
+            target: &target(&b),
+            ids: Some(&[retried]),
+        })
+        .await
+        .unwrap();
+    assert_eq!(operator, 1);
+    let fresh = enqueue_n(&b, 2).await;
+    let settled = settled_past(&b, fresh[1]).await;
+    let floor = b
+        .store()
+        .claim_floor(&target(&b), 0, settled)
+        .await
+        .expect("floor");
+    if b.store().claims_from_floor() {
+        assert_eq!(
+            floor, fresh[0],
+            "the floor passes what is done and what went wrong, and stops at new work"
+        );
+    } else {
+        assert_eq!(floor, 0, "a store without floors answers 0");
+    }
+    // The released event and the operator's retry are due now, the new ones above the floor
+    // too; the failed try waits for its backoff.
+    let c = claim_from(&b, "r2", 10, Duration::from_millis(200), floor).await;
+    let mut got: Vec<i64> = c.events.iter().map(|e| e.id).collect();
+    got.sort_unstable();
+    assert_eq!(got, [released, retried, fresh[0], fresh[1]]);
+    assert_eq!(
+        mark_processed(&b, c.claim_token, &[retried, fresh[0], fresh[1]]).await,
+        3
+    );
+    // r2 stops before it publishes the released event: its lease runs out below the floor.
+    lease_expired(&b, released).await;
+    lease_expired(&b, backing_off).await;
+    let c = claim_from(&b, "r3", 10, Duration::from_secs(30), floor).await;
+    let got: Vec<i64> = c.events.iter().map(|e| e.id).collect();
+    assert_eq!(got, [backing_off, released]);
+    assert_eq!(c.recovered, 1, "the lease r2 lost is counted");
+    assert_eq!(mark_processed(&b, c.claim_token, &got).await, 2);
+    assert!(
+        claim_from(&b, "r4", 10, Duration::from_secs(30), floor)
+            .await
+            .events
+            .is_empty()
+    );
 }
 
 /// A conformance case; see the module docs.
@@ -1684,6 +1808,7 @@ pub async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events<B:
                     batch_size,
                     lease: Duration::from_secs(30),
                     relay_id: "ordered",
+                    floor: 0,
                     order: postbox::store::ClaimOrder {
                         aggregate_types: &types,
                         settled_through: i64::MAX,
@@ -1814,6 +1939,10 @@ macro_rules! store_conformance {
             #[tokio::test]
             async fn a_release_puts_events_back_after_a_delay_without_spending_a_try() {
                 $crate::store_suite::a_release_puts_events_back_after_a_delay_without_spending_a_try::<$harness>().await;
+            }
+            #[tokio::test]
+            async fn claims_from_a_floor_still_take_what_went_wrong_below_it() {
+                $crate::store_suite::claims_from_a_floor_still_take_what_went_wrong_below_it::<$harness>().await;
             }
             #[tokio::test]
             async fn mark_failed_at_max_retries_goes_failed() {

@@ -1,5 +1,7 @@
 -- Puts FAILED events back in the queue with a fresh retry budget (an operator's retry).
 -- $1 ids, or NULL for every FAILED event.
 UPDATE {schema}.outbox_events
-SET status = 'PENDING', retry_count = 0, locked_until = NULL, skipped_at = NULL, updated_at = now()
+SET status = 'PENDING', retry_count = 0, locked_until = NULL, skipped_at = NULL, updated_at = now(),
+    -- Below a relay's floor a retried event is found by its last_error (0008_claim.sql).
+    last_error = coalesce(last_error, 'retried by an operator')
 WHERE status = 'FAILED' AND ($1::bigint[] IS NULL OR id = ANY($1))

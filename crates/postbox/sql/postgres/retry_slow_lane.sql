@@ -16,6 +16,8 @@ WITH due AS (
 )
 UPDATE {schema}.outbox_events e
 SET status = 'PENDING', retry_count = GREATEST(e.retry_count, e.max_retries),
-    locked_until = NULL, updated_at = now()
+    locked_until = NULL, updated_at = now(),
+    -- Below a relay's floor a retried event is found by its last_error (0008_claim.sql).
+    last_error = coalesce(e.last_error, 'retried by the slow lane')
 FROM due d
 WHERE e.id = d.id AND e.status = 'FAILED'

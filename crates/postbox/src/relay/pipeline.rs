@@ -37,6 +37,20 @@ use crate::store::{
 /// How long outcomes of an unfinished claim wait to be recorded together.
 const FLUSH_WINDOW: Duration = Duration::from_millis(50);
 
+/// Marks of acknowledged events written at once, each on a connection of its own, while the
+/// relay claims and publishes the next batches: the database works on the next claim while the
+/// last batch is marked.
+const MARKS_IN_FLIGHT: usize = 2;
+
+/// What one mark of acknowledged events wrote.
+struct Marked {
+    tenant: String,
+    /// Events asked to be marked.
+    asked: u64,
+    /// Rows marked (fewer: taken over by another relay since).
+    marked: u64,
+}
+
 /// The pause before an event whose destination was down is tried again, when the sink does not
 /// say.
 const UNAVAILABLE_PAUSE: Duration = Duration::from_secs(1);
@@ -88,6 +102,20 @@ struct HorizonState {
 /// How long ordered events may wait for the writers of a probe before the relay says so.
 const HORIZON_PATIENCE: Duration = Duration::from_secs(10);
 
+/// Where a target's claims take new work from (see [`Store::claim_floor`](crate::Store)).
+#[derive(Default)]
+struct FloorState {
+    floor: i64,
+    /// When the floor last started again from 0.
+    swept: Option<Instant>,
+}
+
+/// How often a relay's floor is found again from the start of the table: a sweep, one read that
+/// walks the polling index from its start, for an event put back below the floor by a path that
+/// does not mark it (an operator's hand-written `UPDATE`, say). Every path of Postbox's own
+/// marks it.
+const FLOOR_SWEEP: Duration = Duration::from_secs(60);
+
 /// A claim whose events are not all recorded yet.
 struct OpenClaim {
     target: Target,
@@ -126,14 +154,18 @@ pub(super) struct Claimed {
 pub(super) struct Pipeline {
     inner: Arc<Inner>,
     running: FuturesUnordered<Publishing>,
+    /// Marks of acknowledged events being written ([`MARKS_IN_FLIGHT`] at most).
+    marking: FuturesUnordered<tokio::task::JoinHandle<Result<Marked>>>,
     queued: VecDeque<(u64, Work)>,
     claims: HashMap<u64, OpenClaim>,
     next_claim: u64,
     flush_at: Option<Instant>,
     /// Targets whose last claim found every destination down, until when.
     paused: HashMap<SchemaName, Instant>,
-    /// The commit horizon of each target, with ordering on.
+    /// The commit horizon of each target, with ordering on or claims from a floor.
     horizons: HashMap<SchemaName, HorizonState>,
+    /// The floor of each target's claims, where the store claims from one.
+    floors: HashMap<SchemaName, FloorState>,
     /// The last reason a destination gave for being down (redacted).
     last_unavailable: Option<String>,
     stats: RelayStats,
@@ -144,12 +176,14 @@ impl Pipeline {
         Pipeline {
             inner,
             running: FuturesUnordered::new(),
+            marking: FuturesUnordered::new(),
             queued: VecDeque::new(),
             claims: HashMap::new(),
             next_claim: 0,
             flush_at: None,
             paused: HashMap::new(),
             horizons: HashMap::new(),
+            floors: HashMap::new(),
             last_unavailable: None,
             stats: RelayStats::default(),
         }
@@ -157,7 +191,10 @@ impl Pipeline {
 
     /// Whether nothing is claimed, publishing or waiting to be recorded.
     pub(super) fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.queued.is_empty() && self.claims.is_empty()
+        self.running.is_empty()
+            && self.queued.is_empty()
+            && self.claims.is_empty()
+            && self.marking.is_empty()
     }
 
     /// Whether another batch fits: the queue is running low and no more than `concurrency` plus
@@ -188,7 +225,7 @@ impl Pipeline {
     /// The commit horizon of `target`: advances it with one probe of the table (see
     /// [`Store::commit_horizon`](crate::Store)) and returns the id up to which ordered events
     /// may be claimed.
-    async fn horizon(&mut self, target: &Target) -> Result<i64> {
+    async fn horizon(&mut self, target: &Target, ordered: bool) -> Result<i64> {
         let state = self.horizons.entry(target.schema.clone()).or_default();
         let horizon = self
             .inner
@@ -200,7 +237,8 @@ impl Pipeline {
         }
         match (&state.probe, &horizon.probe) {
             (Some(old), Some(new)) if old == new => {
-                if !state.warned
+                if ordered
+                    && !state.warned
                     && state
                         .probe_since
                         .is_some_and(|at| at.elapsed() > HORIZON_PATIENCE)
@@ -223,6 +261,22 @@ impl Pipeline {
         Ok(state.settled)
     }
 
+    /// The floor of `target`'s next claim: advanced from the last one, or found again from the
+    /// start of the table (a sweep) every [`FLOOR_SWEEP`].
+    async fn floor(&mut self, target: &Target, settled: i64) -> Result<i64> {
+        let state = self.floors.entry(target.schema.clone()).or_default();
+        if state.swept.is_none_or(|at| at.elapsed() >= FLOOR_SWEEP) {
+            state.swept = Some(Instant::now());
+            state.floor = 0;
+        }
+        state.floor = self
+            .inner
+            .store
+            .claim_floor(target, state.floor, settled)
+            .await?;
+        Ok(state.floor)
+    }
+
     /// The last reason a destination gave for being down (redacted).
     pub(super) fn last_unavailable(&self) -> Option<&str> {
         self.last_unavailable.as_deref()
@@ -240,8 +294,14 @@ impl Pipeline {
         let cfg = &inner.config;
         let tenant = target.label();
         let ordered = !cfg.ordered_aggregate_types.is_empty();
-        let settled_through = if ordered {
-            self.horizon(target).await?
+        let floors = inner.store.claims_from_floor();
+        let settled_through = if ordered || floors {
+            self.horizon(target, ordered).await?
+        } else {
+            0
+        };
+        let floor = if floors {
+            self.floor(target, settled_through).await?
         } else {
             0
         };
@@ -257,6 +317,7 @@ impl Pipeline {
                     aggregate_types: &cfg.ordered_aggregate_types,
                     settled_through,
                 },
+                floor,
             })
             .await?;
         metrics::histogram!("postbox_claim_seconds", "tenant" => tenant.to_owned())
@@ -426,7 +487,12 @@ impl Pipeline {
             }));
         }
         if self.running.is_empty() {
-            return self.flush(true).await;
+            self.flush(true).await?;
+            // Nothing else to wait for: the marks in flight.
+            return match self.marking.next().await {
+                Some(marked) => self.account(marked),
+                None => Ok(()),
+            };
         }
         let window = async {
             match self.flush_at {
@@ -434,16 +500,88 @@ impl Pipeline {
                 None => std::future::pending().await,
             }
         };
+        let marking = async {
+            if self.marking.is_empty() {
+                std::future::pending().await
+            } else {
+                self.marking.next().await
+            }
+        };
+        let mut marked = None;
         tokio::select! {
             done = self.running.next() => {
                 for done in done.into_iter().flatten() {
                     self.record(done);
                 }
             }
+            m = marking => marked = m,
             () = window => {}
+        }
+        if let Some(m) = marked {
+            self.account(m)?;
         }
         let due = self.flush_at.is_some_and(|at| at <= Instant::now());
         self.flush(due).await
+    }
+
+    /// Counts a finished mark of acknowledged events; its error, if it failed for good.
+    fn account(
+        &mut self,
+        marked: std::result::Result<Result<Marked>, tokio::task::JoinError>,
+    ) -> Result<()> {
+        let marked = match marked {
+            Ok(marked) => marked?,
+            // A panic in the mark is the relay's own, as it was when marks ran inline.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: the runtime is shutting down; the events' leases will run out.
+            Err(_) => return Ok(()),
+        };
+        let fenced = marked.asked - marked.marked;
+        metrics::counter!("postbox_events_published_total", "tenant" => marked.tenant.clone())
+            .increment(marked.marked);
+        if fenced > 0 {
+            metrics::counter!("postbox_events_fenced_total", "tenant" => marked.tenant.clone())
+                .increment(fenced);
+            warn!(tenant = marked.tenant, relay = %self.inner.id, count = fenced,
+                "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
+        }
+        self.add(RelayStats {
+            published: marked.marked,
+            fenced,
+            ..RelayStats::default()
+        });
+        Ok(())
+    }
+
+    /// Writes the mark of `done` (acknowledged events of one claim) on a task of its own, once
+    /// fewer than [`MARKS_IN_FLIGHT`] are being written.
+    async fn mark_processed(&mut self, target: &Target, token: Uuid, done: Vec<i64>) -> Result<()> {
+        while self.marking.len() >= MARKS_IN_FLIGHT {
+            if let Some(marked) = self.marking.next().await {
+                self.account(marked)?;
+            }
+        }
+        let store = Arc::clone(&self.inner.store);
+        let lease = self.inner.config.lease;
+        let target = target.clone();
+        self.marking.push(tokio::spawn(async move {
+            let tenant = target.label().to_owned();
+            let processed = MarkProcessedParams {
+                target: &target,
+                claim_token: token,
+                ids: &done,
+            };
+            let started = Instant::now();
+            let marked = with_patience(lease, || store.events_mark_processed(&processed)).await?;
+            metrics::histogram!("postbox_mark_seconds", "tenant" => tenant.clone())
+                .record(started.elapsed().as_secs_f64());
+            Ok(Marked {
+                tenant,
+                asked: done.len() as u64,
+                marked,
+            })
+        }));
+        Ok(())
     }
 
     /// Publishes and records everything claimed so far.
@@ -588,20 +726,7 @@ impl Pipeline {
         let releases = std::mem::take(&mut open.releases);
         let mut stats = RelayStats::default();
         if !done.is_empty() {
-            let processed = MarkProcessedParams {
-                target: &target,
-                claim_token: token,
-                ids: &done,
-            };
-            let started = Instant::now();
-            let marked =
-                with_patience(cfg.lease, || inner.store.events_mark_processed(&processed)).await?;
-            metrics::histogram!("postbox_mark_seconds", "tenant" => tenant.to_owned())
-                .record(started.elapsed().as_secs_f64());
-            stats.published += marked;
-            stats.fenced += done.len() as u64 - marked;
-            metrics::counter!("postbox_events_published_total", "tenant" => tenant.to_owned())
-                .increment(marked);
+            self.mark_processed(&target, token, done).await?;
         }
         if !releases.is_empty() {
             let params = ReleaseParams {

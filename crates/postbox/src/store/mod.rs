@@ -74,6 +74,10 @@ pub struct ClaimParams<'a> {
     pub relay_id: &'a str,
     /// Which events go one aggregate at a time, in commit order (G6); none by default.
     pub order: ClaimOrder<'a>,
+    /// Where new work is claimed from: an id below which every event is finished or went
+    /// wrong once (see [`Store::claim_floor`]); 0 claims from the start. Stores that do not
+    /// [claim from a floor](Store::claims_from_floor) ignore it.
+    pub floor: i64,
 }
 
 /// Per-aggregate ordering of a claim (G6, `docs/guarantees.md`): an event of an ordered
@@ -501,6 +505,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// Claims due events in one short transaction (DESIGN §3, "Claim").
     async fn events_claim(&self, params: &ClaimParams<'_>) -> Result<Claimed>;
+
+    /// Whether [`Store::events_claim`] takes [`ClaimParams::floor`]: its cost then depends on
+    /// the batch, not on the dead row versions the marks left behind (PostgreSQL, where a
+    /// snapshot held open keeps them from being removed).
+    fn claims_from_floor(&self) -> bool {
+        false
+    }
+
+    /// The floor of the next claims of `target`, from the last one (`from`, 0 at first): the
+    /// first event at or above it that is in flight or waiting without having gone wrong (no
+    /// `last_error`), and never above the commit horizon `settled` + 1 (see
+    /// [`Store::commit_horizon`]), so that an event whose transaction commits late lands above
+    /// it. Below the floor a claim takes only events that went wrong once (a failed try, a
+    /// destination that was down, a lease taken over, an operator's retry), through a path of
+    /// their own. Costs what was done since `from`, not the history. A store that does not
+    /// [claim from a floor](Store::claims_from_floor) answers 0.
+    async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
+        let _ = (target, from, settled);
+        Ok(0)
+    }
 
     /// Extends the lease of events still being published; returns how many were renewed (fewer
     /// than asked means some leases were lost to another relay).

@@ -26,6 +26,10 @@ use crate::glob::Glob;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
+/// The index of the events below a relay's floor that claims still take (migration
+/// `0008_claim.sql`), built by [`PgStore::build_retry_index`].
+const RETRY_INDEX: &str = "outbox_events_retry_idx";
+
 /// The channel enqueue notifies and relays listen on; the payload is the schema name.
 pub(crate) const NOTIFY_CHANNEL: &str = "postbox_events";
 
@@ -61,8 +65,8 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../sql/postgres/0007_ordering.sql"),
     },
     Migration {
-        name: "outbox_0008_one_claim",
-        sql: include_str!("../../sql/postgres/0008_one_claim.sql"),
+        name: "outbox_0008_claim",
+        sql: include_str!("../../sql/postgres/0008_claim.sql"),
     },
 ];
 
@@ -84,6 +88,7 @@ const REGISTRY_MIGRATIONS: &[Migration] = &[
 
 struct PgSql {
     claim: std::sync::Arc<str>,
+    floor: std::sync::Arc<str>,
     horizon: std::sync::Arc<str>,
     skip: std::sync::Arc<str>,
     renew: std::sync::Arc<str>,
@@ -113,6 +118,7 @@ impl PgSql {
     fn build(schema: &SchemaName) -> Self {
         PgSql {
             claim: render(include_str!("../../sql/postgres/claim.sql"), schema),
+            floor: render(include_str!("../../sql/postgres/floor.sql"), schema),
             horizon: render(include_str!("../../sql/postgres/horizon.sql"), schema),
             skip: render(include_str!("../../sql/postgres/skip.sql"), schema),
             renew: render(include_str!("../../sql/postgres/renew.sql"), schema),
@@ -232,6 +238,60 @@ impl PgStore {
         Ok(applied)
     }
 
+    /// Builds `schema`'s retry index (migration `0008_claim.sql`) if it is missing, without
+    /// blocking writes: `CREATE INDEX CONCURRENTLY`, which runs outside a transaction, on a
+    /// connection of its own. A build that did not finish (an invalid index) is dropped and
+    /// done again. Returns whether it built the index now.
+    async fn build_retry_index(&self, schema: &SchemaName) -> Result<bool> {
+        let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
+        let ours: bool =
+            sqlx::query_scalar(include_str!("../../sql/postgres/retry_index_lock.sql"))
+                .bind(schema.as_str())
+                .fetch_one(&mut conn)
+                .await?;
+        if !ours {
+            // Another session is building it.
+            conn.close().await.ok();
+            return Ok(false);
+        }
+        let state: Option<bool> =
+            sqlx::query_scalar(include_str!("../../sql/postgres/retry_index_state.sql"))
+                .bind(schema.as_str())
+                .fetch_optional(&mut conn)
+                .await?;
+        if state == Some(true) {
+            conn.close().await.ok();
+            return Ok(false);
+        }
+        let not_built = |e: sqlx::Error| Error::IndexNotBuilt {
+            schema: schema.to_string(),
+            index: RETRY_INDEX,
+            reason: e.to_string(),
+        };
+        // A concurrent build waits for every transaction that could still see the table
+        // without the index: a snapshot held open for long holds it back.
+        sqlx::query(include_str!("../../sql/postgres/retry_index_wait.sql"))
+            .execute(&mut conn)
+            .await?;
+        if state == Some(false) {
+            let drop = render(
+                include_str!("../../sql/postgres/retry_index_drop.sql"),
+                schema,
+            );
+            sqlx::raw_sql(safe(&drop))
+                .execute(&mut conn)
+                .await
+                .map_err(not_built)?;
+        }
+        let build = render(include_str!("../../sql/postgres/retry_index.sql"), schema);
+        sqlx::raw_sql(safe(&build))
+            .execute(&mut conn)
+            .await
+            .map_err(not_built)?;
+        conn.close().await.ok();
+        Ok(true)
+    }
+
     /// Every registry row: a tenant, or why it cannot be served (a row added by hand with a
     /// name Postbox refuses).
     async fn tenant_rows(&self) -> Result<Vec<std::result::Result<Tenant, RejectedTenant>>> {
@@ -341,9 +401,27 @@ fn map_missing_table(err: sqlx::Error, schema: &SchemaName) -> Error {
 impl Store for PgStore {
     async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>> {
         let mut tx = self.pool.begin().await?;
-        let applied = Self::migrate_in(&mut tx, schema, registry).await?;
+        let mut applied = Self::migrate_in(&mut tx, schema, registry).await?;
         tx.commit().await?;
+        if self.build_retry_index(schema).await? {
+            applied.push(RETRY_INDEX.to_owned());
+        }
         Ok(applied)
+    }
+
+    fn claims_from_floor(&self) -> bool {
+        true
+    }
+
+    async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
+        let sql = self.sql.get(&target.schema);
+        let floor: Option<i64> = sqlx::query_scalar(safe(&sql.floor))
+            .bind(from)
+            .bind(settled.saturating_add(1))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(floor.unwrap_or(from))
     }
 
     fn default_schema(&self) -> SchemaName {
@@ -360,7 +438,8 @@ impl Store for PgStore {
             .bind(token)
             .bind(p.order.aggregate_types)
             .bind(p.order.settled_through)
-            .bind(LEASE_EXPIRED);
+            .bind(LEASE_EXPIRED)
+            .bind(p.floor);
         let rows = query
             .fetch_all(&self.pool)
             .await
@@ -655,6 +734,7 @@ impl Store for PgStore {
         let tenant = Self::tenant_from_row(&row)?;
         Self::migrate_in(&mut tx, &schema, false).await?;
         tx.commit().await?;
+        self.build_retry_index(&schema).await?;
         Ok(tenant)
     }
 

@@ -1,0 +1,176 @@
+//! Claims from a floor (PostgreSQL, migration `0008_claim.sql`): a relay takes new work from an
+//! id below which every event is finished or went wrong once, so that its claims cost what the
+//! batch costs even while a snapshot held open (a `pg_dump`, a long report) keeps every dead row
+//! version a mark left behind — and the floor never passes an event that is still to be
+//! published.
+
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Running, config, default_target, enqueue, events, pg};
+use postbox::store::{ClaimParams, MarkProcessedParams};
+use postbox::{PgStore, Relay, Store};
+use postbox_testkit::{RecordingSink, TestDb, wait_until};
+use sqlx::{Connection, Executor, Row};
+
+/// Buffers one claim of 100 touches from `floor` (its work rolled back), as `EXPLAIN (ANALYZE,
+/// BUFFERS)` counts them.
+async fn claim_buffers(db: &TestDb, floor: i64) -> i64 {
+    let mut tx = db.pool().begin().await.expect("begin");
+    let plan: serde_json::Value = sqlx::query(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+         SELECT * FROM postbox_claim(100, 30000, 'probe', gen_random_uuid(), ARRAY[]::text[], 0,
+                                     'lease expired', $1)",
+    )
+    .bind(floor)
+    .fetch_one(&mut *tx)
+    .await
+    .expect("explain")
+    .get(0);
+    tx.rollback().await.expect("rollback");
+    let top = &plan[0]["Plan"];
+    top["Shared Hit Blocks"].as_i64().unwrap_or(0) + top["Shared Read Blocks"].as_i64().unwrap_or(0)
+}
+
+/// The commit horizon of the default schema, once every transaction writing to it has ended.
+async fn settled(store: &PgStore) -> i64 {
+    let target = default_target();
+    let probe = store.commit_horizon(&target, None).await.expect("probe");
+    store
+        .commit_horizon(&target, probe.probe.as_ref())
+        .await
+        .expect("horizon")
+        .settled
+        .expect("no writer is left")
+}
+
+#[tokio::test]
+async fn claims_from_the_floor_do_not_walk_the_dead_rows_a_held_snapshot_keeps() {
+    let (db, store) = pg().await;
+    let events = 20_000;
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload)
+         SELECT 'InvoiceCreated', jsonb_build_object('i', g) FROM generate_series(1, $1) g",
+    )
+    .bind(events)
+    .execute(db.pool())
+    .await
+    .expect("insert");
+    // A report that stays open: its snapshot keeps every row version the marks below replace.
+    let mut report = sqlx::PgConnection::connect(db.url())
+        .await
+        .expect("connect");
+    report
+        .execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .expect("begin");
+    report
+        .execute("SELECT count(*) FROM outbox_events")
+        .await
+        .expect("snapshot");
+    // Drained as a relay drains: each claim from the floor advanced since the last.
+    let target = default_target();
+    let mut floor = 0;
+    loop {
+        floor = store
+            .claim_floor(&target, floor, settled(&store).await)
+            .await
+            .expect("floor");
+        let claimed = store
+            .events_claim(&ClaimParams {
+                target: &target,
+                batch_size: 100,
+                lease: Duration::from_secs(30),
+                relay_id: "r1",
+                order: Default::default(),
+                floor,
+            })
+            .await
+            .expect("claim");
+        if claimed.events.is_empty() {
+            break;
+        }
+        let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
+        store
+            .events_mark_processed(&MarkProcessedParams {
+                target: &target,
+                claim_token: claimed.claim_token,
+                ids: &ids,
+            })
+            .await
+            .expect("mark");
+    }
+    assert_eq!(common::count(&db, "PROCESSED").await, i64::from(events));
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload)
+         SELECT 'InvoiceCreated', '{}' FROM generate_series(1, 100)",
+    )
+    .execute(db.pool())
+    .await
+    .expect("insert");
+    let floor = store
+        .claim_floor(&target, floor, settled(&store).await)
+        .await
+        .expect("floor");
+    assert_eq!(floor, i64::from(events) + 1, "the floor is at the new work");
+    let from_floor = claim_buffers(&db, floor).await;
+    let from_start = claim_buffers(&db, 0).await;
+    // From the start, the claim walks an index entry and a row version for each of the 20,000
+    // events the snapshot keeps; from the floor, a batch's worth (taking a row writes its new
+    // version and an entry in each of the indexes that hold it: about a dozen buffers).
+    assert!(
+        from_floor < 30 * 100,
+        "a claim of 100 from the floor touched {from_floor} buffers"
+    );
+    assert!(
+        from_start > 5 * from_floor,
+        "the snapshot keeps the dead rows (from the start: {from_start} buffers, from the \
+         floor: {from_floor}): without it this test shows nothing"
+    );
+    eprintln!("claim buffers: from the floor {from_floor}, from the start {from_start}");
+    report.execute("ROLLBACK").await.expect("rollback");
+}
+
+#[tokio::test]
+async fn an_event_whose_transaction_commits_late_is_not_passed_by_the_floor() {
+    let (db, store) = pg().await;
+    let sink = RecordingSink::new();
+    let relay = Running::start(Relay::new(store, sink.clone(), config()).expect("relay"));
+    let outbox = PgStore::new(db.pool().clone()).outbox();
+    // A transaction draws the lowest id and stays open while later ones commit and are
+    // published: the relay's floor moves past them.
+    let mut late = db.pool().begin().await.expect("begin");
+    let late_id = outbox
+        .enqueue(&mut *late, events("Late", 1).remove(0))
+        .await
+        .expect("enqueue")
+        .id()
+        .expect("inserted");
+    let mut on_time = Vec::new();
+    for _ in 0..5 {
+        on_time.extend(enqueue(&db, &outbox, events("OnTime", 50)).await);
+    }
+    wait_until(
+        "the events committed on time are published",
+        Duration::from_secs(10),
+        || async {
+            let published = sink.published_ids();
+            on_time.iter().all(|id| published.contains(id))
+        },
+    )
+    .await;
+    assert!(on_time.iter().all(|id| *id > late_id));
+    late.commit().await.expect("commit");
+    // Well before the relay's periodic sweep from the start (a minute): the floor stayed at or
+    // below the commit horizon, so the late event is above it.
+    wait_until(
+        "the late event is published",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&late_id) },
+    )
+    .await;
+    relay.stop().await;
+}
