@@ -174,3 +174,112 @@ async fn an_event_whose_transaction_commits_late_is_not_passed_by_the_floor() {
     .await;
     relay.stop().await;
 }
+
+#[tokio::test]
+async fn an_outbox_of_the_previous_release_is_upgraded_while_its_relays_still_claim() {
+    // The outbox as the previous release left it: migrations 0001-0007 and their history, with
+    // events waiting.
+    let db = TestDb::new().await;
+    let previous = [
+        (
+            "outbox_0001_events",
+            include_str!("../sql/postgres/0001_outbox_events.sql"),
+        ),
+        (
+            "outbox_0002_claim_function",
+            include_str!("../sql/postgres/0002_claim_function.sql"),
+        ),
+        (
+            "outbox_0003_no_auto_analyze",
+            include_str!("../sql/postgres/0003_no_auto_analyze.sql"),
+        ),
+        (
+            "outbox_0004_bounded_reads",
+            include_str!("../sql/postgres/0004_bounded_reads.sql"),
+        ),
+        (
+            "outbox_0005_sql_enqueue",
+            include_str!("../sql/postgres/0005_sql_enqueue.sql"),
+        ),
+        (
+            "outbox_0006_retention",
+            include_str!("../sql/postgres/0006_retention.sql"),
+        ),
+        (
+            "outbox_0007_ordering",
+            include_str!("../sql/postgres/0007_ordering.sql"),
+        ),
+    ];
+    let mut conn = db.pool().acquire().await.expect("connection");
+    let history = include_str!("../sql/postgres/history_create.sql").replace("{schema}", "public");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(history))
+        .execute(&mut *conn)
+        .await
+        .expect("history");
+    for (name, sql) in previous {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.replace("{schema}", "\"public\"")))
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        sqlx::query("INSERT INTO postbox_schema_history (name) VALUES ($1)")
+            .bind(name)
+            .execute(&mut *conn)
+            .await
+            .expect("record");
+    }
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload)
+         SELECT 'InvoiceCreated', '{}' FROM generate_series(1, 300)",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("insert");
+    // A relay of the previous release holds a claim while the upgrade runs.
+    let old_claim: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM postbox_claim(100, 30000, 'old-relay', gen_random_uuid())",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .expect("the previous release's claim");
+    assert_eq!(old_claim.len(), 100);
+
+    let store = PgStore::new(db.pool().clone());
+    let applied = postbox::migrate(&store).await.expect("upgrade");
+    assert!(
+        applied.iter().any(|a| a.ends_with("outbox_0008_claim"))
+            && applied.iter().any(|a| a.ends_with("outbox_events_retry_idx")),
+        "{applied:?}"
+    );
+    let valid: bool = sqlx::query_scalar(
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = 'outbox_events_retry_idx'::regclass",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .expect("retry index");
+    assert!(valid, "the retry index was built");
+    // The previous release's claims still answer, beside this release's relays.
+    let old_again: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM postbox_claim(50, 30000, 'old-relay', gen_random_uuid(), ARRAY[]::text[], 0)",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .expect("the previous release's ordered claim");
+    assert_eq!(old_again.len(), 50);
+    let sink = RecordingSink::new();
+    let relay = Running::start(Relay::new(store, sink.clone(), config()).expect("relay"));
+    wait_until(
+        "the new relay publishes what no relay holds",
+        Duration::from_secs(10),
+        || async { sink.published_ids().len() == 150 },
+    )
+    .await;
+    let published = sink.published_ids();
+    assert!(
+        old_claim
+            .iter()
+            .chain(&old_again)
+            .all(|id| !published.contains(id)),
+        "events the old relays hold are left to them"
+    );
+    relay.stop().await;
+}
