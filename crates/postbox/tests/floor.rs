@@ -247,7 +247,9 @@ async fn an_outbox_of_the_previous_release_is_upgraded_while_its_relays_still_cl
     let applied = postbox::migrate(&store).await.expect("upgrade");
     assert!(
         applied.iter().any(|a| a.ends_with("outbox_0008_claim"))
-            && applied.iter().any(|a| a.ends_with("outbox_events_retry_idx")),
+            && applied
+                .iter()
+                .any(|a| a.ends_with("outbox_events_retry_idx")),
         "{applied:?}"
     );
     let valid: bool = sqlx::query_scalar(

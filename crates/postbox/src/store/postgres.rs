@@ -27,7 +27,7 @@ use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
 /// The index of the events below a relay's floor that claims still take (migration
-/// `0008_claim.sql`), built by [`PgStore::build_retry_index`].
+/// `0008_claim.sql`), built by `PgStore::build_retry_index`.
 const RETRY_INDEX: &str = "outbox_events_retry_idx";
 
 /// The channel enqueue notifies and relays listen on; the payload is the schema name.
@@ -238,22 +238,30 @@ impl PgStore {
         Ok(applied)
     }
 
-    /// Builds `schema`'s retry index (migration `0008_claim.sql`) if it is missing, without
-    /// blocking writes: `CREATE INDEX CONCURRENTLY`, which runs outside a transaction, on a
-    /// connection of its own. A build that did not finish (an invalid index) is dropped and
-    /// done again. Returns whether it built the index now.
-    async fn build_retry_index(&self, schema: &SchemaName) -> Result<bool> {
+    /// Takes the right to build `schema`'s retry index (migration `0008_claim.sql`) on a
+    /// connection of its own; `None` when another session has it. Taken before the migrations'
+    /// transaction commits, so that of several migrations at once the one that applied them
+    /// builds the index too.
+    async fn retry_index_lock(&self, schema: &SchemaName) -> Result<Option<PgConnection>> {
         let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
         let ours: bool =
             sqlx::query_scalar(include_str!("../../sql/postgres/retry_index_lock.sql"))
                 .bind(schema.as_str())
                 .fetch_one(&mut conn)
                 .await?;
-        if !ours {
-            // Another session is building it.
+        if ours {
+            Ok(Some(conn))
+        } else {
             conn.close().await.ok();
-            return Ok(false);
+            Ok(None)
         }
+    }
+
+    /// Builds `schema`'s retry index on `conn` (which holds [`PgStore::retry_index_lock`]) if it
+    /// is missing, without blocking writes: `CREATE INDEX CONCURRENTLY`, outside a transaction.
+    /// A build that did not finish (an invalid index) is dropped and done again. Returns whether
+    /// it built the index now.
+    async fn build_retry_index(mut conn: PgConnection, schema: &SchemaName) -> Result<bool> {
         let state: Option<bool> =
             sqlx::query_scalar(include_str!("../../sql/postgres/retry_index_state.sql"))
                 .bind(schema.as_str())
@@ -402,8 +410,11 @@ impl Store for PgStore {
     async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>> {
         let mut tx = self.pool.begin().await?;
         let mut applied = Self::migrate_in(&mut tx, schema, registry).await?;
+        let index = self.retry_index_lock(schema).await?;
         tx.commit().await?;
-        if self.build_retry_index(schema).await? {
+        if let Some(conn) = index
+            && Self::build_retry_index(conn, schema).await?
+        {
             applied.push(RETRY_INDEX.to_owned());
         }
         Ok(applied)
@@ -733,8 +744,11 @@ impl Store for PgStore {
             .ok_or_else(|| Error::TenantExists(p.id.to_string()))?;
         let tenant = Self::tenant_from_row(&row)?;
         Self::migrate_in(&mut tx, &schema, false).await?;
+        let index = self.retry_index_lock(&schema).await?;
         tx.commit().await?;
-        self.build_retry_index(&schema).await?;
+        if let Some(conn) = index {
+            Self::build_retry_index(conn, &schema).await?;
+        }
         Ok(tenant)
     }
 
