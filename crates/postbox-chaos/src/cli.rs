@@ -65,7 +65,8 @@ pub(crate) struct Args {
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub(crate) publish_timeout: Duration,
 
-    /// The relays' batch size (POSTBOX_BATCH_SIZE); the duplicate bound grows with it
+    /// The relays' batch size (POSTBOX_BATCH_SIZE, and POSTBOX_MAX_BATCH_SIZE: claims do not
+    /// grow past it); the duplicate bound grows with it
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) batch_size: u32,
 

@@ -65,6 +65,8 @@ impl RelaySpec {
                 humantime::format_duration(self.publish_timeout).to_string(),
             )
             .env("POSTBOX_BATCH_SIZE", self.batch_size.to_string())
+            // Claims stay at the batch size, the size the duplicate bound counts with.
+            .env("POSTBOX_MAX_BATCH_SIZE", self.batch_size.to_string())
             .env("POSTBOX_LOG_LEVEL", "info")
             // The relay id (`locked_by`) is `{HOSTNAME}-{pid}-{random}`: a tag of the kit's own
             // lets it see in the table which events this relay holds.

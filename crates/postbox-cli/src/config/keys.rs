@@ -48,6 +48,14 @@ pub(crate) const KEYS: &[KeyDoc] = &[
                 widen the window of events published twice after a crash.",
     },
     KeyDoc {
+        key: "max_batch_size",
+        default: "500",
+        flag: None,
+        about: "The largest batch claims grow to while they come back full (a backlog): each \
+                full claim doubles the next, a nearly empty one halves it, down to batch_size. \
+                At or below batch_size, claims stay at batch_size. At most 10000.",
+    },
+    KeyDoc {
         key: "poll_interval",
         default: "\"5s\"",
         flag: Some("--poll-interval"),

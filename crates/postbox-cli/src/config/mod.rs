@@ -61,6 +61,8 @@ pub(crate) struct Config {
     pub(crate) schema: postbox::SchemaName,
     /// Events claimed per batch.
     pub(crate) batch_size: u32,
+    /// The largest batch claims grow to while they come back full.
+    pub(crate) max_batch_size: u32,
     /// Idle polling interval.
     #[serde(with = "humantime_serde")]
     pub(crate) poll_interval: Duration,
@@ -211,6 +213,7 @@ impl Default for Config {
             database_urls: Vec::new(),
             schema: postbox::SchemaName::public(),
             batch_size: relay.batch_size,
+            max_batch_size: relay.max_batch_size,
             poll_interval: relay.poll_interval,
             busy_poll_interval: relay.busy_poll_interval,
             busy_period: relay.busy_period,
@@ -256,6 +259,7 @@ impl Config {
     pub(crate) fn relay_config(&self) -> postbox::RelayConfig {
         let mut relay = postbox::RelayConfig::default()
             .batch_size(self.batch_size)
+            .max_batch_size(self.max_batch_size)
             .poll_interval(self.poll_interval)
             .busy_poll_interval(self.busy_poll_interval)
             .busy_period(self.busy_period)

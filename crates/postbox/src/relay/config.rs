@@ -20,9 +20,16 @@ use crate::error::{Error, Result};
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct RelayConfig {
-    /// Events claimed per batch (default 100). Larger batches amortize round trips; they also
-    /// widen the window of events re-published after a crash (G3).
+    /// Events claimed per batch (default 100): the first claim of a target, and the size claims
+    /// shrink back to when the outbox is nearly empty. Larger batches amortize round trips; they
+    /// also widen the window of events re-published after a crash (G3).
     pub batch_size: u32,
+    /// The largest batch a claim grows to while claims come back full (default 500): each full
+    /// claim doubles the next, up to this, and a claim that comes back less than half full
+    /// halves it, down to `batch_size` — a backlog is drained in large batches, a trickle of
+    /// events in small ones. At or below `batch_size`, claims stay at `batch_size`. G3's bound
+    /// on events re-published after a crash is this size per batch in flight.
+    pub max_batch_size: u32,
     /// How often the relay polls when no notification arrives (default 5 s). Notifications wake
     /// it at once; polling catches events inserted without one and notifications lost in a
     /// reconnect.
@@ -100,6 +107,7 @@ impl Default for RelayConfig {
     fn default() -> Self {
         RelayConfig {
             batch_size: 100,
+            max_batch_size: 500,
             poll_interval: Duration::from_secs(5),
             lease: Duration::from_secs(30),
             retry: Backoff::default(),
@@ -227,6 +235,12 @@ impl RelayConfig {
         self
     }
 
+    /// Sets the largest batch claims grow to (field [`max_batch_size`](Self::max_batch_size)).
+    pub fn max_batch_size(mut self, max_batch_size: u32) -> Self {
+        self.max_batch_size = max_batch_size;
+        self
+    }
+
     /// Sets the idle polling interval (field [`poll_interval`](Self::poll_interval)).
     pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
         self.poll_interval = poll_interval;
@@ -301,6 +315,12 @@ impl RelayConfig {
             return bad(
                 "batch_size",
                 format!("{} is out of range; use 1 to 10000", self.batch_size),
+            );
+        }
+        if self.max_batch_size > 10_000 {
+            return bad(
+                "max_batch_size",
+                format!("{} is out of range; use at most 10000", self.max_batch_size),
             );
         }
         if self.poll_interval.is_zero() {
@@ -450,6 +470,7 @@ mod tests {
         let cases: Vec<(RelayConfig, &str)> = vec![
             (d().batch_size(0), "batch_size"),
             (d().batch_size(10_001), "batch_size"),
+            (d().max_batch_size(10_001), "max_batch_size"),
             (d().poll_interval(Duration::ZERO), "poll_interval"),
             (d().busy_poll_interval(Duration::ZERO), "busy_poll_interval"),
             (

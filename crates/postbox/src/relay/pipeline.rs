@@ -166,6 +166,8 @@ pub(super) struct Pipeline {
     horizons: HashMap<SchemaName, HorizonState>,
     /// The floor of each target's claims, where the store claims from one.
     floors: HashMap<SchemaName, FloorState>,
+    /// The size of each target's next claim (see [`RelayConfig::max_batch_size`]).
+    sizes: HashMap<SchemaName, u32>,
     /// The last reason a destination gave for being down (redacted).
     last_unavailable: Option<String>,
     stats: RelayStats,
@@ -184,6 +186,7 @@ impl Pipeline {
             paused: HashMap::new(),
             horizons: HashMap::new(),
             floors: HashMap::new(),
+            sizes: HashMap::new(),
             last_unavailable: None,
             stats: RelayStats::default(),
         }
@@ -305,12 +308,17 @@ impl Pipeline {
         } else {
             0
         };
+        let size = self
+            .sizes
+            .get(&target.schema)
+            .copied()
+            .unwrap_or(cfg.batch_size);
         let started = Instant::now();
         let mut claimed = inner
             .store
             .events_claim(&ClaimParams {
                 target,
-                batch_size: cfg.batch_size,
+                batch_size: size,
                 lease: cfg.lease,
                 relay_id: &inner.id,
                 order: ClaimOrder {
@@ -329,6 +337,9 @@ impl Pipeline {
             ..RelayStats::default()
         };
         let count = claimed.events.len() + claimed.exhausted.len() + claimed.undecodable.len();
+        let full = count >= size as usize;
+        self.sizes
+            .insert(target.schema.clone(), next_size(cfg, size, count));
         if count > 0 {
             metrics::histogram!("postbox_batch_size", "tenant" => tenant.to_owned())
                 .record(count as f64);
@@ -447,7 +458,7 @@ impl Pipeline {
             );
         }
         Ok(Claimed {
-            full: count >= cfg.batch_size as usize,
+            full,
             any: count > 0,
         })
     }
@@ -827,6 +838,19 @@ impl Pipeline {
     }
 }
 
+/// The size of the claim after one of `size` that brought `count` events: doubled after a full
+/// claim, up to `max_batch_size`; halved after one less than half full, down to `batch_size`.
+fn next_size(cfg: &RelayConfig, size: u32, count: usize) -> u32 {
+    let cap = cfg.max_batch_size.max(cfg.batch_size);
+    if count >= size as usize {
+        size.saturating_mul(2).min(cap)
+    } else if count < (size / 2) as usize {
+        (size / 2).max(cfg.batch_size)
+    } else {
+        size
+    }
+}
+
 /// Whether `event` belongs to an ordered aggregate of `cfg`.
 fn is_ordered(cfg: &RelayConfig, event: &OutboxEvent) -> bool {
     match (&event.aggregate_type, &event.aggregate_id) {
@@ -940,4 +964,34 @@ pub(super) fn alert_failed(
         retry_count,
         error,
     )));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_grow_with_a_backlog_and_shrink_back_when_it_is_gone() {
+        let cfg = RelayConfig::default().batch_size(100).max_batch_size(500);
+        let mut size = cfg.batch_size;
+        let mut sizes = Vec::new();
+        // Full claims: a backlog.
+        for _ in 0..4 {
+            size = next_size(&cfg, size, size as usize);
+            sizes.push(size);
+        }
+        assert_eq!(sizes, [200, 400, 500, 500]);
+        // Claims half full hold their size; nearly empty ones halve it, down to batch_size.
+        assert_eq!(next_size(&cfg, 500, 300), 500);
+        let mut shrinking = Vec::new();
+        for _ in 0..4 {
+            size = next_size(&cfg, size, 3);
+            shrinking.push(size);
+        }
+        assert_eq!(shrinking, [250, 125, 100, 100]);
+        // A cap at or below batch_size: claims stay at batch_size.
+        let fixed = RelayConfig::default().batch_size(100).max_batch_size(50);
+        assert_eq!(next_size(&fixed, 100, 100), 100);
+        assert_eq!(next_size(&fixed, 100, 0), 100);
+    }
 }
