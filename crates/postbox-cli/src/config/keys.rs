@@ -52,7 +52,8 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         default: "500",
         flag: None,
         about: "The largest batch claims grow to while they come back full (a backlog): each \
-                full claim doubles the next, a nearly empty one halves it, down to batch_size. \
+                full claim doubles the next, a nearly empty one halves it, down to batch_size, and \
+                an unavailable destination sets it back to batch_size. \
                 At or below batch_size, claims stay at batch_size. At most 10000.",
     },
     KeyDoc {

@@ -27,8 +27,9 @@ pub struct RelayConfig {
     /// The largest batch a claim grows to while claims come back full (default 500): each full
     /// claim doubles the next, up to this, and a claim that comes back less than half full
     /// halves it, down to `batch_size` — a backlog is drained in large batches, a trickle of
-    /// events in small ones. At or below `batch_size`, claims stay at `batch_size`. G3's bound
-    /// on events re-published after a crash is this size per batch in flight.
+    /// events in small ones; a destination that is unavailable sets it back to `batch_size`. At
+    /// or below `batch_size`, claims stay at `batch_size`. G3's bound on events re-published
+    /// after a crash is this size per batch in flight.
     pub max_batch_size: u32,
     /// How often the relay polls when no notification arrives (default 5 s). Notifications wake
     /// it at once; polling catches events inserted without one and notifications lost in a

@@ -166,7 +166,8 @@ pub(super) struct Pipeline {
     horizons: HashMap<SchemaName, HorizonState>,
     /// The floor of each target's claims, where the store claims from one.
     floors: HashMap<SchemaName, FloorState>,
-    /// The size of each target's next claim (see [`RelayConfig::max_batch_size`]).
+    /// The size of each target's next claim (see [`RelayConfig::max_batch_size`]); back to
+    /// `batch_size` when a destination is unavailable.
     sizes: HashMap<SchemaName, u32>,
     /// The last reason a destination gave for being down (redacted).
     last_unavailable: Option<String>,
@@ -670,6 +671,9 @@ impl Pipeline {
             Err(e) if e.is_unavailable() => {
                 let delay = e.retry_after().unwrap_or(UNAVAILABLE_PAUSE);
                 open.pause = Some(open.pause.map_or(delay, |p| p.min(delay)));
+                // Claims grow only while destinations answer: an outage is not a backlog to
+                // take in large batches.
+                self.sizes.remove(&open.target.schema);
                 if open.all_unavailable && !a_destination_is_up(&*self.inner.sink) {
                     // No destination of this claim answered so far and none is known up: no
                     // new claims of the target until the pause is over (a success lifts it).
