@@ -171,12 +171,40 @@ async fn metrics_are_scraped_and_parsed_while_events_flow() {
         || async { s.status_of(broken).await == "FAILED" },
     )
     .await;
-    // The gauges refresh every 200 ms here.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (code, text) = get(&s.url("/metrics"), None).await;
-    assert_eq!(code, 200);
-    let lines = text.lines().map(|l| Ok(l.to_owned()));
-    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+    // The marks of published events are counted once written, and the gauges refresh every
+    // 200 ms here: scraped until both show this test's events.
+    let scraped = || async {
+        let (code, text) = get(&s.url("/metrics"), None).await;
+        assert_eq!(code, 200);
+        let lines = text.lines().map(|l| Ok(l.to_owned()));
+        (prometheus_parse::Scrape::parse(lines).unwrap(), text)
+    };
+    let counted = |scrape: &prometheus_parse::Scrape, name: &str, label: (&str, &str)| {
+        scrape
+            .samples
+            .iter()
+            .find(|x| x.metric == name && x.labels.get(label.0) == Some(label.1))
+            .and_then(|x| match &x.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => Some(*v),
+                _ => None,
+            })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (scrape, text) = loop {
+        let (scrape, text) = scraped().await;
+        let published = counted(
+            &scrape,
+            "postbox_events_published_total",
+            ("tenant", "default"),
+        );
+        let pending = counted(&scrape, "postbox_events", ("status", "PENDING"));
+        if (published >= Some(25.0) && pending == Some(0.0))
+            || tokio::time::Instant::now() >= deadline
+        {
+            break (scrape, text);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
         scrape
             .samples

@@ -577,8 +577,10 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
     let sink = RecordingSink::new();
     // Without the look at the id sequences (`head_poll_interval`, tested in idle.rs), which
     // would find the row at once.
+    // A poll far enough away that a slow first round on a loaded machine does not reach into
+    // the half second watched below.
     let cfg = config()
-        .poll_interval(Duration::from_millis(1500))
+        .poll_interval(Duration::from_secs(3))
         .busy_period(Duration::ZERO)
         .head_poll_interval(None);
     let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
@@ -601,7 +603,7 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
     );
     wait_until(
         "the next poll publishes the event",
-        Duration::from_secs(3),
+        Duration::from_secs(5),
         || async { sink.published_ids() == [first, id] },
     )
     .await;
