@@ -83,26 +83,7 @@ pub(crate) async fn run(
     let retention = plan.duration / 3;
     // The same backlog drained by one relay on the empty table, then on the long one: each time
     // quiet, then with a snapshot held open throughout.
-    let drain_both = || async {
-        let (quiet, quiet_claims) = drain_backlog(
-            pool,
-            &relay_dbs[..1],
-            config,
-            plan.drain_events,
-            false,
-            bars,
-        )
-        .await?;
-        let (held, held_claims) =
-            drain_backlog(pool, &relay_dbs[..1], config, plan.drain_events, true, bars).await?;
-        Ok::<_, BenchError>(DrainCase {
-            held_over_quiet: held.per_second / quiet.per_second,
-            quiet,
-            quiet_claims,
-            held,
-            held_claims,
-        })
-    };
+    let drain_both = || held_and_quiet(db, relay_dbs, config, plan.drain_events, bars);
     let on_empty = if plan.drain_events > 0 {
         let drained = drain_both().await?;
         sqlx::query("TRUNCATE outbox_events")
@@ -261,44 +242,153 @@ pub(crate) async fn run(
     })
 }
 
+/// One relay drains a backlog of `events` plain-SQL events twice: on a quiet database, then with
+/// a snapshot held open throughout (see [`drain_backlog`]). PostgreSQL, and MySQL/MariaDB,
+/// where a long transaction keeps InnoDB's purge from removing what the marks delete-marked.
+pub(crate) async fn held_and_quiet(
+    db: &Db,
+    relay_dbs: &[Db],
+    config: &RelayConfig,
+    events: u64,
+    bars: &dyn Fn(u64, &str) -> ProgressBar,
+) -> Result<DrainCase, BenchError> {
+    let (quiet, quiet_claims) =
+        drain_backlog(db, &relay_dbs[..1], config, events, false, bars).await?;
+    let (held, held_claims) =
+        drain_backlog(db, &relay_dbs[..1], config, events, true, bars).await?;
+    Ok(DrainCase {
+        held_over_quiet: held.per_second / quiet.per_second,
+        quiet,
+        quiet_claims,
+        held,
+        held_claims,
+    })
+}
+
+/// A transaction that read the outbox table and stays open: its snapshot keeps every row
+/// version the drain's marks replace (PostgreSQL), or keeps InnoDB's purge from removing the
+/// index entries they delete-mark (MySQL).
+enum Held {
+    Pg(sqlx::Transaction<'static, sqlx::Postgres>),
+    MySql(sqlx::pool::PoolConnection<sqlx::MySql>),
+}
+
+impl Held {
+    async fn open(db: &Db) -> Result<Held, BenchError> {
+        match db {
+            Db::Pg(pool) => {
+                let mut report = pool.begin().await.map_err(BenchError::db)?;
+                sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    .execute(&mut *report)
+                    .await
+                    .map_err(BenchError::db)?;
+                sqlx::query("SELECT count(*) FROM outbox_events")
+                    .execute(&mut *report)
+                    .await
+                    .map_err(BenchError::db)?;
+                Ok(Held::Pg(report))
+            }
+            Db::MySql(pool, _) => {
+                // The store's sessions run at READ COMMITTED, where a snapshot lasts one
+                // statement: a report or a dump runs at REPEATABLE READ.
+                let mut conn = pool.acquire().await.map_err(BenchError::db)?;
+                for statement in [
+                    "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+                    "START TRANSACTION WITH CONSISTENT SNAPSHOT",
+                    "SELECT count(*) FROM outbox_events",
+                ] {
+                    sqlx::raw_sql(statement)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(BenchError::db)?;
+                }
+                Ok(Held::MySql(conn))
+            }
+            Db::Sqlite(_) => Err(BenchError::Setup(
+                "a held snapshot needs PostgreSQL or MySQL".into(),
+            )),
+        }
+    }
+
+    async fn close(self) -> Result<(), BenchError> {
+        match self {
+            Held::Pg(report) => report.rollback().await.map_err(BenchError::db),
+            Held::MySql(mut conn) => {
+                sqlx::raw_sql("ROLLBACK")
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(BenchError::db)?;
+                // Back to the store's isolation level before the pool hands it out again.
+                sqlx::raw_sql("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(BenchError::db)?;
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Writes `events` pending events by plain SQL, as a producer in another language would, takes
 /// statistics while they are pending (the worst moment for a DBA's `ANALYZE`), and drains them
-/// with `relay_dbs`' relays; with `hold`, while a `REPEATABLE READ` transaction that read the
-/// table stays open (its snapshot keeps every row version the drain's marks replace).
+/// with `relay_dbs`' relays; with `hold`, while a transaction that read the table stays open
+/// ([`Held`]).
 async fn drain_backlog(
-    pool: &PgPool,
+    db: &Db,
     relay_dbs: &[Db],
     config: &RelayConfig,
     events: u64,
     hold: bool,
     bars: &dyn Fn(u64, &str) -> ProgressBar,
 ) -> Result<(Throughput, Option<ClaimTimes>), BenchError> {
-    sqlx::query(
-        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
-         SELECT 'InvoiceCreated', 'Invoice', g::text,
-                jsonb_build_object('invoice_id', g, 'customer', 'cus_0123456789abcdef',
-                                   'amount_cents', 129900 + g % 1000, 'currency', 'EUR')
-         FROM generate_series(1, $1::bigint) AS g",
-    )
-    .bind(events as i64)
-    .execute(pool)
-    .await
-    .map_err(BenchError::db)?;
-    sqlx::query("ANALYZE outbox_events")
-        .execute(pool)
-        .await
-        .map_err(BenchError::db)?;
+    match db {
+        Db::Pg(pool) => {
+            sqlx::query(
+                "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+                 SELECT 'InvoiceCreated', 'Invoice', g::text,
+                        jsonb_build_object('invoice_id', g, 'customer', 'cus_0123456789abcdef',
+                                           'amount_cents', 129900 + g % 1000, 'currency', 'EUR')
+                 FROM generate_series(1, $1::bigint) AS g",
+            )
+            .bind(events as i64)
+            .execute(pool)
+            .await
+            .map_err(BenchError::db)?;
+            sqlx::query("ANALYZE outbox_events")
+                .execute(pool)
+                .await
+                .map_err(BenchError::db)?;
+        }
+        Db::MySql(pool, _) => {
+            // Rows of 1,000 per statement: MySQL has no generate_series.
+            let mut written = 0;
+            while written < events {
+                let n = (events - written).min(1000);
+                let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                    "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) ",
+                );
+                insert.push_values(written + 1..=written + n, |mut row, g| {
+                    row.push_bind("InvoiceCreated")
+                        .push_bind("Invoice")
+                        .push_bind(g.to_string())
+                        .push_bind(crate::db::payload(g).to_string());
+                });
+                insert.build().execute(pool).await.map_err(BenchError::db)?;
+                written += n;
+            }
+            sqlx::query("ANALYZE TABLE outbox_events")
+                .execute(pool)
+                .await
+                .map_err(BenchError::db)?;
+        }
+        Db::Sqlite(_) => {
+            return Err(BenchError::Setup(
+                "the held-snapshot drain needs PostgreSQL or MySQL".into(),
+            ));
+        }
+    }
     let held = if hold {
-        let mut report = pool.begin().await.map_err(BenchError::db)?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            .execute(&mut *report)
-            .await
-            .map_err(BenchError::db)?;
-        sqlx::query("SELECT count(*) FROM outbox_events")
-            .execute(&mut *report)
-            .await
-            .map_err(BenchError::db)?;
-        Some(report)
+        Some(Held::open(db).await?)
     } else {
         None
     };
@@ -310,8 +400,8 @@ async fn drain_backlog(
     let bar = bars(events, what);
     let drained = phases::drain(relay_dbs, config, events, &bar).await?;
     bar.finish_and_clear();
-    if let Some(report) = held {
-        report.rollback().await.map_err(BenchError::db)?;
+    if let Some(held) = held {
+        held.close().await?;
     }
     Ok(drained)
 }

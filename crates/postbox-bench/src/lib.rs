@@ -19,8 +19,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use postbox::RelayConfig;
 
 pub use report::{
-    BenchReport, ClaimTimes, DrainRun, EnqueueOverhead, HistoryDrain, HistoryRun, HistoryWindow,
-    LatencyRun, OrderingRun, Percentiles, Soak, Throughput,
+    BenchReport, ClaimTimes, DrainCase, DrainRun, EnqueueOverhead, HeldDrain, HistoryDrain,
+    HistoryRun, HistoryWindow, LatencyRun, OrderingRun, Percentiles, Soak, Throughput,
 };
 
 use db::Extra;
@@ -426,6 +426,25 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         history = Some(history::run(&db, &dbs, &config, &plan, &bars).await?);
     }
 
+    let mut held_drain = None;
+    if opts.history_rows > 0 && opts.events > 0 && scratch.backend() == "mysql" {
+        let relay = scratch.open(4).await?;
+        scratch.reset().await?;
+        let bars = |len: u64, what: &str| bar(opts, len, what);
+        let case = history::held_and_quiet(
+            &db,
+            std::slice::from_ref(&relay),
+            &config,
+            opts.events,
+            &bars,
+        )
+        .await?;
+        held_drain = Some(HeldDrain {
+            events: opts.events,
+            case,
+        });
+    }
+
     Ok(BenchReport {
         backend: scratch.backend(),
         batch_size: opts.batch_size,
@@ -435,5 +454,6 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         ordering,
         soak,
         history,
+        held_drain,
     })
 }

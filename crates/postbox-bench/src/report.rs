@@ -317,6 +317,20 @@ pub struct BenchReport {
     pub soak: Option<Soak>,
     /// The history phase, when run (PostgreSQL).
     pub history: Option<HistoryRun>,
+    /// MySQL/MariaDB's part of the history phase, when run: one relay draining a plain-SQL
+    /// backlog on a quiet database and beside a transaction held open (InnoDB's purge waits for
+    /// it).
+    pub held_drain: Option<HeldDrain>,
+}
+
+/// One relay draining the same plain-SQL backlog (`ANALYZE TABLE` while it is pending) on a
+/// quiet database and with a `REPEATABLE READ` transaction held open throughout (MySQL/MariaDB).
+#[derive(Clone, Debug, Serialize)]
+pub struct HeldDrain {
+    /// Events in each backlog.
+    pub events: u64,
+    /// Both drains.
+    pub case: DrainCase,
 }
 
 impl BenchReport {
@@ -449,6 +463,23 @@ impl BenchReport {
                 "  last/first: {:.2}   peak RSS: {:.1} MiB",
                 s.last_over_first,
                 s.peak_rss_kib as f64 / 1024.0
+            );
+        }
+        if let Some(h) = &self.held_drain {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "history: drain of {} plain-SQL events, ANALYZE TABLE while pending, 1 relay (events/s, claim p50/p99 ms):",
+                h.events,
+            );
+            let _ = writeln!(
+                out,
+                "  quiet {:>8.0} ({})  transaction held {:>8.0} ({})  held/quiet {:.2}x",
+                h.case.quiet.per_second,
+                claim_cell(h.case.quiet_claims),
+                h.case.held.per_second,
+                claim_cell(h.case.held_claims),
+                h.case.held_over_quiet,
             );
         }
         if let Some(h) = &self.history {

@@ -38,7 +38,7 @@ pub(crate) struct GlobalArgs {
     pub(crate) config: Option<PathBuf>,
 
     /// Database: postgres://… or postgresql://… for PostgreSQL, mysql://… (or mariadb://…) for
-    /// MySQL 8.0+ / MariaDB 10.6+, sqlite:… or a path ending in .db for SQLite [config: database_url; default: SQLite file postbox.db in the working
+    /// MySQL 8.0.23+ / MariaDB 10.6+, sqlite:… or a path ending in .db for SQLite [config: database_url; default: SQLite file postbox.db in the working
     /// directory]. A password on the command line is visible to other users: prefer
     /// POSTBOX_DATABASE_URL.
     #[arg(long, global = true, value_name = "URL")]
@@ -235,7 +235,8 @@ pub(crate) enum Command {
                       retention a third of --history-duration so archiving runs all along, \
                       producers at --history-rate, relays with every maintenance task on; per \
                       window: events/s, latency, claim cost, table, index and archive sizes, \
-                      RSS). Relays vacuum the outbox table at --vacuum-threshold dead rows.\n\n\
+                      RSS; MySQL/MariaDB: the --events drain only, quiet and beside a \
+                      transaction held open). Relays vacuum the outbox table at --vacuum-threshold dead rows.\n\n\
                       Progress bars on stderr; a table (or JSON with --json) on stdout. --quick \
                       runs every phase on a tiny scale in seconds: a smoke test, not a \
                       measurement. The machine's noise is real: compare ratios within one run, \
@@ -944,7 +945,8 @@ pub(crate) struct BenchArgs {
     pub(crate) soak_window: Option<u64>,
 
     /// Processed events in the table at the start of the history phase, 0 to skip it
-    /// (PostgreSQL) [default: 1000000; quick: 20000]
+    /// (PostgreSQL; on MySQL any other value runs its held-transaction drain) [default: 1000000;
+    /// quick: 20000]
     #[arg(long, value_name = "N")]
     pub(crate) history_rows: Option<u64>,
 

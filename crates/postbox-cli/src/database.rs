@@ -26,7 +26,7 @@ const MAX_CONNECTIONS: u32 = 4;
 pub(crate) enum Location {
     /// A PostgreSQL server: its options (for messages) and the URL as configured.
     Postgres(Box<PgConnectOptions>, String),
-    /// A MySQL 8.0+ or MariaDB 10.6+ server: its options (for messages) and the URL.
+    /// A MySQL 8.0.23+ or MariaDB 10.6+ server: its options (for messages) and the URL.
     MySql(Box<MySqlConnectOptions>, String),
     /// An SQLite database.
     Sqlite {

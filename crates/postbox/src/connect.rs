@@ -17,7 +17,7 @@ use crate::store::{
 };
 
 /// Connects to the outbox database `url` names: `postgres://…` or `postgresql://…` for
-/// PostgreSQL, `mysql://…` or `mariadb://…` for MySQL 8.0+ / MariaDB 10.6+, `sqlite:…` or a file
+/// PostgreSQL, `mysql://…` or `mariadb://…` for MySQL 8.0.23+ / MariaDB 10.6+, `sqlite:…` or a file
 /// path ending in `.db`, `.sqlite` or `.sqlite3` for SQLite (created if missing). See [`ConnectOptions`] for the schema and the pool size.
 ///
 /// The store hands out the producer that writes to the table its relays read
@@ -73,7 +73,7 @@ pub enum DatabaseKind {
     Postgres,
     /// SQLite: `sqlite:…`, or a path ending in `.db`, `.sqlite` or `.sqlite3`.
     Sqlite,
-    /// MySQL 8.0+ or MariaDB 10.6+: `mysql://…`, `mariadb://…`.
+    /// MySQL 8.0.23+ or MariaDB 10.6+: `mysql://…`, `mariadb://…`.
     MySql,
 }
 

@@ -372,14 +372,16 @@ async fn g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_renewal_keeps_a_batch_slower_than_its_lease() {
     let (db, _store) = pg().await;
-    let ids = enqueue(&db, &db.outbox(), events("Slow", 5)).await;
+    // Renewals come every third of a lease; under a loaded test run one can be a few hundred
+    // milliseconds late, so the lease is long enough for a late renewal still to land in time.
+    let ids = enqueue(&db, &db.outbox(), events("Slow", 4)).await;
     let cfg = config()
-        .lease(Duration::from_millis(600))
-        .publish_timeout(Duration::from_millis(500))
+        .lease(Duration::from_millis(1500))
+        .publish_timeout(Duration::from_millis(1300))
         .concurrency(1)
         .poll_interval(Duration::from_millis(20));
     let slow_sink = RecordingSink::new();
-    slow_sink.script("Slow", Behaviour::Slow(Duration::from_millis(400)));
+    slow_sink.script("Slow", Behaviour::Slow(Duration::from_millis(1000)));
     let slow = Relay::new(own_store(&db, 3).await, slow_sink.clone(), cfg.clone()).unwrap();
     let batch = tokio::spawn(async move { slow.batch(&default_target()).await });
     wait_until(
@@ -395,12 +397,12 @@ async fn lease_renewal_keeps_a_batch_slower_than_its_lease() {
     let started = Instant::now();
     let (stats, _) = batch.await.unwrap().unwrap();
     assert!(
-        started.elapsed() > Duration::from_millis(1200),
+        started.elapsed() > Duration::from_millis(3000),
         "the batch outlived two leases"
     );
     let thief_stats = thief.stop().await;
 
-    assert_eq!((stats.published, stats.fenced), (5, 0));
+    assert_eq!((stats.published, stats.fenced), (4, 0));
     assert!(thief_sink.published().is_empty(), "nothing was stolen");
     assert_eq!(thief_stats.recovered, 0);
     let mut got = slow_sink.published_ids();

@@ -320,3 +320,114 @@ async fn the_commit_horizon_stops_below_an_open_transactions_id() {
         "every id is settled once it commits"
     );
 }
+
+/// An outbox of the previous release (migration 0001 only), with events that went wrong there
+/// (backing off, below everything still waiting) and a processed history, is migrated: the retry
+/// column and its index are added without rewriting the table, `SELECT *` sees the table as
+/// before, and a relay of this release — claiming new work from its floor — still finds the
+/// events that went wrong below it and publishes every unfinished event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_of_the_previous_release_is_upgraded_and_its_retries_still_found() {
+    let db = TestMySql::new().await;
+    let store = db.store().await;
+    let pool = store.pool();
+    for statement in [
+        include_str!("../sql/mysql/history_create.sql"),
+        include_str!("../sql/mysql/0001_outbox_events.sql"),
+    ] {
+        sqlx::raw_sql(statement).execute(pool).await.unwrap();
+    }
+    sqlx::query(include_str!("../sql/mysql/history_record.sql"))
+        .bind("outbox_0001_events")
+        .execute(pool)
+        .await
+        .unwrap();
+    for n in 1..=30 {
+        sqlx::query(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+             VALUES ('Upgraded', 'Invoice', ?, JSON_OBJECT('n', ?))",
+        )
+        .bind(n.to_string())
+        .bind(n)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    // 1–5 went wrong under the old release and are due again; 6–20 were published; 21–30 wait.
+    sqlx::query(
+        "UPDATE outbox_events SET retry_count = 1, last_error = 'broker down',
+                locked_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND
+         WHERE id <= 5",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE outbox_events SET status = 'PROCESSED', processed_at = UTC_TIMESTAMP(6)
+         WHERE id BETWEEN 6 AND 20",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+
+    async fn star_columns(pool: &sqlx::MySqlPool) -> usize {
+        use sqlx::Row;
+        sqlx::query("SELECT * FROM outbox_events LIMIT 1")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            .len()
+    }
+    let before = star_columns(pool).await;
+    let applied = postbox::migrate(&store).await.unwrap();
+    assert!(
+        applied.len() == 2
+            && applied[0].ends_with("outbox_0002_retry_due")
+            && applied[1].ends_with("outbox_0003_retry_index"),
+        "the migrations of this release, once: {applied:?}"
+    );
+    let index: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.STATISTICS
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox_events'
+           AND INDEX_NAME = 'outbox_events_retry_idx'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(index, 2, "the retry index on (retry_due, id)");
+    let visible: Vec<String> = sqlx::query_scalar(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox_events'
+           AND EXTRA NOT LIKE '%INVISIBLE%'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(
+        !visible.iter().any(|c| c == "retry_due"),
+        "the retry column is invisible to SELECT * and INSERT without a column list: {visible:?}"
+    );
+    assert_eq!(
+        star_columns(pool).await,
+        before,
+        "SELECT * sees the table as before the upgrade"
+    );
+
+    let sink = RecordingSink::new();
+    let relay = Running::start(Relay::new(db.store().await, sink.clone(), config()).unwrap());
+    wait_until(
+        "every unfinished event is published",
+        Duration::from_secs(20),
+        || async { sink.published().len() >= 15 },
+    )
+    .await;
+    relay.stop().await;
+    let mut ids = sink.published_ids();
+    ids.sort_unstable();
+    let want: Vec<i64> = (1..=5).chain(21..=30).collect();
+    assert_eq!(
+        ids, want,
+        "the retried events below the floor and the waiting ones, once each"
+    );
+    assert_eq!(processed(&store).await, 30);
+}

@@ -20,7 +20,7 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         key: "database_url",
         default: "(none: SQLite file postbox.db in the working directory)",
         flag: Some("--database-url"),
-        about: "postgres:// or postgresql:// for PostgreSQL; mysql:// for MySQL 8.0+ / MariaDB \
+        about: "postgres:// or postgresql:// for PostgreSQL; mysql:// for MySQL 8.0.23+ / MariaDB \
                 10.6+; sqlite:… or a path ending in .db for SQLite. Prefer POSTBOX_DATABASE_URL \
                 to a flag for URLs with a password.",
     },

@@ -2,5 +2,7 @@
 -- undone. Events in any other state are left alone.
 UPDATE outbox_events
 SET status = 'PENDING', retry_count = 0, locked_until = NULL, skipped_at = NULL,
-    updated_at = UTC_TIMESTAMP(6)
+    updated_at = UTC_TIMESTAMP(6),
+    -- Below a relay's floor a retried event is found by its last_error (claim_retried.sql).
+    last_error = COALESCE(last_error, 'retried by an operator')
 WHERE status = 'FAILED' AND id IN ({ids})

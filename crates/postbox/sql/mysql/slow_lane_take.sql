@@ -2,5 +2,7 @@
 -- max_retries, so one failure makes them FAILED again.
 UPDATE outbox_events
 SET retry_count = GREATEST(retry_count, max_retries), status = 'PENDING', locked_until = NULL,
-    updated_at = UTC_TIMESTAMP(6)
+    updated_at = UTC_TIMESTAMP(6),
+    -- Below a relay's floor a retried event is found by its last_error (claim_retried.sql).
+    last_error = COALESCE(last_error, 'retried by the slow lane')
 WHERE status = 'FAILED' AND id IN ({ids})

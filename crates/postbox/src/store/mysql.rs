@@ -1,4 +1,4 @@
-//! The MySQL store: MySQL 8.0+ and MariaDB 10.6+, the first versions with `SKIP LOCKED`. One
+//! The MySQL store: MySQL 8.0.23+ and MariaDB 10.6+, the first versions with `SKIP LOCKED`. One
 //! outbox per database; no tenants (a relay serves several databases instead).
 //!
 //! What differs from PostgreSQL, and why the statements look the way they do:
@@ -10,8 +10,11 @@
 //!   `PROCESSING` range of `(status, id)` and merged;
 //! - no `NOTIFY`: relays find new events through the table's `AUTO_INCREMENT` counter (see
 //!   [`Store::outbox_heads`]), a cheap read they repeat often when idle;
-//! - the commit horizon of ordered claims comes from `information_schema.INNODB_TRX` (the
-//!   `PROCESS` privilege), as it comes from `pg_locks` on PostgreSQL.
+//! - the commit horizon comes from the ids themselves (see [`Store::commit_horizon`]), not from
+//!   a view of open transactions as on PostgreSQL;
+//! - claims take new work from a floor, as on PostgreSQL, and find the events below it that went
+//!   wrong once through an index on a virtual column (`retry_due`, NULL for every other event),
+//!   MySQL's stand-in for a partial index.
 //!
 //! Sessions run at `READ COMMITTED`, so that each statement of a claim sees what other relays
 //! committed before it.
@@ -19,6 +22,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -44,19 +48,29 @@ use crate::glob::Glob;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    name: "outbox_0001_events",
-    sql: include_str!("../../sql/mysql/0001_outbox_events.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "outbox_0001_events",
+        sql: include_str!("../../sql/mysql/0001_outbox_events.sql"),
+    },
+    Migration {
+        name: "outbox_0002_retry_due",
+        sql: include_str!("../../sql/mysql/0002_retry_due.sql"),
+    },
+    Migration {
+        name: "outbox_0003_retry_index",
+        sql: include_str!("../../sql/mysql/0003_retry_index.sql"),
+    },
+];
 
 const NO_TENANTS: &str = "tenants need PostgreSQL: a MySQL database holds one outbox (use one \
                           database per tenant, and list them in the relay's database_urls)";
 
-/// The oldest servers with `FOR UPDATE SKIP LOCKED`.
-const NEEDED: &str = "MySQL 8.0 or later, or MariaDB 10.6 or later (the first versions with \
-                      FOR UPDATE SKIP LOCKED)";
+/// The oldest servers with `FOR UPDATE SKIP LOCKED` (and on MySQL, invisible columns).
+const NEEDED: &str = "MySQL 8.0.23 or later (SKIP LOCKED, invisible columns), or MariaDB \
+                      10.6 or later (SKIP LOCKED)";
 
-/// A [`Store`] on MySQL 8.0+ or MariaDB 10.6+.
+/// A [`Store`] on MySQL 8.0.23+ or MariaDB 10.6+.
 ///
 /// ```no_run
 /// use postbox::{Event, Store};
@@ -96,6 +110,7 @@ pub(crate) struct ServerVersion {
     mariadb: bool,
     major: u32,
     minor: u32,
+    patch: u32,
 }
 
 impl ServerVersion {
@@ -109,10 +124,12 @@ impl ServerVersion {
             .filter(|p| !p.is_empty());
         let major = parts.next()?.parse().ok()?;
         let minor = parts.next()?.parse().ok()?;
+        let patch = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
         Some(ServerVersion {
             mariadb,
             major,
             minor,
+            patch,
         })
     }
 
@@ -121,7 +138,8 @@ impl ServerVersion {
         if self.mariadb {
             (self.major, self.minor) >= (10, 6)
         } else {
-            self.major >= 8
+            // 8.0.23: invisible columns (0002_retry_due.sql).
+            (self.major, self.minor, self.patch) >= (8, 0, 23)
         }
     }
 }
@@ -142,7 +160,7 @@ async fn check_version(conn: &mut MySqlConnection) -> Result<ServerVersion> {
 
 impl MySqlStore {
     /// Connects to `url` (`mysql://user:password@host:3306/database`), refusing a server older
-    /// than MySQL 8.0 or MariaDB 10.6. The URL must name the database.
+    /// than MySQL 8.0.23 or MariaDB 10.6. The URL must name the database.
     pub async fn connect(url: &str) -> Result<Self> {
         let options = MySqlConnectOptions::from_str(url.trim())?;
         Self::connect_with(options, 10).await
@@ -204,9 +222,10 @@ impl MySqlStore {
     }
 
     fn missing(&self, err: sqlx::Error) -> Error {
-        // 1146: table doesn't exist.
+        // 1146: table doesn't exist; 1054: unknown column (a migration of this release
+        // missing).
         if let sqlx::Error::Database(db) = &err
-            && db.code().as_deref() == Some("42S02")
+            && matches!(db.code().as_deref(), Some("42S02" | "42S22"))
         {
             return Error::NotMigrated {
                 schema: self.database.clone(),
@@ -279,6 +298,21 @@ fn bind_ids<'q>(
 ) -> Query<'q, MySql, MySqlArguments> {
     ids.iter().fold(q, |q, id| q.bind(*id))
 }
+
+/// The claim's two reads (claim_pick.sql, claim_retried.sql), with the ordering rule they share
+/// (claim_in_order.sql) written in.
+static CLAIM_PICK: LazyLock<String> = LazyLock::new(|| {
+    include_str!("../../sql/mysql/claim_pick.sql").replace(
+        "{in_order}",
+        include_str!("../../sql/mysql/claim_in_order.sql"),
+    )
+});
+static CLAIM_RETRIED: LazyLock<String> = LazyLock::new(|| {
+    include_str!("../../sql/mysql/claim_retried.sql").replace(
+        "{in_order}",
+        include_str!("../../sql/mysql/claim_in_order.sql"),
+    )
+});
 
 /// Microseconds of a duration, for `INTERVAL ? MICROSECOND`.
 fn micros(d: Duration) -> i64 {
@@ -426,11 +460,25 @@ impl Store for MySqlStore {
         };
         let ordered = ordered_json(p.order.aggregate_types)?;
         let mut tx = self.pool.begin().await?;
-        // Due rows of both ranges, in id order; the first batch_size of them.
+        // Due rows of both ranges at or above the floor, and the retried ones below it, in id
+        // order; the first batch_size of them (rows locked beyond it are let go at commit).
         let mut picked: Vec<Picked> = Vec::new();
         for status in ["PENDING", "PROCESSING"] {
-            let rows: Vec<Picked> = sqlx::query_as(include_str!("../../sql/mysql/claim_pick.sql"))
+            let rows: Vec<Picked> = sqlx::query_as(AssertSqlSafe(&**CLAIM_PICK))
                 .bind(status)
+                .bind(p.floor)
+                .bind(&ordered)
+                .bind(&ordered)
+                .bind(p.order.settled_through)
+                .bind(i64::from(p.batch_size))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.missing(e))?;
+            picked.extend(rows);
+        }
+        if p.floor > 0 {
+            let rows: Vec<Picked> = sqlx::query_as(AssertSqlSafe(&**CLAIM_RETRIED))
+                .bind(p.floor)
                 .bind(&ordered)
                 .bind(&ordered)
                 .bind(p.order.settled_through)
@@ -476,6 +524,23 @@ impl Store for MySqlStore {
             add_claimed_row(&mut claimed, row, None)?;
         }
         Ok(claimed)
+    }
+
+    fn claims_from_floor(&self) -> bool {
+        true
+    }
+
+    async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
+        Self::check_target(target)?;
+        let first: Option<i64> =
+            sqlx::query_scalar(include_str!("../../sql/mysql/claim_floor.sql"))
+                .bind(from)
+                .bind(from)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| self.missing(e))?;
+        let up_to = settled.saturating_add(1);
+        Ok(first.unwrap_or(up_to).min(up_to))
     }
 
     async fn leases_renew(&self, p: &RenewParams<'_>) -> Result<u64> {
@@ -997,9 +1062,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_claims_reads_have_the_ordering_rule_written_in_once() {
+        let rule = include_str!("../../sql/mysql/claim_in_order.sql");
+        for statement in [&*CLAIM_PICK, &*CLAIM_RETRIED] {
+            assert!(!statement.contains("{in_order}"), "{statement}");
+            assert_eq!(statement.matches(rule).count(), 1, "{statement}");
+        }
+    }
+
+    #[test]
     fn versions_without_skip_locked_are_refused() {
         let v = |s: &str| ServerVersion::parse(s).map(|v| v.supported());
         assert_eq!(v("8.0.36"), Some(true));
+        assert_eq!(v("8.0.22"), Some(false));
+        assert_eq!(v("8.0.23-log"), Some(true));
         assert_eq!(v("8.4.0-log"), Some(true));
         assert_eq!(v("5.7.44"), Some(false));
         assert_eq!(v("10.11.19-MariaDB-0+deb12u1"), Some(true));
