@@ -8,6 +8,7 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use chrono::Utc;
+use postbox::status::StatusReport;
 use postbox::store::{
     EventFilter, FilterText, ListParams, Order, RetryFailedParams, StatusCounts, StoredEvent,
 };
@@ -24,65 +25,53 @@ const MAX_LIMIT: u32 = 1000;
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
-/// The targets served: the default outbox and every tenant (or the one named).
+/// The targets served: the default outbox and every tenant (or the one named): the library's
+/// one resolver ([`postbox::status::targets`]), as the CLI's.
 pub(crate) async fn targets(
     shared: &Shared,
     tenant: Option<&str>,
 ) -> Result<Vec<Target>, ApiError> {
-    let default = Target::default_schema(shared.store.default_schema());
-    let tenants = match shared.store.tenant_list().await {
-        Ok(tenants) => tenants,
-        Err(postbox::Error::Unsupported(_) | postbox::Error::NotMigrated { .. })
-            if tenant.is_none() =>
-        {
-            Vec::new()
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let Some(tenant) = tenant else {
-        let mut all = vec![default];
-        all.extend(tenants.iter().map(|t| t.target()));
-        return Ok(all);
-    };
-    if tenant == "default" {
-        return Ok(vec![default]);
-    }
-    let id: TenantId = tenant
-        .parse()
-        .map_err(|e: postbox::Error| ApiError::bad_request(format!("parameter tenant: {e}")))?;
-    tenants
-        .into_iter()
-        .find(|t| t.id == id)
-        .map(|t| vec![t.target()])
-        .ok_or_else(|| ApiError::not_found(format!("no tenant {tenant:?} in the registry")))
+    Ok(postbox::status::targets(&*shared.store, tenant).await?)
 }
 
-/// One target, for the routes about one tenant's events.
+/// One target, for the routes about one tenant's events (the default outbox when none is
+/// named).
 async fn target(shared: &Shared, tenant: Option<&str>) -> Result<Target, ApiError> {
-    let mut all = targets(shared, Some(tenant.unwrap_or("default"))).await?;
-    all.pop()
-        .ok_or_else(|| ApiError::not_found("no such tenant"))
+    Ok(postbox::status::target(&*shared.store, tenant).await?)
 }
 
 /// `GET /api/status`.
 #[derive(Serialize)]
 pub(crate) struct Status {
     pub(crate) targets: Vec<TargetStatus>,
+    /// Age in seconds of the database's oldest open transaction that holds a snapshot
+    /// (PostgreSQL): a long one keeps vacuum from removing dead rows.
+    pub(crate) oldest_transaction_age_secs: Option<f64>,
     pub(crate) relay: Option<RelayStatus>,
     /// What every relay last reported of its sinks (from the database).
     pub(crate) reported_sinks: Vec<postbox::store::ReportedSink>,
     pub(crate) history: Vec<Point>,
 }
 
+/// One outbox's line: the library's [`postbox::status::TargetReport`], as the CLI's `status`
+/// prints it.
 #[derive(Serialize)]
 pub(crate) struct TargetStatus {
-    /// The target itself, for the page's reads of its events.
+    /// The target itself, for the page's reads of its events; `None` for a tenant the registry
+    /// holds but that is not served.
     #[serde(skip)]
-    pub(crate) target: Target,
+    pub(crate) target: Option<Target>,
     pub(crate) tenant: String,
     pub(crate) schema: String,
+    /// `ACTIVE` or `SUSPENDED` for a tenant; `null` for the default outbox.
+    pub(crate) tenant_status: Option<TenantStatus>,
     #[serde(flatten)]
-    pub(crate) counts: StatusCounts,
+    pub(crate) counts: Option<StatusCounts>,
+    /// Ordered aggregates parked by a FAILED event (up to 1,000 heads read).
+    pub(crate) parked_aggregates: i64,
+    /// Why the counts could not be read, or why the tenant is not served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -104,16 +93,22 @@ pub(crate) async fn status(State(shared): State<Arc<Shared>>) -> ApiResult<Statu
 /// What `/api/status` and the page show: every target's counts, this process's relay, the
 /// sinks every relay reported, and the recent history.
 pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
-    let mut out = Vec::new();
-    for target in targets(shared, None).await? {
-        let counts = shared.store.status_counts(&target).await?;
-        out.push(TargetStatus {
-            tenant: target.label().to_owned(),
-            schema: target.schema.as_str().to_owned(),
-            counts,
-            target,
-        });
-    }
+    let report = StatusReport::read(&*shared.store).await?;
+    let out = report
+        .targets
+        .into_iter()
+        .map(|t| TargetStatus {
+            tenant: t
+                .tenant
+                .unwrap_or_else(|| postbox::status::DEFAULT_TENANT.to_owned()),
+            schema: t.schema,
+            tenant_status: t.tenant_status,
+            counts: t.counts,
+            parked_aggregates: t.parked_aggregates,
+            error: t.error,
+            target: t.target,
+        })
+        .collect();
     let relay = shared.relay.as_ref().map(|relay| {
         let stats = relay.stats();
         RelayStatus {
@@ -127,7 +122,7 @@ pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
             sinks: relay.sinks(),
         }
     });
-    let reported_sinks = shared.store.sinks_reported().await.unwrap_or_default();
+    let reported_sinks = report.sinks;
     let history = shared
         .history
         .lock()
@@ -135,6 +130,7 @@ pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
         .unwrap_or_default();
     Ok(Status {
         targets: out,
+        oldest_transaction_age_secs: report.oldest_transaction_age.map(|d| d.as_secs_f64()),
         relay,
         reported_sinks,
         history,

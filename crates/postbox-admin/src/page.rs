@@ -15,6 +15,7 @@ use axum::Form;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use postbox::TenantStatus;
 use postbox::store::{EventFilter, ListParams, Order};
 use serde::Deserialize;
 
@@ -63,6 +64,8 @@ struct TargetRow {
     processing: i64,
     failed: i64,
     oldest: String,
+    /// Parked aggregates, a suspended tenant, or why the counts could not be read.
+    note: String,
 }
 
 struct SinkRow {
@@ -212,12 +215,26 @@ async fn build(shared: &Shared, notice: Option<String>) -> Result<Dashboard, Api
         targets: status
             .targets
             .iter()
-            .map(|t| TargetRow {
-                tenant: t.tenant.clone(),
-                pending: t.counts.pending,
-                processing: t.counts.processing,
-                failed: t.counts.failed,
-                oldest: t.counts.oldest_pending_age.map_or_else(|| "—".into(), age),
+            .map(|t| {
+                let counts = t.counts.clone().unwrap_or_default();
+                let mut note = Vec::new();
+                if t.parked_aggregates > 0 {
+                    note.push(format!("{} parked aggregate(s)", t.parked_aggregates));
+                }
+                if let Some(status) = t.tenant_status.filter(|s| *s != TenantStatus::Active) {
+                    note.push(status.to_string());
+                }
+                if let Some(error) = &t.error {
+                    note.push(error.clone());
+                }
+                TargetRow {
+                    tenant: t.tenant.clone(),
+                    pending: counts.pending,
+                    processing: counts.processing,
+                    failed: counts.failed,
+                    oldest: counts.oldest_pending_age.map_or_else(|| "—".into(), age),
+                    note: note.join("; "),
+                }
             })
             .collect(),
         sinks: sink_rows(&status),
@@ -289,13 +306,17 @@ fn bars(status: &Status) -> Vec<Bar> {
 /// The latest FAILED events of every target that has some.
 async fn failed_rows(shared: &Shared, status: &Status) -> Result<Vec<FailedRow>, ApiError> {
     let mut rows = Vec::new();
-    for t in status.targets.iter().filter(|t| t.counts.failed > 0) {
+    let with_failed = status.targets.iter().filter_map(|t| {
+        let target = t.target.as_ref()?;
+        (t.counts.as_ref()?.failed > 0).then_some((t, target))
+    });
+    for (t, target) in with_failed {
         let mut filter = EventFilter::default();
         filter.statuses = vec![postbox::store::EventStatus::Failed];
         let events = shared
             .store
             .events_list(&ListParams {
-                target: &t.target,
+                target,
                 filter: &filter,
                 order: Order::NewestFirst,
                 after: None,

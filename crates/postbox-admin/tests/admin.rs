@@ -434,6 +434,13 @@ async fn every_api_route_wants_the_token() {
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status["targets"][0]["tenant"], "default");
     assert_eq!(status["targets"][0]["pending"], 0);
+    // The library's status report, as `postbox status` prints it.
+    assert_eq!(status["targets"][0]["parked_aggregates"], 0);
+    assert!(status["targets"][0]["tenant_status"].is_null());
+    assert!(
+        status.get("oldest_transaction_age_secs").is_some(),
+        "{status}"
+    );
     // The public routes need none.
     assert_eq!(get(&s.url("/"), None).await.0, 200);
     assert_eq!(get(&s.url("/app.js"), None).await.0, 200);

@@ -392,7 +392,7 @@ pub(crate) struct RetryArgs {
     #[arg(long)]
     pub(crate) all: bool,
 
-    /// The tenant whose events to retry [default: the default schema]
+    /// The tenant whose events to retry (`default`: the default schema) [default: the default schema]
     #[arg(long, value_name = "TENANT")]
     pub(crate) tenant: Option<String>,
 
@@ -438,7 +438,7 @@ pub(crate) struct EventsSkipArgs {
     #[arg(value_name = "ID", required = true)]
     pub(crate) ids: Vec<i64>,
 
-    /// The tenant the events belong to [default: the default schema]
+    /// The tenant the events belong to (`default`: the default schema) [default: the default schema]
     #[arg(long, value_name = "TENANT")]
     pub(crate) tenant: Option<String>,
 
@@ -480,7 +480,7 @@ pub(crate) struct FilterArgs {
     #[arg(long)]
     pub(crate) archive: bool,
 
-    /// The tenant whose events to read [default: the default schema]
+    /// The tenant whose events to read (`default`: the default schema) [default: the default schema]
     #[arg(long, value_name = "TENANT")]
     pub(crate) tenant: Option<String>,
 }
@@ -518,7 +518,7 @@ pub(crate) struct EventsShowArgs {
     #[arg(value_name = "ID")]
     pub(crate) id: i64,
 
-    /// The tenant the event belongs to [default: the default schema]
+    /// The tenant the event belongs to (`default`: the default schema) [default: the default schema]
     #[arg(long, value_name = "TENANT")]
     pub(crate) tenant: Option<String>,
 
@@ -586,7 +586,8 @@ pub(crate) struct ArchiveArgs {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) older_than: Option<Duration>,
 
-    /// Only this tenant [default: the default schema and every tenant]
+    /// Only this tenant (`default`: the default schema) [default: the default schema and every
+    /// tenant]
     #[arg(long, value_name = "TENANT")]
     pub(crate) tenant: Option<String>,
 
@@ -621,7 +622,8 @@ pub(crate) struct PurgeArgs {
           required = true)]
     pub(crate) older_than: Option<Duration>,
 
-    /// Only this tenant [default: the default schema and every tenant]
+    /// Only this tenant (`default`: the default schema) [default: the default schema and every
+    /// tenant]
     #[arg(long, value_name = "TENANT")]
     pub(crate) tenant: Option<String>,
 
@@ -665,7 +667,7 @@ pub(crate) enum TenantsCommand {
 #[derive(Debug, Args)]
 pub(crate) struct TenantAddArgs {
     /// Tenant id: lower-case ASCII letters, digits and '_', starting with a letter or '_', at
-    /// most 61 bytes
+    /// most 61 bytes; not `default`, which names the default schema
     pub(crate) id: String,
 
     /// The tenant's schema [default: s_<id>]

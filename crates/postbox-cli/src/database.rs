@@ -226,25 +226,20 @@ impl Database {
         Target::default_schema(self.store.default_schema())
     }
 
-    /// The targets a command works on: `tenant`'s, or the default schema's and every
-    /// registered tenant's (the default schema's alone where there are no tenants).
+    /// The targets a command works on: `tenant`'s (`default` for the default schema), or the
+    /// default schema's and every registered tenant's (see [`postbox::status::targets`]).
     pub(crate) async fn targets(&self, tenant: Option<&str>) -> anyhow::Result<Vec<Target>> {
-        let tenants = match self.store.tenant_list().await {
-            Ok(tenants) => tenants,
-            Err(postbox::Error::Unsupported(_)) if tenant.is_none() => Vec::new(),
-            Err(e) => return Err(e).context("cannot read the tenant registry"),
-        };
-        let Some(tenant) = tenant else {
-            let mut targets = vec![self.default_target()];
-            targets.extend(tenants.iter().map(|t| t.target()));
-            return Ok(targets);
-        };
-        let id = postbox::TenantId::new(tenant)?;
-        let found = tenants
-            .into_iter()
-            .find(|t| t.id == id)
-            .ok_or_else(|| postbox::Error::UnknownTenant(id.to_string()))?;
-        Ok(vec![found.target()])
+        postbox::status::targets(&*self.store, tenant)
+            .await
+            .map_err(registry_error)
+    }
+
+    /// The one target of a command about one outbox's events: `tenant`'s, or the default
+    /// schema's (see [`postbox::status::target`]).
+    pub(crate) async fn target(&self, tenant: Option<&str>) -> anyhow::Result<Target> {
+        postbox::status::target(&*self.store, tenant)
+            .await
+            .map_err(registry_error)
     }
 
     /// Fails with "run `postbox migrate`" when the outbox tables are missing.
@@ -256,6 +251,14 @@ impl Database {
             Err(e) => Err(anyhow::Error::new(e)
                 .context(format!("cannot read the outbox in {}", self.location))),
         }
+    }
+}
+
+/// A tenant that is not there or cannot be one says so itself; anything else is the registry's.
+fn registry_error(e: postbox::Error) -> anyhow::Error {
+    match e {
+        e @ (postbox::Error::UnknownTenant(_) | postbox::Error::InvalidName { .. }) => e.into(),
+        e => anyhow::Error::new(e).context("cannot read the tenant registry"),
     }
 }
 

@@ -18,6 +18,7 @@ mod relay;
 pub mod replay;
 mod schema;
 mod sink;
+pub mod status;
 pub mod store;
 pub mod trace;
 

@@ -12,6 +12,11 @@ const MAX_IDENT_BYTES: usize = 63;
 
 /// Checks a name against Postbox's identifier rules: 1 to `max` bytes of lower-case ASCII
 /// letters, digits and `_`, starting with a letter or `_`.
+/// The name of the default schema's outbox wherever a tenant is named: `--tenant default`, the
+/// admin API's `tenant=default`, the `tenant` label of metrics and logs. No tenant can be
+/// registered under it.
+pub const DEFAULT_TENANT: &str = "default";
+
 fn check_ident(kind: &'static str, name: &str, max: usize) -> Result<()> {
     let refuse = |reason| {
         Err(Error::InvalidName {
@@ -223,7 +228,9 @@ impl Target {
 
     /// The tenant name for logs and messages: the tenant id, or `default`.
     pub fn label(&self) -> &str {
-        self.tenant.as_ref().map_or("default", TenantId::as_str)
+        self.tenant
+            .as_ref()
+            .map_or(DEFAULT_TENANT, TenantId::as_str)
     }
 }
 

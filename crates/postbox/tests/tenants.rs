@@ -388,3 +388,115 @@ async fn no_outbox_table_is_analyzed_by_autovacuum() {
         );
     }
 }
+
+/// The one resolver of targets and the one status report (`postbox status`, `postbox events
+/// --tenant`, the admin API): `default` names the default outbox and cannot be registered; a
+/// tenant not in the registry and a name that cannot be one are refused by name; the report
+/// lists the default outbox, each tenant with its state and parked aggregates, and the rows of
+/// the registry that are not served, with their reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_resolver_and_one_status_report_for_every_view() {
+    use postbox::status::{StatusReport, target, targets};
+    let (db, store) = pg().await;
+    let acme = add_tenant(&store, "acme").await;
+    let refused = store
+        .tenant_add(&postbox::store::TenantAddParams {
+            id: &TenantId::new("default").unwrap(),
+            schema: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Error::InvalidName { name, .. } if name == "default"),
+        "{refused}"
+    );
+
+    let all = targets(&store, None).await.unwrap();
+    assert_eq!(
+        all.iter().map(|t| t.label()).collect::<Vec<_>>(),
+        ["default", "acme"]
+    );
+    assert_eq!(target(&store, None).await.unwrap(), default_target());
+    assert_eq!(
+        target(&store, Some("default")).await.unwrap(),
+        default_target()
+    );
+    assert_eq!(target(&store, Some("acme")).await.unwrap(), acme.target());
+    assert!(matches!(
+        target(&store, Some("nobody")).await,
+        Err(Error::UnknownTenant(id)) if id == "nobody"
+    ));
+    assert!(matches!(
+        targets(&store, Some("Not A Name")).await,
+        Err(Error::InvalidName { .. })
+    ));
+
+    // Acme: an ordered aggregate parked by a FAILED head, and the tenant suspended; a registry
+    // row from before the id constraint, not served.
+    let ids = enqueue_for(&db, Some(&acme), "E", 3).await;
+    sqlx::query(
+        "UPDATE s_acme.outbox_events SET aggregate_type = 'Invoice', aggregate_id = '1',
+                status = CASE WHEN id = $1 THEN 'FAILED' ELSE 'PENDING' END,
+                last_error = CASE WHEN id = $1 THEN 'boom' END",
+    )
+    .bind(ids[0])
+    .execute(db.pool())
+    .await
+    .unwrap();
+    store
+        .tenant_set_status(&acme.id, TenantStatus::Suspended)
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE postbox_tenants DROP CONSTRAINT postbox_tenants_id_format;
+         INSERT INTO postbox_tenants (id, schema_name) VALUES ('Bad Id', 's_bad')",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+
+    // A report held open elsewhere.
+    let mut held = db.pool().begin().await.unwrap();
+    sqlx::raw_sql(
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM outbox_events",
+    )
+    .execute(&mut *held)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let report = StatusReport::read(&store).await.unwrap();
+    held.rollback().await.unwrap();
+    assert!(!report.all_read(), "the row not served is reported");
+    let lines: Vec<_> = report
+        .targets
+        .iter()
+        .map(|t| (t.tenant.as_deref(), t.tenant_status, t.parked_aggregates))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (None, None, 0),
+            (Some("acme"), Some(TenantStatus::Suspended), 1),
+            (Some("Bad Id"), None, 0),
+        ]
+    );
+    let acme_counts = report.targets[1].counts.as_ref().unwrap();
+    assert_eq!((acme_counts.pending, acme_counts.failed), (2, 1));
+    assert!(report.targets[2].counts.is_none());
+    assert!(
+        report.targets[2]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("not served: ")),
+        "{:?}",
+        report.targets[2]
+    );
+    assert!(
+        report
+            .oldest_transaction_age
+            .is_some_and(|age| age >= Duration::from_millis(20)),
+        "PostgreSQL tells the age of the oldest open transaction: {:?}",
+        report.oldest_transaction_age
+    );
+}

@@ -41,10 +41,7 @@ pub(crate) async fn run(config: &Config, command: &EventsCommand) -> anyhow::Res
             }
         }
         EventsCommand::Show(args) => {
-            let target = match args.tenant.as_deref() {
-                None => db.default_target(),
-                Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
-            };
+            let target = db.target(args.tenant.as_deref()).await?;
             let Some(event) = db.store.event_get(&target, args.id).await? else {
                 bail!(
                     "event {} is not in {} (neither outbox_events nor outbox_events_archive)",
@@ -59,10 +56,7 @@ pub(crate) async fn run(config: &Config, command: &EventsCommand) -> anyhow::Res
             }
         }
         EventsCommand::Skip(args) => {
-            let target = match args.tenant.as_deref() {
-                None => db.default_target(),
-                Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
-            };
+            let target = db.target(args.tenant.as_deref()).await?;
             let skipped = db.store.events_skip(&target, &args.ids).await?;
             println!(
                 "{} event(s) of {} skipped: the later events of their aggregates are published \

@@ -14,10 +14,7 @@ pub(crate) async fn resolve(
     args: &FilterArgs,
 ) -> anyhow::Result<(Target, EventFilter)> {
     let filter = parse(args)?;
-    let target = match args.tenant.as_deref() {
-        None => db.default_target(),
-        Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
-    };
+    let target = db.target(args.tenant.as_deref()).await?;
     Ok((target, filter))
 }
 

@@ -45,10 +45,7 @@ pub(crate) async fn run(config: &Config, args: &ReplayArgs) -> anyhow::Result<Ex
     let filter = Replay::filter(&chosen)?;
     let db = Database::connect(&config.location()?, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
-    let target = match f.tenant.as_deref() {
-        None => db.default_target(),
-        Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
-    };
+    let target = db.target(f.tenant.as_deref()).await?;
     let mut options = ReplayOptions::default()
         .rate_limit(args.rate)
         .concurrency(args.concurrency as usize)

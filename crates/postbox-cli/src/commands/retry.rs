@@ -13,10 +13,7 @@ use crate::database::{Create, Database};
 pub(crate) async fn run(config: &Config, args: &RetryArgs) -> anyhow::Result<ExitCode> {
     let db = Database::connect(&config.location()?, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
-    let target = match args.tenant.as_deref() {
-        None => db.default_target(),
-        Some(tenant) => db.targets(Some(tenant)).await?.remove(0),
-    };
+    let target = db.target(args.tenant.as_deref()).await?;
     let ids = (!args.all).then_some(args.ids.as_slice());
     let n = match ids {
         Some(ids) => {

@@ -4,8 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use postbox::store::{EventFilter, ListParams, Order, StatusCounts};
-use postbox::{Target, TenantStatus};
+use postbox::TenantStatus;
+use postbox::status::StatusReport;
+use postbox::store::StatusCounts;
 use serde::Serialize;
 
 use crate::cli::StatusArgs;
@@ -153,23 +154,16 @@ fn exit_code(report: &Report) -> ExitCode {
     }
 }
 
-/// The report of one database.
+/// The report of one database: the library's [`StatusReport`], as printed.
 async fn report(config: &Config, location: &crate::database::Location) -> anyhow::Result<Report> {
     let db = Database::connect(location, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
-    let mut targets: Vec<(Target, Option<TenantStatus>)> = vec![(db.default_target(), None)];
-    match db.store.tenant_list().await {
-        Ok(tenants) => targets.extend(tenants.iter().map(|t| (t.target(), Some(t.status)))),
-        Err(postbox::Error::Unsupported(_)) => {}
-        Err(e) => return Err(e).context("cannot read the tenant registry"),
-    }
-    let rejected = db.store.tenant_rejected().await.unwrap_or_default();
-    let sinks = db
-        .store
-        .sinks_reported()
+    let read = StatusReport::read(&*db.store)
         .await
-        .unwrap_or_default()
-        .into_iter()
+        .context("cannot read the outbox's status")?;
+    let sinks = read
+        .sinks
+        .iter()
         .map(|r| SinkLine {
             sink: r.health.name.clone(),
             relay: r.relay_id.clone(),
@@ -183,75 +177,30 @@ async fn report(config: &Config, location: &crate::database::Location) -> anyhow
             stale: r.reported_ago > Duration::from_secs(60),
         })
         .collect();
-    let oldest_transaction = db
-        .store
-        .oldest_transaction_age()
-        .await
-        .context("cannot read the age of the oldest open transaction")?;
-    let mut report = Report {
-        database: db.location.clone(),
-        oldest_transaction_age_secs: oldest_transaction.map(|d| d.as_secs_f64()),
-        targets: Vec::with_capacity(targets.len()),
-        sinks,
-    };
-    for (target, tenant_status) in targets {
-        let (counts, error) = match db.store.status_counts(&target).await {
-            Ok(c) => {
+    let targets = read
+        .targets
+        .into_iter()
+        .map(|t| TargetStatus {
+            tenant: t.tenant,
+            schema: t.schema,
+            tenant_status: t.tenant_status,
+            counts: t.counts.map(|c| {
                 let mut counts = Counts::from(c);
-                if counts.failed > 0 {
-                    counts.parked_aggregates = parked_aggregates(&db, &target).await?;
-                }
-                (Some(counts), None)
-            }
-            Err(e) => (None, Some(e.to_string())),
-        };
-        report.targets.push(TargetStatus {
-            tenant: target.tenant.as_ref().map(ToString::to_string),
-            schema: target.schema.to_string(),
-            tenant_status,
-            counts,
-            error,
-        });
-    }
-    for r in rejected {
-        report.targets.push(TargetStatus {
-            tenant: Some(r.id),
-            schema: r.schema,
-            tenant_status: None,
-            counts: None,
-            error: Some(format!("not served: {}", r.reason)),
-        });
-    }
-    Ok(report)
+                counts.parked_aggregates = t.parked_aggregates;
+                counts
+            }),
+            error: t.error,
+        })
+        .collect();
+    Ok(Report {
+        database: db.location.clone(),
+        oldest_transaction_age_secs: read.oldest_transaction_age.map(|d| d.as_secs_f64()),
+        targets,
+        sinks,
+    })
 }
 
 /// The report as an aligned table.
-/// Parked ordered aggregates of `target`, counted up to [`PARKED_COUNT_LIMIT`]: one read of
-/// the FAILED events' index.
-async fn parked_aggregates(db: &Database, target: &Target) -> anyhow::Result<i64> {
-    let mut filter = EventFilter::default();
-    filter.parked = true;
-    let heads = db
-        .store
-        .events_list(&ListParams {
-            target,
-            filter: &filter,
-            order: Order::OldestFirst,
-            after: None,
-            limit: PARKED_COUNT_LIMIT,
-        })
-        .await
-        .context("cannot count parked aggregates")?;
-    let aggregates: std::collections::HashSet<_> = heads
-        .iter()
-        .map(|e| (e.aggregate_type.clone(), e.aggregate_id.clone()))
-        .collect();
-    Ok(aggregates.len() as i64)
-}
-
-/// How many parked heads `postbox status` reads at most.
-const PARKED_COUNT_LIMIT: u32 = 1000;
-
 fn table(report: &Report) -> String {
     let header = [
         "TENANT",

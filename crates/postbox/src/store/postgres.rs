@@ -729,6 +729,13 @@ impl Store for PgStore {
     }
 
     async fn tenant_add(&self, p: &TenantAddParams<'_>) -> Result<Tenant> {
+        if p.id.as_str() == crate::schema::DEFAULT_TENANT {
+            return Err(Error::InvalidName {
+                kind: "tenant",
+                name: p.id.to_string(),
+                reason: "it names the default schema's outbox (pick another id)",
+            });
+        }
         let schema = p.schema.cloned().unwrap_or_else(|| p.id.default_schema());
         if schema == self.default_schema {
             return Err(Error::TenantExists(p.id.to_string()));

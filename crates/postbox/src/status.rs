@@ -1,0 +1,204 @@
+//! Which outboxes a command works on, and what state they are in: the one resolver of targets
+//! and the one status report, shared by `postbox status`, `postbox events …` and the admin
+//! server, so that a tenant name means the same everywhere and every view shows the same facts.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+pub use crate::schema::DEFAULT_TENANT;
+use crate::schema::{Target, TenantId};
+use crate::store::{
+    EventFilter, ListParams, Order, ReportedSink, StatusCounts, Store, TenantStatus,
+};
+
+/// How many parked heads a status report reads at most per target (see
+/// [`TargetReport::parked_aggregates`]).
+pub const PARKED_COUNT_LIMIT: u32 = 1000;
+
+/// The targets a command works on: with `tenant`, that tenant's ([`DEFAULT_TENANT`] for the
+/// default schema); without, the default schema's and every registered tenant's (the default
+/// schema's alone on a store without tenants).
+///
+/// Fails with [`Error::InvalidName`] for a name that cannot be a tenant id,
+/// [`Error::UnknownTenant`] for one not in the registry, and [`Error::NotMigrated`] where the
+/// registry's tables are missing (run `postbox migrate`).
+///
+/// ```no_run
+/// # async fn example(store: &postbox::PgStore) -> postbox::Result<()> {
+/// for target in postbox::status::targets(store, None).await? {
+///     println!("{}: {}", target.label(), target.schema);
+/// }
+/// let acme = postbox::status::target(store, Some("acme")).await?;
+/// # Ok(()) }
+/// ```
+pub async fn targets<S: Store + ?Sized>(store: &S, tenant: Option<&str>) -> Result<Vec<Target>> {
+    let default = Target::default_schema(store.default_schema());
+    if tenant == Some(DEFAULT_TENANT) {
+        return Ok(vec![default]);
+    }
+    let id = tenant.map(TenantId::new).transpose()?;
+    let tenants = match store.tenant_list().await {
+        Ok(tenants) => tenants,
+        Err(Error::Unsupported(_)) if id.is_none() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let Some(id) = id else {
+        let mut all = vec![default];
+        all.extend(tenants.iter().map(|t| t.target()));
+        return Ok(all);
+    };
+    tenants
+        .into_iter()
+        .find(|t| t.id == id)
+        .map(|t| vec![t.target()])
+        .ok_or_else(|| Error::UnknownTenant(id.to_string()))
+}
+
+/// The one target of a command about one outbox's events: `tenant`'s, or the default schema's
+/// when none is named (see [`targets`]).
+pub async fn target<S: Store + ?Sized>(store: &S, tenant: Option<&str>) -> Result<Target> {
+    let mut found = targets(store, Some(tenant.unwrap_or(DEFAULT_TENANT))).await?;
+    found
+        .pop()
+        .ok_or_else(|| Error::UnknownTenant(tenant.unwrap_or(DEFAULT_TENANT).to_owned()))
+}
+
+/// The state of one database's outboxes, as `postbox status` prints it and the admin server
+/// shows it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StatusReport {
+    /// Age of the database's oldest open transaction that holds a snapshot, where the database
+    /// can tell (PostgreSQL): a long one keeps vacuum from removing processed events' dead rows.
+    pub oldest_transaction_age: Option<Duration>,
+    /// The default schema first, then tenants by id, then the registry's rows that are not
+    /// served (with their reason in [`TargetReport::error`]).
+    pub targets: Vec<TargetReport>,
+    /// What running relays last reported of their sinks.
+    pub sinks: Vec<ReportedSink>,
+}
+
+/// One outbox's line of a [`StatusReport`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct TargetReport {
+    /// The target; `None` for a registry row that is not served (an invalid id or schema).
+    pub target: Option<Target>,
+    /// The tenant id as stored, `None` for the default schema.
+    pub tenant: Option<String>,
+    /// The schema holding its events, as stored.
+    pub schema: String,
+    /// The tenant's state; `None` for the default schema and for rows not served.
+    pub tenant_status: Option<TenantStatus>,
+    /// The counts by status, if they could be read.
+    pub counts: Option<StatusCounts>,
+    /// Ordered aggregates parked by a `FAILED` event that holds back later ones, counted up to
+    /// [`PARKED_COUNT_LIMIT`] heads (`postbox events list --parked` lists them); 0 without
+    /// `FAILED` events.
+    pub parked_aggregates: i64,
+    /// Why the counts could not be read, or why the tenant is not served.
+    pub error: Option<String>,
+}
+
+impl StatusReport {
+    /// Reads the report of `store`: every target's counts (a target that cannot be read gets
+    /// its error, and the others are still read), the tenants the registry holds but that are
+    /// not served, the oldest open transaction and the sinks relays reported.
+    ///
+    /// Fails when the tenant registry or the oldest transaction cannot be read, with
+    /// [`Error::NotMigrated`] where the outbox tables are missing.
+    ///
+    /// ```no_run
+    /// # async fn example(store: &postbox::PgStore) -> postbox::Result<()> {
+    /// let report = postbox::status::StatusReport::read(store).await?;
+    /// for t in &report.targets {
+    ///     let failed = t.counts.as_ref().map_or(0, |c| c.failed);
+    ///     println!("{}: {failed} FAILED", t.tenant.as_deref().unwrap_or("default"));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn read<S: Store + ?Sized>(store: &S) -> Result<StatusReport> {
+        let default = Target::default_schema(store.default_schema());
+        // The default schema's counts first: a database without the outbox tables is refused
+        // as not migrated rather than reported line by line.
+        let default_counts = store.status_counts(&default).await?;
+        let mut served = vec![(default, None, Some(default_counts))];
+        match store.tenant_list().await {
+            Ok(tenants) => {
+                served.extend(tenants.iter().map(|t| (t.target(), Some(t.status), None)));
+            }
+            Err(Error::Unsupported(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let oldest_transaction_age = store.oldest_transaction_age().await?;
+        let mut targets = Vec::with_capacity(served.len());
+        for (target, tenant_status, counts) in served {
+            let counts = match counts {
+                Some(counts) => Ok(counts),
+                None => store.status_counts(&target).await,
+            };
+            let (counts, parked_aggregates, error) = match counts {
+                Ok(counts) if counts.failed > 0 => match parked_aggregates(store, &target).await {
+                    Ok(parked) => (Some(counts), parked, None),
+                    Err(e) => (Some(counts), 0, Some(e.to_string())),
+                },
+                Ok(counts) => (Some(counts), 0, None),
+                Err(e) => (None, 0, Some(e.to_string())),
+            };
+            targets.push(TargetReport {
+                tenant: target.tenant.as_ref().map(ToString::to_string),
+                schema: target.schema.to_string(),
+                target: Some(target),
+                tenant_status,
+                counts,
+                parked_aggregates,
+                error,
+            });
+        }
+        for rejected in store.tenant_rejected().await.unwrap_or_default() {
+            targets.push(TargetReport {
+                target: None,
+                tenant: Some(rejected.id),
+                schema: rejected.schema,
+                tenant_status: None,
+                counts: None,
+                parked_aggregates: 0,
+                error: Some(format!("not served: {}", rejected.reason)),
+            });
+        }
+        Ok(StatusReport {
+            oldest_transaction_age,
+            targets,
+            sinks: store.sinks_reported().await.unwrap_or_default(),
+        })
+    }
+
+    /// Whether every target could be read and is served.
+    pub fn all_read(&self) -> bool {
+        self.targets.iter().all(|t| t.error.is_none())
+    }
+}
+
+/// Parked ordered aggregates of `target`, counted up to [`PARKED_COUNT_LIMIT`] heads: one read
+/// of the `FAILED` events.
+async fn parked_aggregates<S: Store + ?Sized>(store: &S, target: &Target) -> Result<i64> {
+    let filter = EventFilter {
+        parked: true,
+        ..EventFilter::default()
+    };
+    let heads = store
+        .events_list(&ListParams {
+            target,
+            filter: &filter,
+            order: Order::OldestFirst,
+            after: None,
+            limit: PARKED_COUNT_LIMIT,
+        })
+        .await?;
+    let aggregates: HashSet<_> = heads
+        .iter()
+        .map(|e| (e.aggregate_type.clone(), e.aggregate_id.clone()))
+        .collect();
+    Ok(aggregates.len() as i64)
+}
