@@ -28,6 +28,7 @@ use super::{FailedNotice, Inner, Notice, RelayConfig, RelayStats, publish};
 use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::event::OutboxEvent;
+use crate::metrics as metric;
 use crate::schema::{SchemaName, Target};
 use crate::sink::{PublishError, Sink};
 use crate::store::{
@@ -327,7 +328,7 @@ impl Pipeline {
                 floor,
             })
             .await?;
-        metrics::histogram!("postbox_claim_seconds", "tenant" => tenant.to_owned())
+        metrics::histogram!(metric::CLAIM_SECONDS, "tenant" => tenant.to_owned())
             .record(started.elapsed().as_secs_f64());
         let mut stats = RelayStats {
             recovered: claimed.recovered,
@@ -340,13 +341,13 @@ impl Pipeline {
         self.sizes
             .insert(target.schema.clone(), next_size(cfg, size, count));
         if count > 0 {
-            metrics::histogram!("postbox_batch_size", "tenant" => tenant.to_owned())
+            metrics::histogram!(metric::BATCH_SIZE, "tenant" => tenant.to_owned())
                 .record(count as f64);
         }
         if claimed.recovered > 0 {
             info!(tenant, relay = %inner.id, count = claimed.recovered,
                 "recovered {} stale events (a relay did not finish within its lease)", claimed.recovered);
-            metrics::counter!("postbox_stale_recovered_total", "tenant" => tenant.to_owned())
+            metrics::counter!(metric::STALE_RECOVERED, "tenant" => tenant.to_owned())
                 .increment(claimed.recovered);
         }
         for e in &claimed.exhausted {
@@ -548,10 +549,10 @@ impl Pipeline {
             Err(_) => return Ok(()),
         };
         let fenced = marked.asked - marked.marked;
-        metrics::counter!("postbox_events_published_total", "tenant" => marked.tenant.clone())
+        metrics::counter!(metric::EVENTS_PUBLISHED, "tenant" => marked.tenant.clone())
             .increment(marked.marked);
         if fenced > 0 {
-            metrics::counter!("postbox_events_fenced_total", "tenant" => marked.tenant.clone())
+            metrics::counter!(metric::EVENTS_FENCED, "tenant" => marked.tenant.clone())
                 .increment(fenced);
             warn!(tenant = marked.tenant, relay = %self.inner.id, count = fenced,
                 "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
@@ -590,7 +591,7 @@ impl Pipeline {
             let started = Instant::now();
             let marked =
                 with_patience(deadline, || store.events_mark_processed(&processed)).await?;
-            metrics::histogram!("postbox_mark_seconds", "tenant" => tenant.clone())
+            metrics::histogram!(metric::MARK_SECONDS, "tenant" => tenant.clone())
                 .record(started.elapsed().as_secs_f64());
             Ok(Marked {
                 tenant,
@@ -654,7 +655,7 @@ impl Pipeline {
             Err(e) if e.is_unavailable() => "unavailable",
             Err(_) => "failed",
         };
-        metrics::counter!("postbox_publish_outcomes_total", "tenant" => tenant.clone(),
+        metrics::counter!(metric::PUBLISH_OUTCOMES, "tenant" => tenant.clone(),
             "route" => route.clone(), "outcome" => outcome)
         .increment(1);
         match result {
@@ -668,7 +669,7 @@ impl Pipeline {
                     .unwrap_or_default();
                 self.stats.latency_total += latency;
                 self.inner.live.add_latency(latency);
-                metrics::histogram!("postbox_publish_latency_seconds", "tenant" => tenant, "route" => route)
+                metrics::histogram!(metric::PUBLISH_LATENCY, "tenant" => tenant, "route" => route)
                     .record(latency.as_secs_f64());
                 // A destination answered: the target's claims go on.
                 self.paused.remove(&open.target.schema);
@@ -761,7 +762,7 @@ impl Pipeline {
             let released = with_patience(deadline, || inner.store.events_release(&params)).await?;
             stats.deferred += released;
             stats.fenced += releases.len() as u64 - released;
-            metrics::counter!("postbox_events_deferred_total", "tenant" => tenant.to_owned())
+            metrics::counter!(metric::EVENTS_DEFERRED, "tenant" => tenant.to_owned())
                 .increment(released);
             for r in &releases {
                 inner.retries.note(r.delay);
@@ -794,7 +795,7 @@ impl Pipeline {
             }
             stats.failed_tries += marks.len() as u64;
             stats.fenced += (tries.len() - marks.len()) as u64;
-            metrics::counter!("postbox_publish_failures_total", "tenant" => tenant.to_owned())
+            metrics::counter!(metric::PUBLISH_FAILURES, "tenant" => tenant.to_owned())
                 .increment(marks.len() as u64);
             for mark in marks {
                 let error = tries
@@ -821,7 +822,7 @@ impl Pipeline {
             }
         }
         if stats.fenced > 0 {
-            metrics::counter!("postbox_events_fenced_total", "tenant" => tenant.to_owned())
+            metrics::counter!(metric::EVENTS_FENCED, "tenant" => tenant.to_owned())
                 .increment(stats.fenced);
             warn!(tenant, relay = %inner.id, count = stats.fenced,
                 "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
@@ -838,7 +839,7 @@ impl Pipeline {
                 self.paused
                     .insert(open.target.schema.clone(), Instant::now() + pause);
             }
-            metrics::histogram!("postbox_batch_seconds", "tenant" => tenant.to_owned())
+            metrics::histogram!(metric::BATCH_SECONDS, "tenant" => tenant.to_owned())
                 .record(open.started.elapsed().as_secs_f64());
         }
         self.add(stats);
@@ -967,7 +968,7 @@ pub(super) fn alert_failed(
         error,
         "event FAILED and will not be retried; fix the cause, then retry it (an operator's retry puts it back in the queue)"
     );
-    metrics::counter!("postbox_events_failed_total", "tenant" => tenant.to_owned()).increment(1);
+    metrics::counter!(metric::EVENTS_FAILED, "tenant" => tenant.to_owned()).increment(1);
     // No subscriber is not an error: the log line above is the alert then.
     let _ = inner.notices.send(Notice::Failed(FailedNotice::new(
         tenant,
