@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use postbox::RelayStats;
+use postbox::metrics as metric;
 use postbox::store::StatusCounts;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -100,12 +101,12 @@ pub(crate) async fn run(
                 } else {
                     (Utc::now() - sink.since).to_std().unwrap_or_default()
                 };
-                metrics::gauge!("postbox_sink_up", "sink" => sink.name.clone()).set(if sink.up {
+                metrics::gauge!(metric::SINK_UP, "sink" => sink.name.clone()).set(if sink.up {
                     1.0
                 } else {
                     0.0
                 });
-                metrics::gauge!("postbox_sink_down_seconds", "sink" => sink.name.clone())
+                metrics::gauge!(metric::SINK_DOWN_SECONDS, "sink" => sink.name.clone())
                     .set(down.as_secs_f64());
                 checks.push(Check::Sink(sink));
             }
@@ -143,10 +144,10 @@ async fn refresh_backlog(shared: &Shared) -> Vec<(String, StatusCounts)> {
                     ("PROCESSED", counts.processed),
                     ("FAILED", counts.failed),
                 ] {
-                    metrics::gauge!("postbox_events", "tenant" => tenant.clone(), "status" => status)
+                    metrics::gauge!(metric::EVENTS, "tenant" => tenant.clone(), "status" => status)
                         .set(n as f64);
                 }
-                metrics::gauge!("postbox_oldest_pending_age_seconds", "tenant" => tenant.clone())
+                metrics::gauge!(metric::OLDEST_PENDING_AGE, "tenant" => tenant.clone())
                     .set(counts.oldest_pending_age.unwrap_or_default().as_secs_f64());
                 out.push((tenant, counts));
             }

@@ -16,7 +16,7 @@ use metrics::{
 use crate::report::ClaimTimes;
 
 /// The metric the relay records each claim's duration in, seconds.
-const CLAIM_METRIC: &str = "postbox_claim_seconds";
+const CLAIM_METRIC: &str = postbox::metrics::CLAIM_SECONDS;
 
 /// Claim durations in microseconds.
 struct Samples(Mutex<Hdr<u64>>);
@@ -102,7 +102,7 @@ mod tests {
     #[test]
     fn only_the_claim_histogram_is_recorded() {
         reset();
-        metrics::histogram!("postbox_mark_seconds").record(5.0);
+        metrics::histogram!(postbox::metrics::MARK_SECONDS).record(5.0);
         assert!(take().is_none(), "another histogram must not count");
         for ms in [1.0, 2.0, 3.0, 100.0] {
             metrics::histogram!(CLAIM_METRIC, "tenant" => "t").record(ms / 1000.0);

@@ -11,6 +11,7 @@ mod error;
 mod event;
 mod glob;
 mod handlers;
+pub mod metrics;
 mod migrate;
 mod outbox;
 pub mod redact;

@@ -313,7 +313,8 @@ async fn g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing() {
         sink.clone(),
         config()
             .relay_id("relay-a")
-            .lease(Duration::from_millis(300))
+            // The shortest lease a relay accepts (its timing needs 600 ms, see `relay::timing`).
+            .lease(Duration::from_millis(600))
             .publish_timeout(Duration::from_millis(200)),
     )
     .unwrap();
@@ -450,7 +451,7 @@ async fn an_outage_longer_than_the_relays_patience_republishes_only_the_batch_in
     faulty.fail_next(StoreOp::MarkProcessed, 6);
     let sink = RecordingSink::new();
     let cfg = config()
-        .lease(Duration::from_millis(400))
+        .lease(Duration::from_millis(600))
         .publish_timeout(Duration::from_millis(300));
     let relay = Relay::new(faulty.clone(), sink.clone(), cfg).unwrap();
     relay.drain(std::future::pending()).await.unwrap();

@@ -175,7 +175,7 @@ async fn a_publish_timeout_counts_as_a_failed_try() {
     sink.script("Slow", Behaviour::Slow(Duration::from_secs(30)));
     let cfg = config()
         .publish_timeout(Duration::from_millis(100))
-        .lease(Duration::from_millis(500));
+        .lease(Duration::from_millis(600));
     let relay = Relay::new(store, sink.clone(), cfg).unwrap();
     relay.drain(std::future::pending()).await.unwrap();
     let r = row(&db, "public", slow).await;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 pub use super::policy::{EffectivePolicy, RetryPolicy};
+use super::timing;
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 
@@ -35,9 +36,14 @@ pub struct RelayConfig {
     /// it at once; polling catches events inserted without one and notifications lost in a
     /// reconnect.
     pub poll_interval: Duration,
-    /// How long a claim lasts (default 30 s). A relay renews the leases of a batch it is still
-    /// publishing; a relay that dies loses them, and its events are taken over after this long
-    /// (counted as a failed try). Too short a lease leads to duplicate publishing of slow batches.
+    /// How long a claim lasts (default 30 s; at least 600 ms). A relay renews the leases of a
+    /// batch it is still publishing, every third of a lease; a relay that dies loses them, and
+    /// its events are taken over after this long (counted as a failed try). Once an event's
+    /// outcome is known its lease goes unrenewed until the result is written: up to a third of
+    /// a lease since the last renewal, 50 ms gathering a claim's outcomes, and half a lease
+    /// retrying the write while the database is down — which must leave room for round trips
+    /// (the invariant behind G3, `docs/guarantees.md`), hence the minimum. Too short a lease
+    /// leads to duplicate publishing of slow batches.
     pub lease: Duration,
     /// Backoff between an event's failed tries (default: base 1 s, cap 300 s).
     pub retry: Backoff,
@@ -336,10 +342,20 @@ impl RelayConfig {
                 ),
             );
         }
-        if self.lease < Duration::from_millis(100) {
+        if timing::margin(self.lease) < timing::MIN_MARGIN {
             return bad(
                 "lease",
-                format!("{:?} is too short; use at least 100ms", self.lease),
+                format!(
+                    "{:?} is too short; use at least {:?}: once an event is published its lease \
+                     goes unrenewed until its result is written, for up to {:?} of this lease \
+                     (a third of it since the last renewal, {:?} gathering outcomes, half of it \
+                     retrying the write), which must leave at least {:?} for database round trips",
+                    self.lease,
+                    timing::MIN_LEASE,
+                    timing::unrenewed(self.lease),
+                    timing::FLUSH_WINDOW,
+                    timing::MIN_MARGIN,
+                ),
             );
         }
         if self.publish_timeout.is_zero() || self.publish_timeout >= self.lease {
@@ -479,6 +495,7 @@ mod tests {
                 "busy_poll_interval",
             ),
             (d().lease(ms(99)).publish_timeout(ms(50)), "lease"),
+            (d().lease(ms(599)).publish_timeout(ms(50)), "lease"),
             (d().publish_timeout(Duration::ZERO), "publish_timeout"),
             (
                 d().lease(ms(1000)).publish_timeout(ms(1000)),
@@ -533,6 +550,27 @@ mod tests {
         for (config, want) in cases {
             assert_eq!(field_of(config), want);
         }
+    }
+
+    #[test]
+    fn the_shortest_lease_is_the_timing_minimum() {
+        let min = timing::MIN_LEASE;
+        let short = min - Duration::from_millis(1);
+        RelayConfig::default()
+            .lease(min)
+            .publish_timeout(min / 2)
+            .validate()
+            .expect("the minimum lease is valid");
+        let e = RelayConfig::default()
+            .lease(short)
+            .publish_timeout(short / 2)
+            .validate()
+            .expect_err("below the minimum");
+        let message = e.to_string();
+        assert!(
+            message.contains("lease") && message.contains(&format!("{min:?}")),
+            "{message}"
+        );
     }
 
     #[test]

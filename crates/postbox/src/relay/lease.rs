@@ -1,6 +1,7 @@
 //! Keeping the leases of a batch alive while it is being published: a task renews them every
-//! third of a lease, by the claim's token, until the batch is done (DESIGN §3, "Publish").
-//! Events whose outcome is known are dropped from the renewals as they finish.
+//! [`renew_interval`] (a third of a lease), by the claim's token, until the batch is done
+//! (DESIGN §3, "Publish"). Events whose outcome is known are dropped from the renewals as they
+//! finish; their results must then be written in time (the invariant of [`super::timing`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -9,6 +10,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 use uuid::Uuid;
 
+use super::timing::renew_interval;
 use crate::schema::Target;
 use crate::store::{RenewParams, Store};
 
@@ -19,7 +21,8 @@ pub(super) struct LeaseKeeper {
 }
 
 impl LeaseKeeper {
-    /// Starts renewing the leases of `ids`, claimed with `token`, every `lease / 3`.
+    /// Starts renewing the leases of `ids`, claimed with `token`, every
+    /// [`renew_interval`]`(lease)`.
     pub(super) fn start(
         store: Arc<dyn Store>,
         target: Target,
@@ -29,7 +32,7 @@ impl LeaseKeeper {
     ) -> LeaseKeeper {
         let ids = Arc::new(Mutex::new(ids));
         let held = Arc::clone(&ids);
-        let every = lease / 3;
+        let every = renew_interval(lease);
         let task = tokio::spawn(async move {
             let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

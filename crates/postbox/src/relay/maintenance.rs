@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
+use crate::metrics as metric;
 use crate::schema::{SchemaName, Target};
 use crate::store::{
     ArchiveParams, PurgeKind, PurgeParams, SlowLaneParams, Store, archive_all, purge_all,
@@ -169,7 +170,7 @@ async fn check(
                     target.schema.clone(),
                     Instant::now() + elapsed * VACUUM_DUTY_PAUSE,
                 );
-                metrics::counter!("postbox_vacuums_total", "tenant" => target.label().to_owned())
+                metrics::counter!(metric::VACUUMS, "tenant" => target.label().to_owned())
                     .increment(1);
             }
             Err(e @ Error::NotOwner { .. }) => {
@@ -260,8 +261,7 @@ async fn retain(
         };
         let started = Instant::now();
         match archive_all(store, params, false, |n| {
-            metrics::counter!("postbox_events_archived_total", "tenant" => tenant.to_owned())
-                .increment(n);
+            metrics::counter!(metric::EVENTS_ARCHIVED, "tenant" => tenant.to_owned()).increment(n);
         })
         .await
         {
@@ -282,8 +282,7 @@ async fn retain(
             dry_run: false,
         };
         match purge_all(store, params, false, |n| {
-            metrics::counter!("postbox_events_purged_total", "tenant" => tenant.to_owned())
-                .increment(n);
+            metrics::counter!(metric::EVENTS_PURGED, "tenant" => tenant.to_owned()).increment(n);
         })
         .await
         {
@@ -373,7 +372,7 @@ impl SlowLane {
                             count = n,
                             "slow lane: FAILED events given one more try"
                         );
-                        metrics::counter!("postbox_slow_lane_retries_total", "tenant" => target.label().to_owned())
+                        metrics::counter!(metric::SLOW_LANE_RETRIES, "tenant" => target.label().to_owned())
                             .increment(n);
                     }
                     Err(e) => {
@@ -428,7 +427,7 @@ impl HealthReports {
             return;
         }
         for h in &health {
-            metrics::gauge!("postbox_sink_up", "sink" => h.name.clone()).set(if h.up {
+            metrics::gauge!(metric::SINK_UP, "sink" => h.name.clone()).set(if h.up {
                 1.0
             } else {
                 0.0

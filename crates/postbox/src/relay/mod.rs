@@ -7,7 +7,8 @@
 //! - [`targets`]: the default schema and every active tenant, served in turn;
 //! - [`pipeline`]: claim → publish → mark, events recorded as they finish, claims as soon as
 //!   there is room, with [`publish`] (timeouts, panics caught) and [`lease`] (renewals while
-//!   publishing);
+//!   publishing), timed by [`timing`] (renewals, flushes and the patience of writes, and the
+//!   rule they keep together);
 //! - [`waker`]: when the next round runs — notifications, polling, scheduled retries;
 //! - [`maintenance`]: vacuuming the tables it serves, beside the work.
 
@@ -21,6 +22,7 @@ mod policy;
 mod publish;
 mod stats;
 mod targets;
+mod timing;
 mod waker;
 
 use std::future::Future;

@@ -23,19 +23,18 @@ use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use super::lease::LeaseKeeper;
+use super::timing::{FLUSH_WINDOW, write_patience};
 use super::{FailedNotice, Inner, Notice, RelayConfig, RelayStats, publish};
 use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::event::OutboxEvent;
+use crate::metrics as metric;
 use crate::schema::{SchemaName, Target};
 use crate::sink::{PublishError, Sink};
 use crate::store::{
     ClaimOrder, ClaimParams, FailedMark, FailedTry, HorizonProbe, MarkFailedParams,
     MarkProcessedParams, Release, ReleaseParams,
 };
-
-/// How long outcomes of an unfinished claim wait to be recorded together.
-const FLUSH_WINDOW: Duration = Duration::from_millis(50);
 
 /// Marks of acknowledged events written at once, each on a connection of its own, while the
 /// relay claims and publishes the next batches: the database works on the next claim while the
@@ -329,7 +328,7 @@ impl Pipeline {
                 floor,
             })
             .await?;
-        metrics::histogram!("postbox_claim_seconds", "tenant" => tenant.to_owned())
+        metrics::histogram!(metric::CLAIM_SECONDS, "tenant" => tenant.to_owned())
             .record(started.elapsed().as_secs_f64());
         let mut stats = RelayStats {
             recovered: claimed.recovered,
@@ -342,13 +341,13 @@ impl Pipeline {
         self.sizes
             .insert(target.schema.clone(), next_size(cfg, size, count));
         if count > 0 {
-            metrics::histogram!("postbox_batch_size", "tenant" => tenant.to_owned())
+            metrics::histogram!(metric::BATCH_SIZE, "tenant" => tenant.to_owned())
                 .record(count as f64);
         }
         if claimed.recovered > 0 {
             info!(tenant, relay = %inner.id, count = claimed.recovered,
                 "recovered {} stale events (a relay did not finish within its lease)", claimed.recovered);
-            metrics::counter!("postbox_stale_recovered_total", "tenant" => tenant.to_owned())
+            metrics::counter!(metric::STALE_RECOVERED, "tenant" => tenant.to_owned())
                 .increment(claimed.recovered);
         }
         for e in &claimed.exhausted {
@@ -402,7 +401,8 @@ impl Pipeline {
                     max_retries: None,
                 })
                 .collect();
-            let marks = mark_failed(&inner, target, token, &tries, cfg.retry).await?;
+            let deadline = Instant::now() + write_patience(cfg.lease);
+            let marks = mark_failed(&inner, target, token, &tries, cfg.retry, deadline).await?;
             stats.failed_tries += marks.len() as u64;
             stats.gave_up += marks.len() as u64;
             for mark in &marks {
@@ -549,10 +549,10 @@ impl Pipeline {
             Err(_) => return Ok(()),
         };
         let fenced = marked.asked - marked.marked;
-        metrics::counter!("postbox_events_published_total", "tenant" => marked.tenant.clone())
+        metrics::counter!(metric::EVENTS_PUBLISHED, "tenant" => marked.tenant.clone())
             .increment(marked.marked);
         if fenced > 0 {
-            metrics::counter!("postbox_events_fenced_total", "tenant" => marked.tenant.clone())
+            metrics::counter!(metric::EVENTS_FENCED, "tenant" => marked.tenant.clone())
                 .increment(fenced);
             warn!(tenant = marked.tenant, relay = %self.inner.id, count = fenced,
                 "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
@@ -566,15 +566,20 @@ impl Pipeline {
     }
 
     /// Writes the mark of `done` (acknowledged events of one claim) on a task of its own, once
-    /// fewer than [`MARKS_IN_FLIGHT`] are being written.
-    async fn mark_processed(&mut self, target: &Target, token: Uuid, done: Vec<i64>) -> Result<()> {
+    /// fewer than [`MARKS_IN_FLIGHT`] are being written, retried until `deadline`.
+    async fn mark_processed(
+        &mut self,
+        target: &Target,
+        token: Uuid,
+        done: Vec<i64>,
+        deadline: Instant,
+    ) -> Result<()> {
         while self.marking.len() >= MARKS_IN_FLIGHT {
             if let Some(marked) = self.marking.next().await {
                 self.account(marked)?;
             }
         }
         let store = Arc::clone(&self.inner.store);
-        let lease = self.inner.config.lease;
         let target = target.clone();
         self.marking.push(tokio::spawn(async move {
             let tenant = target.label().to_owned();
@@ -584,8 +589,9 @@ impl Pipeline {
                 ids: &done,
             };
             let started = Instant::now();
-            let marked = with_patience(lease, || store.events_mark_processed(&processed)).await?;
-            metrics::histogram!("postbox_mark_seconds", "tenant" => tenant.clone())
+            let marked =
+                with_patience(deadline, || store.events_mark_processed(&processed)).await?;
+            metrics::histogram!(metric::MARK_SECONDS, "tenant" => tenant.clone())
                 .record(started.elapsed().as_secs_f64());
             Ok(Marked {
                 tenant,
@@ -649,7 +655,7 @@ impl Pipeline {
             Err(e) if e.is_unavailable() => "unavailable",
             Err(_) => "failed",
         };
-        metrics::counter!("postbox_publish_outcomes_total", "tenant" => tenant.clone(),
+        metrics::counter!(metric::PUBLISH_OUTCOMES, "tenant" => tenant.clone(),
             "route" => route.clone(), "outcome" => outcome)
         .increment(1);
         match result {
@@ -663,7 +669,7 @@ impl Pipeline {
                     .unwrap_or_default();
                 self.stats.latency_total += latency;
                 self.inner.live.add_latency(latency);
-                metrics::histogram!("postbox_publish_latency_seconds", "tenant" => tenant, "route" => route)
+                metrics::histogram!(metric::PUBLISH_LATENCY, "tenant" => tenant, "route" => route)
                     .record(latency.as_secs_f64());
                 // A destination answered: the target's claims go on.
                 self.paused.remove(&open.target.schema);
@@ -708,7 +714,10 @@ impl Pipeline {
     }
 
     /// Records the buffered outcomes of every finished claim, and with `all`, of every claim.
+    /// The writes of one flush are retried together for at most [`write_patience`], so their
+    /// leases are not left unrenewed for longer (the invariant of [`super::timing`]).
     async fn flush(&mut self, all: bool) -> Result<()> {
+        let deadline = Instant::now() + write_patience(self.inner.config.lease);
         let ready: Vec<u64> = self
             .claims
             .iter()
@@ -716,7 +725,7 @@ impl Pipeline {
             .map(|(id, _)| *id)
             .collect();
         for id in ready {
-            self.flush_claim(id).await?;
+            self.flush_claim(id, deadline).await?;
         }
         self.flush_at = self
             .claims
@@ -726,7 +735,8 @@ impl Pipeline {
         Ok(())
     }
 
-    async fn flush_claim(&mut self, claim: u64) -> Result<()> {
+    /// Writes the buffered outcomes of `claim`, retrying until `deadline`.
+    async fn flush_claim(&mut self, claim: u64, deadline: Instant) -> Result<()> {
         let inner = Arc::clone(&self.inner);
         let cfg = &inner.config;
         let Some(open) = self.claims.get_mut(&claim) else {
@@ -741,7 +751,7 @@ impl Pipeline {
         let releases = std::mem::take(&mut open.releases);
         let mut stats = RelayStats::default();
         if !done.is_empty() {
-            self.mark_processed(&target, token, done).await?;
+            self.mark_processed(&target, token, done, deadline).await?;
         }
         if !releases.is_empty() {
             let params = ReleaseParams {
@@ -749,10 +759,10 @@ impl Pipeline {
                 claim_token: token,
                 releases: &releases,
             };
-            let released = with_patience(cfg.lease, || inner.store.events_release(&params)).await?;
+            let released = with_patience(deadline, || inner.store.events_release(&params)).await?;
             stats.deferred += released;
             stats.fenced += releases.len() as u64 - released;
-            metrics::counter!("postbox_events_deferred_total", "tenant" => tenant.to_owned())
+            metrics::counter!(metric::EVENTS_DEFERRED, "tenant" => tenant.to_owned())
                 .increment(released);
             for r in &releases {
                 inner.retries.note(r.delay);
@@ -781,11 +791,11 @@ impl Pipeline {
             }
             let mut marks = Vec::with_capacity(tries.len());
             for (backoff, group) in &groups {
-                marks.extend(mark_failed(&inner, &target, token, group, *backoff).await?);
+                marks.extend(mark_failed(&inner, &target, token, group, *backoff, deadline).await?);
             }
             stats.failed_tries += marks.len() as u64;
             stats.fenced += (tries.len() - marks.len()) as u64;
-            metrics::counter!("postbox_publish_failures_total", "tenant" => tenant.to_owned())
+            metrics::counter!(metric::PUBLISH_FAILURES, "tenant" => tenant.to_owned())
                 .increment(marks.len() as u64);
             for mark in marks {
                 let error = tries
@@ -812,7 +822,7 @@ impl Pipeline {
             }
         }
         if stats.fenced > 0 {
-            metrics::counter!("postbox_events_fenced_total", "tenant" => tenant.to_owned())
+            metrics::counter!(metric::EVENTS_FENCED, "tenant" => tenant.to_owned())
                 .increment(stats.fenced);
             warn!(tenant, relay = %inner.id, count = stats.fenced,
                 "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
@@ -829,7 +839,7 @@ impl Pipeline {
                 self.paused
                     .insert(open.target.schema.clone(), Instant::now() + pause);
             }
-            metrics::histogram!("postbox_batch_seconds", "tenant" => tenant.to_owned())
+            metrics::histogram!(metric::BATCH_SECONDS, "tenant" => tenant.to_owned())
                 .record(open.started.elapsed().as_secs_f64());
         }
         self.add(stats);
@@ -899,13 +909,14 @@ fn a_destination_is_up(sink: &dyn Sink) -> bool {
     sink.health().iter().any(|h| h.up)
 }
 
-/// Records failed tries backing off by `retry`, with the relay's patience.
+/// Records failed tries backing off by `retry`, retrying until `deadline`.
 async fn mark_failed(
     inner: &Inner,
     target: &Target,
     token: Uuid,
     tries: &[FailedTry],
     retry: Backoff,
+    deadline: Instant,
 ) -> Result<Vec<FailedMark>> {
     let failed = MarkFailedParams {
         target,
@@ -913,20 +924,18 @@ async fn mark_failed(
         tries,
         retry,
     };
-    with_patience(inner.config.lease, || {
-        inner.store.events_mark_failed(&failed)
-    })
-    .await
+    with_patience(deadline, || inner.store.events_mark_failed(&failed)).await
 }
 
-/// Retries a mark for up to half a lease, so a short database outage after publishing does not
-/// turn published events into stale claims (which would publish them again).
-async fn with_patience<T, F, Fut>(lease: Duration, mut op: F) -> Result<T>
+/// Retries a write of outcomes until `deadline` (at most [`write_patience`] after its flush
+/// began), so a short database outage after publishing does not turn published events into
+/// stale claims (which would publish them again). A wait that would end past the deadline is
+/// not begun: the last attempt starts before it.
+async fn with_patience<T, F, Fut>(deadline: Instant, mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let deadline = Instant::now() + lease / 2;
     let mut waits = Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).attempts();
     loop {
         match op().await {
@@ -959,7 +968,7 @@ pub(super) fn alert_failed(
         error,
         "event FAILED and will not be retried; fix the cause, then retry it (an operator's retry puts it back in the queue)"
     );
-    metrics::counter!("postbox_events_failed_total", "tenant" => tenant.to_owned()).increment(1);
+    metrics::counter!(metric::EVENTS_FAILED, "tenant" => tenant.to_owned()).increment(1);
     // No subscriber is not an error: the log line above is the alert then.
     let _ = inner.notices.send(Notice::Failed(FailedNotice::new(
         tenant,

@@ -1,0 +1,225 @@
+//! The relay records exactly the metrics `postbox::metrics::ALL` lists as the relay's, with the
+//! labels listed there: a relay runs against PostgreSQL through publishing, a failed try, an
+//! event going `FAILED`, a destination down, a stale take-over, a fenced mark, the slow lane,
+//! archiving, purging, vacuuming and sink health, with a recorder that notes every metric
+//! registered. (`docs/operations.md` and `deploy/` are checked against the same list by
+//! `postbox-admin`'s tests; the metrics only `postbox-admin` records are not the relay's.)
+//!
+//! The recorder is this process's global one: this binary holds this one test.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{Running, config, enqueue, events, pg};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use postbox::store::ClaimParams;
+use postbox::{Event, OutboxEvent, PublishError, Relay, Sink, SinkHealth, Store};
+use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
+use tokio::sync::Semaphore;
+
+/// Every metric registered so far: its name, and the label keys of each registration.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<BTreeMap<String, BTreeSet<Vec<String>>>>>);
+
+impl Seen {
+    fn note(&self, key: &Key) {
+        let mut labels: Vec<String> = key.labels().map(|l| l.key().to_owned()).collect();
+        labels.sort_unstable();
+        self.0
+            .lock()
+            .expect("lock")
+            .entry(key.name().to_owned())
+            .or_default()
+            .insert(labels);
+    }
+
+    fn snapshot(&self) -> BTreeMap<String, BTreeSet<Vec<String>>> {
+        self.0.lock().expect("lock").clone()
+    }
+
+    fn names(&self) -> BTreeSet<String> {
+        self.snapshot().into_keys().collect()
+    }
+}
+
+/// Notes every metric the relay registers (each `counter!`, `gauge!`, `histogram!` call
+/// registers its key); records no values.
+struct NameRecorder(Seen);
+
+impl Recorder for NameRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.0.note(key);
+        Counter::noop()
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.0.note(key);
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.0.note(key);
+        Histogram::noop()
+    }
+}
+
+/// A recording sink that reports a healthy destination (for `postbox_sink_up`) and holds the
+/// publishes of `Fenced` events until the gate opens.
+#[derive(Clone)]
+struct GatedSink {
+    inner: RecordingSink,
+    entered: Arc<AtomicBool>,
+    gate: Arc<Semaphore>,
+}
+
+#[async_trait]
+impl Sink for GatedSink {
+    async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
+        if event.event_type == "Fenced" {
+            self.entered.store(true, Ordering::SeqCst);
+            let _open = self.gate.acquire().await.expect("gate");
+        }
+        self.inner.publish(event).await
+    }
+
+    fn health(&self) -> Vec<SinkHealth> {
+        vec![SinkHealth::new("test", true, chrono::Utc::now(), None)]
+    }
+}
+
+async fn sql(db: &TestDb, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(db.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_records_exactly_the_listed_metrics_with_their_labels() {
+    let seen = Seen::default();
+    metrics::set_global_recorder(NameRecorder(seen.clone())).expect("the only recorder");
+    let (db, store) = pg().await;
+
+    // For retention: a PROCESSED event of 40 days ago (archived) and an event archived 100 days
+    // ago (purged). Neither is claimable.
+    sql(
+        &db,
+        "INSERT INTO outbox_events (event_type, payload, status, processed_at, created_at)
+         VALUES ('Old', '{}', 'PROCESSED', now() - interval '39 days', now() - interval '40 days');
+         INSERT INTO outbox_events_archive (id, event_type, payload, status, archived_at)
+         VALUES (1000000, 'Ancient', '{}', 'PROCESSED', now() - interval '100 days');",
+    )
+    .await;
+    // A stale claim: taken by a relay that is gone, its lease already over.
+    let stale = enqueue(&db, &db.outbox(), events("Stale", 1)).await[0];
+    let gone = store
+        .events_claim(&ClaimParams {
+            target: &common::default_target(),
+            batch_size: 1,
+            lease: Duration::from_millis(1),
+            relay_id: "gone",
+            floor: 0,
+            order: Default::default(),
+        })
+        .await
+        .expect("claim");
+    assert_eq!(
+        gone.events.iter().map(|e| e.id).collect::<Vec<_>>(),
+        [stale]
+    );
+
+    let inner = RecordingSink::new();
+    // A failed try, then a success; a try at its limit (FAILED); a destination down.
+    inner.script("Flaky", Behaviour::FailTimes(1));
+    inner.script("Poison", Behaviour::Fail);
+    inner.script(
+        "Down",
+        Behaviour::FailWith(PublishError::unavailable("scripted outage")),
+    );
+    let sink = GatedSink {
+        inner: inner.clone(),
+        entered: Arc::default(),
+        gate: Arc::new(Semaphore::new(0)),
+    };
+    let fenced = enqueue(&db, &db.outbox(), events("Fenced", 1)).await[0];
+    let mut batch = events("Ok", 3);
+    batch.extend(events("Flaky", 1));
+    batch.extend(events("Down", 1));
+    batch.push(
+        Event::new("Poison", &serde_json::json!({}))
+            .expect("event")
+            .max_retries(1),
+    );
+    enqueue(&db, &db.outbox(), batch).await;
+
+    let cfg = config()
+        // Any dead row calls for a vacuum (once the statistics report it).
+        .vacuum_threshold(Some(1))
+        // The FAILED event gets its slow-lane try at once.
+        .dead_letter_retry_interval(Some(Duration::from_millis(200)))
+        .dead_letter_max_retries(1);
+    let relay = Running::start(Relay::new(store, sink.clone(), cfg).expect("relay"));
+
+    // Another relay takes the gated event over while it publishes: the mark is fenced off.
+    wait_until(
+        "the Fenced event is publishing",
+        Duration::from_secs(10),
+        || async { sink.entered.load(Ordering::SeqCst) },
+    )
+    .await;
+    sqlx::query(
+        "UPDATE outbox_events SET claim_token = gen_random_uuid(), locked_by = 'thief'
+         WHERE id = $1",
+    )
+    .bind(fenced)
+    .execute(db.pool())
+    .await
+    .expect("take over");
+    sink.gate.add_permits(Semaphore::MAX_PERMITS / 2);
+
+    let want: BTreeSet<String> = postbox::metrics::ALL
+        .iter()
+        .filter(|m| m.by_relay())
+        .map(|m| m.name.to_owned())
+        .collect();
+    // Waits for the metrics, not for a time: the vacuum waits for the database's statistics,
+    // which backends report up to seconds late.
+    let missing = || {
+        let names = seen.names();
+        want.difference(&names).cloned().collect::<Vec<_>>()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !missing().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    relay.stop().await;
+
+    let recorded = seen.snapshot();
+    let names: BTreeSet<String> = recorded.keys().cloned().collect();
+    assert_eq!(
+        names,
+        want,
+        "the relay recorded {:?} that are not listed, and did not record {:?}",
+        names.difference(&want).collect::<Vec<_>>(),
+        want.difference(&names).collect::<Vec<_>>(),
+    );
+    for m in postbox::metrics::ALL.iter().filter(|m| m.by_relay()) {
+        let mut labels: Vec<String> = m.labels.iter().map(|l| (*l).to_owned()).collect();
+        labels.sort_unstable();
+        assert_eq!(
+            recorded[m.name],
+            BTreeSet::from([labels]),
+            "{} is recorded with the labels listed",
+            m.name
+        );
+    }
+}
