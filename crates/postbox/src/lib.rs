@@ -13,6 +13,7 @@ mod glob;
 mod handlers;
 pub mod metrics;
 mod migrate;
+mod ordering;
 mod outbox;
 pub mod redact;
 mod relay;

@@ -107,11 +107,6 @@ impl ClaimOrder<'_> {
     }
 }
 
-/// Whether `aggregate_type` is one of the ordered `types` (`*` orders every type).
-pub(crate) fn orders_type(types: &[String], aggregate_type: &str) -> bool {
-    types.iter().any(|t| t == "*" || t == aggregate_type)
-}
-
 /// A probe of a table's commit horizon, kept between calls of [`Store::commit_horizon`]: the
 /// last id drawn when it was taken, and the transactions then writing to the table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -553,7 +548,7 @@ pub trait Store: Send + Sync + 'static {
     /// than `max_tries` slow-lane tries go back to `PENDING` for one more try (their
     /// `retry_count` raised to `max_retries`, so one failure makes them `FAILED` again; then
     /// `retry_count - max_retries` is the number of slow-lane tries they had). Returns how many.
-    /// A store without it answers [`Error::Unsupported`].
+    /// A store without it answers [`Error::Unsupported`](crate::Error::Unsupported).
     async fn events_retry_slow_lane(&self, params: &SlowLaneParams<'_>) -> Result<u64> {
         let _ = params;
         Err(crate::Error::Unsupported("the slow lane of FAILED events"))
@@ -584,7 +579,7 @@ pub trait Store: Send + Sync + 'static {
     /// An operator's skip of the held-back heads of ordered aggregates: the events (`PENDING`
     /// or `FAILED`, not in flight) go `FAILED` and no longer hold back the later events of
     /// their aggregate; a retry undoes it. Returns the ids skipped. A store without it answers
-    /// [`Error::Unsupported`].
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
     async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
         let _ = (target, ids);
         Err(crate::Error::Unsupported("skipping events"))

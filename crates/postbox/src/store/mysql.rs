@@ -348,7 +348,7 @@ fn keep_own_heads(
     picked
         .into_iter()
         .filter(|(id, _, at, aid)| match (at, aid) {
-            (Some(at), Some(aid)) if super::orders_type(types, at) => blocked_from
+            (Some(at), Some(aid)) if crate::ordering::orders_type(types, at) => blocked_from
                 .get(&(at.as_str(), aid.as_str()))
                 .is_none_or(|first| first > id),
             _ => true,
@@ -982,7 +982,7 @@ impl MySqlStore {
         let aggregates: HashSet<(&str, &str)> = picked
             .iter()
             .filter_map(|(_, _, at, aid)| match (at, aid) {
-                (Some(at), Some(aid)) if super::orders_type(types, at) => {
+                (Some(at), Some(aid)) if crate::ordering::orders_type(types, at) => {
                     Some((at.as_str(), aid.as_str()))
                 }
                 _ => None,

@@ -1,0 +1,322 @@
+//! Claiming: where a target's claims start (its commit horizon and its floor), how large they
+//! are, and what a claim brings in — events queued for publishing, stale ones recovered, rows
+//! that cannot be read failed at once, alone.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::flush::mark_failed;
+use super::outcomes::alert_failed;
+use super::{Claimed, OpenClaim, Pipeline};
+use crate::error::Result;
+use crate::metrics as metric;
+use crate::ordering::{HELD_BACK, is_ordered, plan};
+use crate::relay::lease::LeaseKeeper;
+use crate::relay::timing::write_patience;
+use crate::relay::{RelayConfig, RelayStats};
+use crate::schema::Target;
+use crate::store::{ClaimOrder, ClaimParams, FailedTry, HorizonProbe, Release, ReleaseParams};
+
+/// The commit horizon of one target (see [`Store::commit_horizon`](crate::Store)).
+#[derive(Default)]
+pub(super) struct HorizonState {
+    settled: i64,
+    probe: Option<HorizonProbe>,
+    /// When the pending probe was taken, and whether its wait was logged.
+    probe_since: Option<Instant>,
+    warned: bool,
+}
+
+/// How long ordered events may wait for the writers of a probe before the relay says so.
+const HORIZON_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Where a target's claims take new work from (see [`Store::claim_floor`](crate::Store)).
+#[derive(Default)]
+pub(super) struct FloorState {
+    floor: i64,
+    /// When the floor last started again from 0.
+    swept: Option<Instant>,
+}
+
+/// How often a relay's floor is found again from the start of the table: a sweep, one read that
+/// walks the polling index from its start, for an event put back below the floor by a path that
+/// does not mark it (an operator's hand-written `UPDATE`, say). Every path of Postbox's own
+/// marks it.
+const FLOOR_SWEEP: Duration = Duration::from_secs(60);
+
+impl Pipeline {
+    /// The commit horizon of `target`: advances it with one probe of the table (see
+    /// [`Store::commit_horizon`](crate::Store)) and returns the id up to which ordered events
+    /// may be claimed.
+    async fn horizon(&mut self, target: &Target, ordered: bool) -> Result<i64> {
+        let state = self.horizons.entry(target.schema.clone()).or_default();
+        let horizon = self
+            .inner
+            .store
+            .commit_horizon(target, state.probe.as_ref())
+            .await?;
+        if let Some(settled) = horizon.settled {
+            state.settled = state.settled.max(settled);
+        }
+        match (&state.probe, &horizon.probe) {
+            (Some(old), Some(new)) if old == new => {
+                if ordered
+                    && !state.warned
+                    && state
+                        .probe_since
+                        .is_some_and(|at| at.elapsed() > HORIZON_PATIENCE)
+                {
+                    state.warned = true;
+                    warn!(tenant = target.label(), writers = ?new.writers,
+                        "ordered events wait for transactions writing to the outbox table that \
+                         stay open (PostgreSQL: find them in pg_locks by virtualtransaction; \
+                         MySQL: the transaction that inserted the id named), and end them; \
+                         events of ordered aggregates drawn after them are not published until \
+                         they commit or roll back");
+                }
+            }
+            _ => {
+                state.probe_since = Some(Instant::now());
+                state.warned = false;
+            }
+        }
+        state.probe = horizon.probe;
+        Ok(state.settled)
+    }
+
+    /// The floor of `target`'s next claim: advanced from the last one, or found again from the
+    /// start of the table (a sweep) every [`FLOOR_SWEEP`].
+    async fn floor(&mut self, target: &Target, settled: i64) -> Result<i64> {
+        let state = self.floors.entry(target.schema.clone()).or_default();
+        if state.swept.is_none_or(|at| at.elapsed() >= FLOOR_SWEEP) {
+            state.swept = Some(Instant::now());
+            state.floor = 0;
+        }
+        state.floor = self
+            .inner
+            .store
+            .claim_floor(target, state.floor, settled)
+            .await?;
+        Ok(state.floor)
+    }
+
+    /// Claims a batch of `target` and queues its events for publishing; rows that cannot be
+    /// read fail at once, alone.
+    pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
+        let inner = Arc::clone(&self.inner);
+        let cfg = &inner.config;
+        let tenant = target.label();
+        let ordered = !cfg.ordered_aggregate_types.is_empty();
+        let floors = inner.store.claims_from_floor();
+        let settled_through = if ordered || floors {
+            self.horizon(target, ordered).await?
+        } else {
+            0
+        };
+        let floor = if floors {
+            self.floor(target, settled_through).await?
+        } else {
+            0
+        };
+        let size = self
+            .sizes
+            .get(&target.schema)
+            .copied()
+            .unwrap_or(cfg.batch_size);
+        let started = Instant::now();
+        let mut claimed = inner
+            .store
+            .events_claim(&ClaimParams {
+                target,
+                batch_size: size,
+                lease: cfg.lease,
+                relay_id: &inner.id,
+                order: ClaimOrder {
+                    aggregate_types: &cfg.ordered_aggregate_types,
+                    settled_through,
+                },
+                floor,
+            })
+            .await?;
+        metrics::histogram!(metric::CLAIM_SECONDS, "tenant" => tenant.to_owned())
+            .record(started.elapsed().as_secs_f64());
+        let mut stats = RelayStats {
+            recovered: claimed.recovered,
+            gave_up: claimed.exhausted.len() as u64,
+            failed_tries: claimed.recovered + claimed.exhausted.len() as u64,
+            ..RelayStats::default()
+        };
+        let count = claimed.events.len() + claimed.exhausted.len() + claimed.undecodable.len();
+        let full = count >= size as usize;
+        self.sizes
+            .insert(target.schema.clone(), next_size(cfg, size, count));
+        if count > 0 {
+            metrics::histogram!(metric::BATCH_SIZE, "tenant" => tenant.to_owned())
+                .record(count as f64);
+        }
+        if claimed.recovered > 0 {
+            info!(tenant, relay = %inner.id, count = claimed.recovered,
+                "recovered {} stale events (a relay did not finish within its lease)", claimed.recovered);
+            metrics::counter!(metric::STALE_RECOVERED, "tenant" => tenant.to_owned())
+                .increment(claimed.recovered);
+        }
+        for e in &claimed.exhausted {
+            alert_failed(
+                &inner,
+                tenant,
+                e.id,
+                &e.event_type,
+                e.retry_count,
+                &e.last_error,
+            );
+        }
+        let token = claimed.claim_token;
+        let mut held = Vec::new();
+        if ordered && let Some(first) = claimed.undecodable.iter().map(|u| u.id).min() {
+            // An unreadable row's aggregate is not known for sure: ordered events after it wait
+            // for the next claim, where the FAILED row holds back its own aggregate only.
+            let (later, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut claimed.events)
+                .into_iter()
+                .partition(|e| e.id > first && is_ordered(&cfg.ordered_aggregate_types, e));
+            claimed.events = kept;
+            held = later;
+        }
+        if !held.is_empty() {
+            let releases: Vec<Release> = held
+                .iter()
+                .map(|e| Release {
+                    id: e.id,
+                    error: HELD_BACK.to_owned(),
+                    delay: Duration::ZERO,
+                })
+                .collect();
+            inner
+                .store
+                .events_release(&ReleaseParams {
+                    target,
+                    claim_token: token,
+                    releases: &releases,
+                })
+                .await?;
+        }
+        if !claimed.undecodable.is_empty() {
+            // A row no sink could be given fails at once, alone: the rest of the batch goes on.
+            let tries: Vec<FailedTry> = claimed
+                .undecodable
+                .iter()
+                .map(|u| FailedTry {
+                    id: u.id,
+                    error: u.reason.clone(),
+                    permanent: true,
+                    max_retries: None,
+                })
+                .collect();
+            let deadline = Instant::now() + write_patience(cfg.lease);
+            let marks = mark_failed(&inner, target, token, &tries, cfg.retry, deadline).await?;
+            stats.failed_tries += marks.len() as u64;
+            stats.gave_up += marks.len() as u64;
+            for mark in &marks {
+                let reason = tries
+                    .iter()
+                    .find(|t| t.id == mark.id)
+                    .map_or("", |t| t.error.as_str());
+                alert_failed(
+                    &inner,
+                    tenant,
+                    mark.id,
+                    "(unreadable)",
+                    mark.retry_count,
+                    reason,
+                );
+            }
+        }
+        self.add(stats);
+        if !claimed.events.is_empty() {
+            let claim = self.next_claim;
+            self.next_claim += 1;
+            let keeper = LeaseKeeper::start(
+                Arc::clone(&inner.store),
+                target.clone(),
+                token,
+                claimed.events.iter().map(|e| e.id).collect(),
+                cfg.lease,
+            );
+            let event_types = claimed
+                .events
+                .iter()
+                .map(|e| (e.id, e.event_type.clone()))
+                .collect();
+            self.claims.insert(
+                claim,
+                OpenClaim {
+                    target: target.clone(),
+                    token,
+                    keeper,
+                    outstanding: claimed.events.len(),
+                    event_types,
+                    done: Vec::new(),
+                    tries: Vec::new(),
+                    releases: Vec::new(),
+                    all_unavailable: true,
+                    pause: None,
+                    started: Instant::now(),
+                },
+            );
+            self.queued.extend(
+                plan(&cfg.ordered_aggregate_types, claimed.events)
+                    .into_iter()
+                    .map(|work| (claim, work)),
+            );
+        }
+        Ok(Claimed {
+            full,
+            any: count > 0,
+        })
+    }
+}
+
+/// The size of the claim after one of `size` that brought `count` events: doubled after a full
+/// claim, up to `max_batch_size`; halved after one less than half full, down to `batch_size`.
+fn next_size(cfg: &RelayConfig, size: u32, count: usize) -> u32 {
+    let cap = cfg.max_batch_size.max(cfg.batch_size);
+    if count >= size as usize {
+        size.saturating_mul(2).min(cap)
+    } else if count < (size / 2) as usize {
+        (size / 2).max(cfg.batch_size)
+    } else {
+        size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_grow_with_a_backlog_and_shrink_back_when_it_is_gone() {
+        let cfg = RelayConfig::default().batch_size(100).max_batch_size(500);
+        let mut size = cfg.batch_size;
+        let mut sizes = Vec::new();
+        // Full claims: a backlog.
+        for _ in 0..4 {
+            size = next_size(&cfg, size, size as usize);
+            sizes.push(size);
+        }
+        assert_eq!(sizes, [200, 400, 500, 500]);
+        // Claims half full hold their size; nearly empty ones halve it, down to batch_size.
+        assert_eq!(next_size(&cfg, 500, 300), 500);
+        let mut shrinking = Vec::new();
+        for _ in 0..4 {
+            size = next_size(&cfg, size, 3);
+            shrinking.push(size);
+        }
+        assert_eq!(shrinking, [250, 125, 100, 100]);
+        // A cap at or below batch_size: claims stay at batch_size.
+        let fixed = RelayConfig::default().batch_size(100).max_batch_size(50);
+        assert_eq!(next_size(&fixed, 100, 100), 100);
+        assert_eq!(next_size(&fixed, 100, 0), 100);
+    }
+}

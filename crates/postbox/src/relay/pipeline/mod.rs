@@ -1,0 +1,240 @@
+//! The claim → publish → mark pipeline: claimed events queue for a publish slot (at most
+//! `concurrency` publish at once), each outcome is recorded as soon as its claim is done or
+//! within a short window, and the relay claims again as soon as the queue runs low — so one slow
+//! event, or a destination that hangs, holds up only itself, never the events behind it.
+//!
+//! Outcomes, each write fenced by its claim's token:
+//! - acknowledged: `PROCESSED`;
+//! - a failed try (the event's fault): backed off, or `FAILED` at its limit;
+//! - destination unavailable: put back without spending a try, after the pause the sink asked
+//!   for; a claim whose every event found its destination down pauses that target's claims for
+//!   as long, so an outage does not churn through the backlog.
+//!
+//! The parts, one file each: [`claim`] (where claims start, how large, what they bring in),
+//! [`outcomes`] (each publish's result, buffered with its claim) and [`flush`] (the buffered
+//! results written, fenced by the claim's token).
+
+mod claim;
+mod flush;
+mod outcomes;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::lease::LeaseKeeper;
+use super::{Inner, RelayStats};
+use crate::error::Result;
+use crate::ordering::Work;
+use crate::schema::{SchemaName, Target};
+use crate::store::{FailedTry, Release};
+
+/// A claim whose events are not all recorded yet.
+struct OpenClaim {
+    target: Target,
+    token: Uuid,
+    keeper: LeaseKeeper,
+    /// Events of the claim whose outcome is not in yet.
+    outstanding: usize,
+    /// The claim's event types by id (for alerts).
+    event_types: HashMap<i64, String>,
+    /// Outcomes not recorded yet.
+    done: Vec<i64>,
+    tries: Vec<FailedTry>,
+    releases: Vec<Release>,
+    /// Whether every outcome so far was an unavailable destination.
+    all_unavailable: bool,
+    /// The shortest pause a destination asked for.
+    pause: Option<Duration>,
+    started: Instant,
+}
+
+impl OpenClaim {
+    fn buffered(&self) -> usize {
+        self.done.len() + self.tries.len() + self.releases.len()
+    }
+}
+
+/// What one claim brought in.
+pub(super) struct Claimed {
+    /// Whether it was a full batch (more work is likely waiting).
+    pub(super) full: bool,
+    /// Whether it claimed anything.
+    pub(super) any: bool,
+}
+
+/// The pipeline of one relay run.
+pub(super) struct Pipeline {
+    inner: Arc<Inner>,
+    running: FuturesUnordered<outcomes::Publishing>,
+    /// Marks of acknowledged events being written ([`flush::MARKS_IN_FLIGHT`] at most).
+    marking: FuturesUnordered<tokio::task::JoinHandle<Result<flush::Marked>>>,
+    queued: VecDeque<(u64, Work)>,
+    claims: HashMap<u64, OpenClaim>,
+    next_claim: u64,
+    flush_at: Option<Instant>,
+    /// Targets whose last claim found every destination down, until when.
+    paused: HashMap<SchemaName, Instant>,
+    /// The commit horizon of each target, with ordering on or claims from a floor.
+    horizons: HashMap<SchemaName, claim::HorizonState>,
+    /// The floor of each target's claims, where the store claims from one.
+    floors: HashMap<SchemaName, claim::FloorState>,
+    /// The size of each target's next claim (see [`crate::RelayConfig::max_batch_size`]); back to
+    /// `batch_size` when a destination is unavailable.
+    sizes: HashMap<SchemaName, u32>,
+    /// The last reason a destination gave for being down (redacted).
+    last_unavailable: Option<String>,
+    stats: RelayStats,
+}
+
+impl Pipeline {
+    pub(super) fn new(inner: Arc<Inner>) -> Self {
+        Pipeline {
+            inner,
+            running: FuturesUnordered::new(),
+            marking: FuturesUnordered::new(),
+            queued: VecDeque::new(),
+            claims: HashMap::new(),
+            next_claim: 0,
+            flush_at: None,
+            paused: HashMap::new(),
+            horizons: HashMap::new(),
+            floors: HashMap::new(),
+            sizes: HashMap::new(),
+            last_unavailable: None,
+            stats: RelayStats::default(),
+        }
+    }
+
+    /// Whether nothing is claimed, publishing or waiting to be recorded.
+    pub(super) fn is_idle(&self) -> bool {
+        self.running.is_empty()
+            && self.queued.is_empty()
+            && self.claims.is_empty()
+            && self.marking.is_empty()
+    }
+
+    /// Whether another batch fits: the queue is running low and no more than `concurrency` plus
+    /// one batch of events are claimed and unrecorded.
+    pub(super) fn has_room(&self) -> bool {
+        let cfg = &self.inner.config;
+        let batch = cfg.batch_size as usize;
+        let unrecorded: usize = self
+            .claims
+            .values()
+            .map(|c| c.outstanding + c.buffered())
+            .sum();
+        self.queued.len() <= batch / 2 && unrecorded + batch <= cfg.concurrency.max(batch) + batch
+    }
+
+    /// Whether `target`'s claims are paused (its destinations were all down).
+    pub(super) fn is_paused(&mut self, target: &Target) -> bool {
+        match self.paused.get(&target.schema) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                self.paused.remove(&target.schema);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The last reason a destination gave for being down (redacted).
+    pub(super) fn last_unavailable(&self) -> Option<&str> {
+        self.last_unavailable.as_deref()
+    }
+
+    /// The stats since the last call.
+    pub(super) fn take_stats(&mut self) -> RelayStats {
+        std::mem::take(&mut self.stats)
+    }
+
+    /// Starts publishes while slots are free, then waits for one outcome or for the window of
+    /// buffered outcomes to close, and records what is due. Returns at once when idle.
+    pub(super) async fn step(&mut self) -> Result<()> {
+        let cfg = &self.inner.config;
+        while self.running.len() < cfg.concurrency {
+            let Some((claim, work)) = self.queued.pop_front() else {
+                break;
+            };
+            let sink = Arc::clone(&self.inner.sink);
+            let timeout = cfg.publish_timeout;
+            self.running
+                .push(outcomes::publishing(sink, claim, work, timeout));
+        }
+        if self.running.is_empty() {
+            self.flush(true).await?;
+            // Nothing else to wait for: the marks in flight.
+            return match self.marking.next().await {
+                Some(marked) => self.account(marked),
+                None => Ok(()),
+            };
+        }
+        let window = async {
+            match self.flush_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let marking = async {
+            if self.marking.is_empty() {
+                std::future::pending().await
+            } else {
+                self.marking.next().await
+            }
+        };
+        let mut marked = None;
+        tokio::select! {
+            done = self.running.next() => {
+                for done in done.into_iter().flatten() {
+                    self.record(done);
+                }
+            }
+            m = marking => marked = m,
+            () = window => {}
+        }
+        if let Some(m) = marked {
+            self.account(m)?;
+        }
+        let due = self.flush_at.is_some_and(|at| at <= Instant::now());
+        self.flush(due).await
+    }
+
+    /// Publishes and records everything claimed so far.
+    pub(super) async fn finish(&mut self) -> Result<()> {
+        while !self.is_idle() {
+            self.step().await?;
+        }
+        Ok(())
+    }
+
+    /// Stops: events still waiting for a publish slot go back to their queue at once (no try
+    /// spent), the publishes in flight finish and are recorded.
+    pub(super) async fn stop(&mut self) -> Result<()> {
+        for (claim, work) in std::mem::take(&mut self.queued) {
+            if let Some(open) = self.claims.get_mut(&claim) {
+                for event in work.events() {
+                    open.outstanding -= 1;
+                    open.keeper.release(event.id);
+                    open.releases.push(Release {
+                        id: event.id,
+                        error: "the relay stopped before publishing it".to_owned(),
+                        delay: Duration::ZERO,
+                    });
+                }
+                // Not an outage: the claim's pause, if any, comes from its outcomes.
+            }
+        }
+        self.finish().await
+    }
+
+    fn add(&mut self, stats: RelayStats) {
+        self.stats.add(stats);
+        self.inner.live.add(stats);
+    }
+}
