@@ -17,22 +17,13 @@ use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use crate::error::ApiError;
-use crate::monitor::Point;
-use crate::server::Shared;
+use crate::history::Point;
+use crate::state::Shared;
 
 /// Most events one list returns.
 const MAX_LIMIT: u32 = 1000;
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
-
-/// The targets served: the default outbox and every tenant (or the one named): the library's
-/// one resolver ([`postbox::status::targets`]), as the CLI's.
-pub(crate) async fn targets(
-    shared: &Shared,
-    tenant: Option<&str>,
-) -> Result<Vec<Target>, ApiError> {
-    Ok(postbox::status::targets(&*shared.store, tenant).await?)
-}
 
 /// One target, for the routes about one tenant's events (the default outbox when none is
 /// named).

@@ -10,7 +10,6 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::AdminError;
-use crate::server::Shared;
 
 /// Shortest token accepted: guessing one must be out of reach.
 const MIN_LEN: usize = 16;
@@ -95,11 +94,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// Lets a request through only with the right token. A request without one, or with a wrong
 /// one, gets the same bare 401 whatever its path: nothing tells a caller what exists.
 pub(crate) async fn require_token(
-    State(shared): State<std::sync::Arc<Shared>>,
+    State(token): State<Option<Token>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let allowed = match (&shared.token, bearer(request.headers())) {
+    let allowed = match (&token, bearer(request.headers())) {
         (Some(token), Some(candidate)) => token.matches(candidate),
         _ => false,
     };

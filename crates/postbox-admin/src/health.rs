@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// How long a readiness check waits for the database.
 const READY_TIMEOUT: Duration = Duration::from_secs(2);

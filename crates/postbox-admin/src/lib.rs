@@ -37,10 +37,12 @@ mod api;
 mod auth;
 mod error;
 mod health;
+mod history;
 mod metrics;
 mod monitor;
 mod page;
 mod server;
+mod state;
 
 pub use auth::Token;
 pub use error::AdminError;

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::api::{self, Status};
 use crate::error::ApiError;
-use crate::server::Shared;
+use crate::state::Shared;
 
 const SCRIPT: &str = include_str!("../assets/app.js");
 

@@ -17,7 +17,9 @@ use tracing::{info, warn};
 use crate::alerts::Alerts;
 use crate::auth::{Token, require_token};
 use crate::error::AdminError;
-use crate::monitor::{self, History};
+use crate::history::History;
+use crate::monitor;
+use crate::state::Shared;
 use crate::{api, health, page};
 
 /// How often the backlog gauges, the page's history and the alert checks are refreshed.
@@ -25,15 +27,6 @@ pub const DEFAULT_REFRESH: Duration = Duration::from_secs(5);
 
 /// Largest request body the API reads (its bodies are short JSON objects).
 const BODY_LIMIT: usize = 64 * 1024;
-
-/// What every handler shares.
-pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) relay: Option<Relay>,
-    pub(crate) token: Option<Token>,
-    pub(crate) metrics: Option<PrometheusHandle>,
-    pub(crate) history: Mutex<History>,
-}
 
 /// Builds an [`Admin`] server; see the [crate] example.
 pub struct AdminBuilder {
@@ -193,7 +186,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/tenants/{id}/resume", post(api::resume_tenant))
         .fallback(api::not_found)
         .layer(middleware::from_fn_with_state(
-            Arc::clone(&shared),
+            shared.token.clone(),
             require_token,
         ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT));

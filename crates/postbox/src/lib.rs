@@ -20,6 +20,8 @@ mod relay;
 pub mod replay;
 mod schema;
 mod sink;
+#[cfg(feature = "postgres")]
+mod sql;
 pub mod status;
 pub mod store;
 pub mod trace;

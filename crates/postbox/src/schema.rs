@@ -234,6 +234,66 @@ impl Target {
     }
 }
 
+/// A tenant's registry entry.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Tenant {
+    /// The tenant id.
+    pub id: TenantId,
+    /// The tenant's schema.
+    pub schema: SchemaName,
+    /// Whether the relay serves it.
+    pub status: TenantStatus,
+    /// When it was added.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Tenant {
+    /// The tenant as a relay target.
+    pub fn target(&self) -> Target {
+        Target {
+            tenant: Some(self.id.clone()),
+            schema: self.schema.clone(),
+        }
+    }
+}
+
+/// A tenant's status in the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum TenantStatus {
+    /// Served by the relay.
+    Active,
+    /// Not served: its events wait until it is resumed.
+    Suspended,
+}
+
+impl TenantStatus {
+    /// The status as the registry stores it: `ACTIVE` or `SUSPENDED`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantStatus::Active => "ACTIVE",
+            TenantStatus::Suspended => "SUSPENDED",
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    pub(crate) fn from_sql(s: &str) -> Self {
+        if s == "ACTIVE" {
+            TenantStatus::Active
+        } else {
+            TenantStatus::Suspended
+        }
+    }
+}
+
+impl std::fmt::Display for TenantStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! The producer side: writing events into `outbox_events` inside the caller's own transaction.
 //!
-//! An [`Outbox`] comes from the store whose relays read its table ([`Store::outbox`]), so the
+//! An [`Outbox`] comes from the store whose relays read its table ([`Store::outbox`](crate::Store::outbox)), so the
 //! two cannot disagree on the schema; [`OutboxBuilder::tenant`] points it at a tenant's table.
 //! The statements of each database live in a module of their own.
 
@@ -12,10 +12,7 @@ use chrono::{NaiveDate, Utc};
 
 use crate::error::{Error, Result};
 use crate::event::{Enqueued, Event};
-use crate::schema::SchemaName;
-#[cfg(doc)]
-use crate::store::Store;
-use crate::store::Tenant;
+use crate::schema::{SchemaName, Tenant};
 
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -33,8 +30,8 @@ pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
 /// The producer side of Postbox: writes events into `outbox_events` inside the caller's own sqlx
 /// transaction, so they are committed, or rolled back, with the business rows.
 ///
-/// Get one from the store whose relays publish the events ([`Store::outbox`], or
-/// [`Store::outbox_builder`] to change its settings): it writes to the table they read.
+/// Get one from the store whose relays publish the events ([`Store::outbox`](crate::Store::outbox), or
+/// [`Store::outbox_builder`](crate::Store::outbox_builder) to change its settings): it writes to the table they read.
 ///
 /// ```no_run
 /// use postbox::{Event, Store};
@@ -265,7 +262,7 @@ fn match_results(
         .collect()
 }
 
-/// Settings of an [`Outbox`]; from [`Store::outbox_builder`].
+/// Settings of an [`Outbox`]; from [`Store::outbox_builder`](crate::Store::outbox_builder).
 #[derive(Clone, Debug)]
 pub struct OutboxBuilder {
     schema: SchemaName,

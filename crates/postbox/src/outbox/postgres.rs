@@ -12,8 +12,7 @@ use super::{Checked, Outbox, match_results};
 use crate::error::{Error, Result};
 use crate::event::{Enqueued, Event};
 use crate::schema::SchemaName;
-use crate::store::sql::max_placeholder;
-use crate::store::sql::{render, safe};
+use crate::sql::{max_placeholder, render, safe};
 
 /// The statements of one outbox, rendered for its schema once.
 pub(super) struct Statements {

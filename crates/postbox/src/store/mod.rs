@@ -26,11 +26,10 @@ mod postgres;
 mod reads;
 mod retention;
 mod row;
-#[cfg(feature = "postgres")]
-pub(crate) mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use crate::schema::{Tenant, TenantStatus};
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
@@ -355,30 +354,6 @@ mod secs_f64 {
     }
 }
 
-/// A tenant's registry entry.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct Tenant {
-    /// The tenant id.
-    pub id: TenantId,
-    /// The tenant's schema.
-    pub schema: SchemaName,
-    /// Whether the relay serves it.
-    pub status: TenantStatus,
-    /// When it was added.
-    pub created_at: DateTime<Utc>,
-}
-
-impl Tenant {
-    /// The tenant as a relay target.
-    pub fn target(&self) -> Target {
-        Target {
-            tenant: Some(self.id.clone()),
-            schema: self.schema.clone(),
-        }
-    }
-}
-
 /// A tenant registry row that cannot be served, and why.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
@@ -389,42 +364,6 @@ pub struct RejectedTenant {
     pub schema: String,
     /// What is wrong with it.
     pub reason: String,
-}
-
-/// A tenant's status in the registry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-#[non_exhaustive]
-pub enum TenantStatus {
-    /// Served by the relay.
-    Active,
-    /// Not served: its events wait until it is resumed.
-    Suspended,
-}
-
-impl TenantStatus {
-    /// The status as the registry stores it: `ACTIVE` or `SUSPENDED`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TenantStatus::Active => "ACTIVE",
-            TenantStatus::Suspended => "SUSPENDED",
-        }
-    }
-
-    #[cfg(feature = "postgres")]
-    pub(crate) fn from_sql(s: &str) -> Self {
-        if s == "ACTIVE" {
-            TenantStatus::Active
-        } else {
-            TenantStatus::Suspended
-        }
-    }
-}
-
-impl std::fmt::Display for TenantStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// Parameters of [`Store::events_retry_failed`].

@@ -13,7 +13,6 @@ use uuid::Uuid;
 use super::list::{ListDialect, list_query};
 use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
-use super::sql::{PerSchema, render, safe};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, EventStatus,
     FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams, MarkFailedParams,
@@ -25,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::glob::Glob;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
+use crate::sql::{PerSchema, render, safe};
 
 /// The index of the events below a relay's floor that claims still take (migration
 /// `0008_claim.sql`), built by `PgStore::build_retry_index`.
