@@ -109,6 +109,13 @@ impl Setup {
         id
     }
 
+    /// Points of the page's history so far: one per refresh round of the server.
+    async fn history_points(&self) -> usize {
+        let (_, body) = get(&self.url("/api/status"), Some(TOKEN)).await;
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+        status["history"].as_array().map_or(0, Vec::len)
+    }
+
     async fn status_of(&self, id: i64) -> String {
         sqlx::query_scalar("SELECT status FROM outbox_events WHERE id = $1")
             .bind(id)
@@ -637,8 +644,15 @@ async fn failed_events_send_one_alert_to_the_webhook_not_one_each() {
         !got.lock().unwrap().is_empty()
     })
     .await;
-    // A few refresh rounds: nothing more comes (the rest wait for alert_repeat_after).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Four more refresh rounds, seen as points of the page's history (one per round, after
+    // each round's alert checks): nothing more comes (the rest wait for alert_repeat_after).
+    let rounds = s.history_points().await;
+    wait_until(
+        "four more refresh rounds",
+        Duration::from_secs(10),
+        || async { s.history_points().await >= rounds + 4 },
+    )
+    .await;
     let alerts = got.lock().unwrap().clone();
     assert_eq!(alerts.len(), 1, "{alerts:#?}");
     assert_eq!(alerts[0]["kind"], "event_failed");
