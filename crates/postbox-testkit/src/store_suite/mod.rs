@@ -1,14 +1,21 @@
 //! The store conformance suite: every behaviour the relay relies on, written once and run
-//! against every [`Store`](postbox::Store) — PostgreSQL, SQLite and MySQL/MariaDB here, and any store of a
-//! user's own — each case on a fresh database.
+//! against every [`Store`] — PostgreSQL, SQLite and MySQL/MariaDB here, and any
+//! store of a user's own — each case on a fresh database.
 //!
 //! A store passes when every case passes for its [`StoreHarness`]: a fresh database, the store
-//! on it, and plain SQL access to its `outbox_events` table. [`store_conformance!`] turns the
-//! cases into one `#[tokio::test]` each:
+//! on it, plain SQL access to its `outbox_events` table, and a transaction it can hold open.
+//! Each case is a public function of this module, and [`CASES`] names them all, from the one
+//! list that [`store_conformance!`] expands: one line per store runs every case as a
+//! `#[tokio::test]` of its own, named `<store>::<case>`, and a case added to the suite runs for
+//! every store without another line:
 //!
 //! ```ignore
 //! postbox_testkit::store_conformance!(my_store, MyHarness);
 //! ```
+//!
+//! Where stores legitimately differ (SQLite settles the whole commit horizon at once, MySQL
+//! reads an id only once it is a moment old, only PostgreSQL serves tenants), a case states the
+//! contract every store meets and waits for it with a deadline, never for a fixed time.
 //!
 //! [`store_conformance!`]: crate::store_conformance
 
@@ -29,12 +36,23 @@ use uuid::Uuid;
 
 use crate::wait_until;
 
+mod horizon;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod sink_health;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod tenants;
+
+pub use horizon::{
+    an_id_rolled_back_does_not_hold_the_commit_horizon_back,
+    the_commit_horizon_settles_committed_ids_and_never_one_still_open,
+    the_head_of_the_outbox_moves_with_every_id_handed_out,
+};
+pub use sink_health::sink_reports_keep_each_relays_latest;
+pub use tenants::tenants_are_served_or_plainly_unsupported;
 
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlHarness;
@@ -114,6 +132,16 @@ pub trait StoreHarness: Sized {
     async fn backdate(&self, table: &str, column: &str, ids: &[i64], days: u32);
     /// The ids in `outbox_events_archive`, in order.
     async fn archived_ids(&self) -> Vec<i64>;
+    /// A transaction of the store's database left open by [`StoreHarness::open_enqueue`].
+    type Open;
+    /// Writes `event` with `outbox` in a transaction left open: its id is handed out, its row
+    /// not committed until [`StoreHarness::commit_open`] (or never, after
+    /// [`StoreHarness::rollback_open`]).
+    async fn open_enqueue(&self, outbox: &Outbox, event: Event) -> (i64, Self::Open);
+    /// Commits a transaction of [`StoreHarness::open_enqueue`].
+    async fn commit_open(&self, open: Self::Open);
+    /// Rolls back a transaction of [`StoreHarness::open_enqueue`].
+    async fn rollback_open(&self, open: Self::Open);
 }
 
 pub(crate) fn row_view<R: Row>(r: &R) -> RowView
@@ -1852,166 +1880,132 @@ pub async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events<B:
     assert_eq!(b.row(ids[3]).await.status, "PROCESSING");
 }
 
+// ---- the list of cases ---------------------------------------------------------------------
+
+/// The one list of the suite's cases: expands to `$callback! { $args [case, case, …] }`, for
+/// [`store_conformance!`](crate::store_conformance) and [`CASES`]. A case is a `pub async fn`
+/// of this module (or one it re-exports); the test `every_case_is_listed` fails while one is
+/// missing here, so that no case can exist without running for every store.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_suite_cases {
+    (($($callback:tt)*) $($args:tt)*) => {
+        $($callback)*! { $($args)* [
+            migrate_is_idempotent,
+            plain_sql_insert_is_a_valid_pending_event,
+            enqueued_event_keeps_its_fields,
+            claim_takes_due_events_in_id_order_up_to_batch_size,
+            claimed_events_are_not_claimed_again_before_the_lease_expires,
+            an_expired_lease_is_reclaimed_and_counted_as_recovered,
+            a_stale_event_on_its_last_try_goes_failed,
+            late_writes_of_a_fenced_claim_change_nothing,
+            mark_failed_backs_off_exponentially_on_the_database_clock,
+            the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap,
+            an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped,
+            a_release_puts_events_back_after_a_delay_without_spending_a_try,
+            claims_from_a_floor_still_take_what_went_wrong_below_it,
+            mark_failed_at_max_retries_goes_failed,
+            a_permanent_error_fails_at_once,
+            renew_extends_the_lease_of_the_token_holder_only,
+            status_counts_and_backlog_are_right,
+            duplicates_are_reported_and_stored_once,
+            an_unreadable_row_is_reported_alone_and_the_rest_is_claimed,
+            an_id_that_is_taken_is_an_error_never_a_duplicate,
+            enqueue_many_returns_results_in_input_order,
+            oversized_events_are_refused_and_nothing_is_written,
+            a_refused_event_leaves_the_callers_transaction_usable,
+            an_operator_retry_puts_failed_events_back_in_the_queue,
+            the_slow_lane_gives_failed_events_one_more_try_at_a_time,
+            a_retry_policy_overrides_the_events_max_retries,
+            retention_archives_old_processed_events_and_nothing_else,
+            purge_removes_old_archived_and_failed_events_only,
+            events_are_listed_by_filter_and_read_back_whole,
+            ordered_claims_take_an_aggregate_only_past_its_unfinished_events,
+            the_commit_horizon_settles_committed_ids_and_never_one_still_open,
+            an_id_rolled_back_does_not_hold_the_commit_horizon_back,
+            the_head_of_the_outbox_moves_with_every_id_handed_out,
+            sink_reports_keep_each_relays_latest,
+            tenants_are_served_or_plainly_unsupported,
+        ] }
+    };
+}
+
+macro_rules! case_names {
+    ([$($case:ident),* $(,)?]) => {
+        &[$(stringify!($case)),*]
+    };
+}
+
 /// The names of every case, in the order [`store_conformance!`](crate::store_conformance) runs
 /// them.
-pub const CASES: &[&str] = &[
-    "migrate_is_idempotent",
-    "plain_sql_insert_is_a_valid_pending_event",
-    "enqueued_event_keeps_its_fields",
-    "claim_takes_due_events_in_id_order_up_to_batch_size",
-    "claimed_events_are_not_claimed_again_before_the_lease_expires",
-    "an_expired_lease_is_reclaimed_and_counted_as_recovered",
-    "a_stale_event_on_its_last_try_goes_failed",
-    "late_writes_of_a_fenced_claim_change_nothing",
-    "mark_failed_backs_off_exponentially_on_the_database_clock",
-    "the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap",
-    "an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped",
-    "a_release_puts_events_back_after_a_delay_without_spending_a_try",
-    "mark_failed_at_max_retries_goes_failed",
-    "a_permanent_error_fails_at_once",
-    "renew_extends_the_lease_of_the_token_holder_only",
-    "status_counts_and_backlog_are_right",
-    "duplicates_are_reported_and_stored_once",
-    "an_unreadable_row_is_reported_alone_and_the_rest_is_claimed",
-    "an_id_that_is_taken_is_an_error_never_a_duplicate",
-    "enqueue_many_returns_results_in_input_order",
-    "oversized_events_are_refused_and_nothing_is_written",
-    "a_refused_event_leaves_the_callers_transaction_usable",
-    "an_operator_retry_puts_failed_events_back_in_the_queue",
-    "the_slow_lane_gives_failed_events_one_more_try_at_a_time",
-    "a_retry_policy_overrides_the_events_max_retries",
-    "retention_archives_old_processed_events_and_nothing_else",
-    "purge_removes_old_archived_and_failed_events_only",
-    "events_are_listed_by_filter_and_read_back_whole",
-    "ordered_claims_take_an_aggregate_only_past_its_unfinished_events",
-];
+pub const CASES: &[&str] = __store_suite_cases!((case_names));
 
 /// One `#[tokio::test]` per store conformance case, in a module `$module`, for `$harness` (a
-/// [`StoreHarness`](crate::store_suite::StoreHarness)).
+/// [`StoreHarness`](crate::store_suite::StoreHarness)): every case of the suite, from its one
+/// list ([`CASES`](crate::store_suite::CASES)), so a case added to the suite runs for every
+/// store without a line more where the stores are tested. A failure names the store's module
+/// and the case, e.g. `postgres::a_permanent_error_fails_at_once`.
 #[macro_export]
 macro_rules! store_conformance {
     ($module:ident, $harness:ty) => {
+        $crate::__store_suite_cases!(($crate::store_conformance) @tests $module, $harness,);
+    };
+    (@tests $module:ident, $harness:ty, [$($case:ident),* $(,)?]) => {
         mod $module {
-            #[tokio::test]
-            async fn migrate_is_idempotent() {
-                $crate::store_suite::migrate_is_idempotent::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn plain_sql_insert_is_a_valid_pending_event() {
-                $crate::store_suite::plain_sql_insert_is_a_valid_pending_event::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn enqueued_event_keeps_its_fields() {
-                $crate::store_suite::enqueued_event_keeps_its_fields::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn claim_takes_due_events_in_id_order_up_to_batch_size() {
-                $crate::store_suite::claim_takes_due_events_in_id_order_up_to_batch_size::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn claimed_events_are_not_claimed_again_before_the_lease_expires() {
-                $crate::store_suite::claimed_events_are_not_claimed_again_before_the_lease_expires::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn an_expired_lease_is_reclaimed_and_counted_as_recovered() {
-                $crate::store_suite::an_expired_lease_is_reclaimed_and_counted_as_recovered::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn a_stale_event_on_its_last_try_goes_failed() {
-                $crate::store_suite::a_stale_event_on_its_last_try_goes_failed::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn late_writes_of_a_fenced_claim_change_nothing() {
-                $crate::store_suite::late_writes_of_a_fenced_claim_change_nothing::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn mark_failed_backs_off_exponentially_on_the_database_clock() {
-                $crate::store_suite::mark_failed_backs_off_exponentially_on_the_database_clock::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap() {
-                $crate::store_suite::the_backoff_of_an_event_retried_for_a_long_time_stays_at_the_cap::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped() {
-                $crate::store_suite::an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn a_release_puts_events_back_after_a_delay_without_spending_a_try() {
-                $crate::store_suite::a_release_puts_events_back_after_a_delay_without_spending_a_try::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn claims_from_a_floor_still_take_what_went_wrong_below_it() {
-                $crate::store_suite::claims_from_a_floor_still_take_what_went_wrong_below_it::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn mark_failed_at_max_retries_goes_failed() {
-                $crate::store_suite::mark_failed_at_max_retries_goes_failed::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn a_permanent_error_fails_at_once() {
-                $crate::store_suite::a_permanent_error_fails_at_once::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn renew_extends_the_lease_of_the_token_holder_only() {
-                $crate::store_suite::renew_extends_the_lease_of_the_token_holder_only::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn status_counts_and_backlog_are_right() {
-                $crate::store_suite::status_counts_and_backlog_are_right::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn duplicates_are_reported_and_stored_once() {
-                $crate::store_suite::duplicates_are_reported_and_stored_once::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn an_unreadable_row_is_reported_alone_and_the_rest_is_claimed() {
-                $crate::store_suite::an_unreadable_row_is_reported_alone_and_the_rest_is_claimed::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time() {
-                $crate::store_suite::the_slow_lane_gives_failed_events_one_more_try_at_a_time::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn a_retry_policy_overrides_the_events_max_retries() {
-                $crate::store_suite::a_retry_policy_overrides_the_events_max_retries::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn an_id_that_is_taken_is_an_error_never_a_duplicate() {
-                $crate::store_suite::an_id_that_is_taken_is_an_error_never_a_duplicate::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn enqueue_many_returns_results_in_input_order() {
-                $crate::store_suite::enqueue_many_returns_results_in_input_order::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn oversized_events_are_refused_and_nothing_is_written() {
-                $crate::store_suite::oversized_events_are_refused_and_nothing_is_written::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn a_refused_event_leaves_the_callers_transaction_usable() {
-                $crate::store_suite::a_refused_event_leaves_the_callers_transaction_usable::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn an_operator_retry_puts_failed_events_back_in_the_queue() {
-                $crate::store_suite::an_operator_retry_puts_failed_events_back_in_the_queue::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn retention_archives_old_processed_events_and_nothing_else() {
-                $crate::store_suite::retention_archives_old_processed_events_and_nothing_else::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn purge_removes_old_archived_and_failed_events_only() {
-                $crate::store_suite::purge_removes_old_archived_and_failed_events_only::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn events_are_listed_by_filter_and_read_back_whole() {
-                $crate::store_suite::events_are_listed_by_filter_and_read_back_whole::<$harness>().await;
-            }
-            #[tokio::test]
-            async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events() {
-                $crate::store_suite::ordered_claims_take_an_aggregate_only_past_its_unfinished_events::<$harness>().await;
-            }
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    $crate::store_suite::$case::<$harness>().await;
+                }
+            )*
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CASES;
+
+    /// Every `pub async fn` of the suite's files is a case, and every case is in the one list:
+    /// a case left out would never run. Reads the files at test time, so a new file of cases is
+    /// checked without naming it here.
+    #[test]
+    fn every_case_is_listed() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store_suite");
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                let source = std::fs::read_to_string(&path).unwrap();
+                found.extend(source.lines().filter_map(|line| {
+                    let rest = line.trim_start().strip_prefix("pub async fn ")?;
+                    Some(rest.split(['<', '(']).next()?.trim().to_owned())
+                }));
+            }
+        }
+        let mut listed: Vec<&str> = CASES.to_vec();
+        listed.sort_unstable();
+        let twice: Vec<&&str> = listed
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| &w[0])
+            .collect();
+        assert!(twice.is_empty(), "listed twice: {twice:?}");
+        let unlisted: Vec<&String> = found
+            .iter()
+            .filter(|f| !listed.contains(&f.as_str()))
+            .collect();
+        assert!(
+            unlisted.is_empty(),
+            "cases that never run: add them to __store_suite_cases! in store_suite/mod.rs: {unlisted:?}"
+        );
+        let unknown: Vec<&&str> = listed
+            .iter()
+            .filter(|l| !found.iter().any(|f| f == *l))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "listed, but no `pub async fn` case: {unknown:?}"
+        );
+    }
 }

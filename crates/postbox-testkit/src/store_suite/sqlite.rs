@@ -128,4 +128,25 @@ impl StoreHarness for SqliteHarness {
         .await;
         "aggregate_id"
     }
+
+    type Open = sqlx::Transaction<'static, sqlx::Sqlite>;
+
+    async fn open_enqueue(&self, outbox: &Outbox, event: Event) -> (i64, Self::Open) {
+        let mut tx = self.store.pool().begin().await.expect("begin");
+        let id = outbox
+            .enqueue(&mut tx, event)
+            .await
+            .expect("enqueue")
+            .id()
+            .expect("inserted");
+        (id, tx)
+    }
+
+    async fn commit_open(&self, open: Self::Open) {
+        open.commit().await.expect("commit");
+    }
+
+    async fn rollback_open(&self, open: Self::Open) {
+        open.rollback().await.expect("rollback");
+    }
 }

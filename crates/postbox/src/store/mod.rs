@@ -584,8 +584,10 @@ pub trait Store: Send + Sync + 'static {
     /// The head of each of `targets`' outbox tables, in the same order: the last id its id
     /// sequence handed out (PostgreSQL; SQLite's AUTOINCREMENT counter), `None` where it cannot
     /// tell. One cheap read for every target at once, whatever the tables hold: an idle relay
-    /// checks it often to find rows written by producers that do not `NOTIFY`. A head moves
-    /// when a row is inserted, before its transaction commits, and also for one that rolls back.
+    /// checks it often to find rows written by producers that do not `NOTIFY`. A head is never
+    /// below an id committed. On PostgreSQL and MySQL it moves when a row is inserted, before
+    /// its transaction commits, and also for one that rolls back; SQLite's moves with the
+    /// commit (its counter is part of the transaction).
     async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
         Ok(vec![None; targets.len()])
     }
