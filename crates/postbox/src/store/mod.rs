@@ -35,7 +35,10 @@ mod sqlite;
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
-pub use reads::{EventFilter, EventStatus, FilterText, ListParams, Order, StoredEvent, parse_time};
+pub use reads::{
+    EventFilter, EventStatus, FilterText, ListParams, Order, ParseTimeError, StoredEvent,
+    StoredEventError, parse_time,
+};
 pub use retention::{
     ArchiveBatch, ArchiveParams, PurgeBatch, PurgeKind, PurgeParams, archive_all, purge_all,
 };
