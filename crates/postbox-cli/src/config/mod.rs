@@ -220,7 +220,7 @@ impl Default for Config {
             head_poll_interval: relay.head_poll_interval.unwrap_or_default(),
             vacuum_threshold: relay.vacuum_threshold.unwrap_or(0),
             lease: relay.lease,
-            max_retries: 5,
+            max_retries: postbox::DEFAULT_MAX_RETRIES.unsigned_abs(),
             backoff_base: relay.retry.base,
             backoff_cap: relay.retry.cap,
             publish_timeout: relay.publish_timeout,

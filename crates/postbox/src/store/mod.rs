@@ -34,7 +34,7 @@ mod sqlite;
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
-pub use postgres::PgStore;
+pub use postgres::{PgStore, pg_locks};
 pub use reads::{
     EventFilter, EventStatus, FilterText, ListParams, Order, ParseTimeError, StoredEvent,
     StoredEventError, parse_time,
