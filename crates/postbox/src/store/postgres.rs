@@ -366,7 +366,7 @@ impl ListDialect for PgList<'_> {
     const NULL_ARCHIVED_AT: &'static str = "NULL::timestamptz AS archived_at";
 
     fn table(&self, table: &'static str) -> Cow<'static, str> {
-        Cow::Owned(format!("{}.{table}", self.0.quoted()))
+        Cow::Owned(render(&format!("{{schema}}.{table}"), self.0).to_string())
     }
 
     fn parked(&self) -> Cow<'static, str> {
