@@ -5,6 +5,10 @@
 //! Each kind of sink lives in a module of its own whose configuration implements
 //! [`SinkSettings`]; the list at the bottom of this file (`sink_kinds!`) names them. Adding a
 //! sink is that module plus one line there.
+//!
+//! Every configuration mistake is a [`ConfigError`]: which key, table or rule, and what is
+//! wrong. A sink's table names the key (`url`, `publish_timeout`); a routing configuration
+//! names the table or rule around it (`sinks.billing`, `routes[2]`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -42,12 +46,12 @@ pub trait SinkSettings: Clone + fmt::Debug + Send + Sync + 'static {
     /// Turns the table's `url` (every kind takes one) into this kind's own keys before the table
     /// is deserialized, e.g. MQTT's `host` and `port`. By default `url` is a key of the kind's
     /// own. Errors say what is wrong with the table.
-    fn read_url(_table: &mut Map<String, Value>) -> std::result::Result<(), String> {
+    fn read_url(_table: &mut Map<String, Value>) -> std::result::Result<(), ConfigError> {
         Ok(())
     }
 
     /// Settles what deserializing cannot check, e.g. credentials moved out of a URL.
-    fn settle(&mut self) -> std::result::Result<(), String> {
+    fn settle(&mut self) -> std::result::Result<(), ConfigError> {
         Ok(())
     }
 
@@ -57,8 +61,8 @@ pub trait SinkSettings: Clone + fmt::Debug + Send + Sync + 'static {
     /// The sink's own destination template, if it has one.
     fn destination(&self) -> Option<&Template>;
 
-    /// Checks a route's destination template for this sink.
-    fn check_destination(&self, _destination: &Template) -> std::result::Result<(), String> {
+    /// Checks a route's destination template (its `topic`) for this sink.
+    fn check_destination(&self, _destination: &Template) -> std::result::Result<(), ConfigError> {
         Ok(())
     }
 
@@ -80,11 +84,16 @@ pub trait SinkSettings: Clone + fmt::Debug + Send + Sync + 'static {
     async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>>;
 }
 
-/// A configuration mistake in a sink's or a route's table; `at` names where it is.
+/// A configuration mistake: `at` names where it is, `message` what is wrong. It shows as
+/// `at: message` (just `message` when `at` is empty).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{at}: {message}")]
+#[error("{}", self.shown())]
 pub struct ConfigError {
-    /// The table or rule: `sinks.billing`, `routes[2]`, `routing.default_route`, `routing`.
+    /// Where the mistake is. From a sink's table ([`SinkConfig::from_table`]): the key (`kind`,
+    /// `url`, `publish_timeout`), or empty when it is the table as a whole (not a table, an
+    /// unknown key). From [`SinkConfig::from_single`]: the single-sink key (`sink_url`,
+    /// `topic`, …). From a routing configuration ([`crate::RoutingConfig::check`]): the table
+    /// or rule (`sinks.billing`, `routes[2]`, `routing.default_route`, `routing`).
     pub at: String,
     /// What is wrong, and what to do; secrets in it are hidden.
     pub message: String,
@@ -95,6 +104,23 @@ impl ConfigError {
         ConfigError {
             at: at.into(),
             message: redact(message.as_ref()),
+        }
+    }
+
+    /// The same mistake, placed in the table or rule `at`: the key it named becomes part of
+    /// the message (`sinks.billing: url: …`).
+    pub(crate) fn within(self, at: impl Into<String>) -> ConfigError {
+        ConfigError {
+            message: self.shown(),
+            at: at.into(),
+        }
+    }
+
+    fn shown(&self) -> String {
+        if self.at.is_empty() {
+            self.message.clone()
+        } else {
+            format!("{}: {}", self.at, self.message)
         }
     }
 }
@@ -123,8 +149,11 @@ impl SinkSettings for StdoutConfig {
         None
     }
 
-    fn check_destination(&self, _: &Template) -> std::result::Result<(), String> {
-        Err("the stdout sink takes no topic; leave `topic` out".to_owned())
+    fn check_destination(&self, _: &Template) -> std::result::Result<(), ConfigError> {
+        Err(ConfigError::new(
+            "topic",
+            "the stdout sink takes no topic; leave `topic` out",
+        ))
     }
 
     fn publish_timeout(&self) -> Option<Duration> {
@@ -148,8 +177,11 @@ impl SinkSettings for NullConfig {
         None
     }
 
-    fn check_destination(&self, _: &Template) -> std::result::Result<(), String> {
-        Err("the null sink takes no topic; leave `topic` out".to_owned())
+    fn check_destination(&self, _: &Template) -> std::result::Result<(), ConfigError> {
+        Err(ConfigError::new(
+            "topic",
+            "the null sink takes no topic; leave `topic` out",
+        ))
     }
 
     fn publish_timeout(&self) -> Option<Duration> {
@@ -225,7 +257,7 @@ macro_rules! sink_kinds {
                 }
             }
 
-            fn read_url(self, table: &mut Map<String, Value>) -> std::result::Result<(), String> {
+            fn read_url(self, table: &mut Map<String, Value>) -> std::result::Result<(), ConfigError> {
                 match self {
                     $( $(#[cfg($cfg)])? SinkKind::$variant => <$config as SinkSettings>::read_url(table), )*
                 }
@@ -253,10 +285,10 @@ macro_rules! sink_kinds {
 /// `&dyn` of whichever kind it holds.
 #[async_trait]
 trait DynSettings: Send + Sync {
-    fn settle(&mut self) -> std::result::Result<(), String>;
+    fn settle(&mut self) -> std::result::Result<(), ConfigError>;
     fn address(&self) -> String;
     fn destination(&self) -> Option<&Template>;
-    fn check_destination(&self, destination: &Template) -> std::result::Result<(), String>;
+    fn check_destination(&self, destination: &Template) -> std::result::Result<(), ConfigError>;
     fn publish_timeout(&self) -> Option<Duration>;
     fn set_publish_timeout(&mut self, timeout: Duration);
     fn reconnect_max_delay(&self) -> Option<Duration>;
@@ -265,7 +297,7 @@ trait DynSettings: Send + Sync {
 
 #[async_trait]
 impl<T: SinkSettings> DynSettings for T {
-    fn settle(&mut self) -> std::result::Result<(), String> {
+    fn settle(&mut self) -> std::result::Result<(), ConfigError> {
         SinkSettings::settle(self)
     }
     fn address(&self) -> String {
@@ -274,7 +306,7 @@ impl<T: SinkSettings> DynSettings for T {
     fn destination(&self) -> Option<&Template> {
         SinkSettings::destination(self)
     }
-    fn check_destination(&self, destination: &Template) -> std::result::Result<(), String> {
+    fn check_destination(&self, destination: &Template) -> std::result::Result<(), ConfigError> {
         SinkSettings::check_destination(self, destination)
     }
     fn publish_timeout(&self) -> Option<Duration> {
@@ -298,18 +330,23 @@ impl fmt::Display for SinkKind {
 }
 
 impl FromStr for SinkKind {
-    type Err = String;
+    type Err = ConfigError;
 
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    /// The kind named `s`; an unknown name is a mistake in `kind` that lists the kinds this
+    /// build has.
+    fn from_str(s: &str) -> std::result::Result<Self, ConfigError> {
         SinkKind::ALL
             .iter()
             .copied()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = SinkKind::ALL.iter().map(|k| k.name()).collect();
-                format!(
-                    "unknown sink kind {s:?}; this build has {}",
-                    names.join(", ")
+                ConfigError::new(
+                    "kind",
+                    format!(
+                        "unknown sink kind {s:?}; this build has {}",
+                        names.join(", ")
+                    ),
                 )
             })
     }
@@ -333,46 +370,66 @@ impl SinkConfig {
     /// (see docs/sinks.md), plus `url` for every kind (`mqtt://host:port` for MQTT, the
     /// bootstrap servers for Kafka). A table without `publish_timeout` gets
     /// [`default_publish_timeout`] of the relay's `relay_publish_timeout`; one with it must be
-    /// shorter than the relay's. Errors say what is wrong (secrets hidden).
+    /// shorter than the relay's. Errors name the key (secrets hidden); see [`ConfigError::at`].
     pub fn from_table(
         table: &Value,
         relay_publish_timeout: Duration,
-    ) -> std::result::Result<SinkConfig, String> {
+    ) -> std::result::Result<SinkConfig, ConfigError> {
         let Value::Object(map) = table else {
-            return Err("must be a table, e.g. [sinks.events] with kind = \"nats\"".to_owned());
+            return Err(ConfigError::new(
+                "",
+                "must be a table, e.g. [sinks.events] with kind = \"nats\"",
+            ));
         };
         let mut map = map.clone();
         let kind = match map.get("kind") {
             None => {
-                return Err(
-                    "missing field `kind`: say which sink this is, e.g. kind = \"nats\"".into(),
-                );
+                return Err(ConfigError::new(
+                    "kind",
+                    "is missing: say which sink this is, e.g. kind = \"nats\"",
+                ));
             }
             Some(Value::String(k)) => k.parse::<SinkKind>()?,
-            Some(_) => return Err("`kind` must be a string, e.g. kind = \"nats\"".into()),
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "kind",
+                    "must be a string, e.g. kind = \"nats\"",
+                ));
+            }
         };
         if kind.destination_key().is_none()
             && let Some(key) = map.keys().find(|k| *k != "kind")
         {
-            return Err(format!(
-                "unknown field `{key}`: this kind takes no settings"
+            return Err(ConfigError::new(
+                "",
+                format!("unknown field `{key}`: the {kind} kind takes no settings"),
             ));
         }
-        kind.read_url(&mut map).map_err(|e| redact(&e))?;
+        kind.read_url(&mut map)?;
+        // The destination first, so that a mistake in it is named by its key.
+        if let Some(key) = kind.destination_key()
+            && let Some(Value::String(destination)) = map.get(key)
+            && let Err(e) = destination.parse::<Template>()
+        {
+            return Err(ConfigError::new(key, e.to_string()));
+        }
         let explicit_timeout = map.contains_key("publish_timeout");
-        let mut config: SinkConfig =
-            serde_json::from_value(Value::Object(map)).map_err(|e| redact(&e.to_string()))?;
-        config.settings_mut().settle().map_err(|e| redact(&e))?;
+        let mut config: SinkConfig = serde_json::from_value(Value::Object(map))
+            .map_err(|e| ConfigError::new("", e.to_string()))?;
+        config.settings_mut().settle()?;
         if explicit_timeout {
             if let Some(timeout) = config.publish_timeout()
                 && (timeout >= relay_publish_timeout || timeout.is_zero())
             {
-                return Err(format!(
-                    "publish_timeout ({}) must be above zero and shorter than the relay's \
-                     publish_timeout ({}), so that the sink gives up first, with its own error; \
-                     lower it or raise the relay's",
-                    humantime::format_duration(timeout),
-                    humantime::format_duration(relay_publish_timeout)
+                return Err(ConfigError::new(
+                    "publish_timeout",
+                    format!(
+                        "{} must be above zero and shorter than the relay's publish_timeout \
+                         ({}), so that the sink gives up first, with its own error; lower it or \
+                         raise the relay's",
+                        humantime::format_duration(timeout),
+                        humantime::format_duration(relay_publish_timeout)
+                    ),
                 ));
             }
         } else {
@@ -386,8 +443,9 @@ impl SinkConfig {
     /// The sink of the single-sink keys (`sink`, `sink_url`, `topic`, `exchange`,
     /// `webhook_secret`): the table `{kind, url: sink_url, <destination key>: topic, exchange,
     /// secret: webhook_secret}`. The caller checks first that each key given applies to the
-    /// kind (it knows how to name them).
-    pub fn from_single(single: &SingleSink<'_>) -> std::result::Result<SinkConfig, String> {
+    /// kind (it knows how to name them). An error's [`ConfigError::at`] is the single-sink key
+    /// it is about (`sink_url`, `topic`, `exchange`, `webhook_secret`), or `sink`.
+    pub fn from_single(single: &SingleSink<'_>) -> std::result::Result<SinkConfig, ConfigError> {
         let kind = single.kind;
         let mut table = Map::new();
         table.insert("kind".into(), kind.name().into());
@@ -405,7 +463,19 @@ impl SinkConfig {
         if let Some(secret) = single.webhook_secret {
             table.insert("secret".into(), secret.into());
         }
-        Self::from_table(&Value::Object(table), single.relay_publish_timeout)
+        Self::from_table(&Value::Object(table), single.relay_publish_timeout).map_err(|e| {
+            let at = match e.at.as_str() {
+                "url" => "sink_url",
+                "secret" => "webhook_secret",
+                "exchange" => "exchange",
+                key if Some(key) == kind.destination_key() => "topic",
+                _ => "sink",
+            };
+            ConfigError {
+                at: at.to_owned(),
+                ..e
+            }
+        })
     }
 
     /// Where it publishes, for logs: the address with any password hidden.
@@ -423,11 +493,12 @@ impl SinkConfig {
         self.kind().destination_key().is_some()
     }
 
-    /// Checks a route's destination template for this sink.
-    pub fn check_destination(&self, destination: &Template) -> std::result::Result<(), String> {
-        self.settings()
-            .check_destination(destination)
-            .map_err(|e| redact(&e))
+    /// Checks a route's destination template (its `topic`) for this sink.
+    pub fn check_destination(
+        &self,
+        destination: &Template,
+    ) -> std::result::Result<(), ConfigError> {
+        self.settings().check_destination(destination)
     }
 
     /// How long one publish may take; `None` for stdout and null, which bound nothing.
@@ -618,7 +689,7 @@ mod tests {
     }
 
     fn table(value: serde_json::Value) -> std::result::Result<SinkConfig, String> {
-        SinkConfig::from_table(&value, RELAY)
+        SinkConfig::from_table(&value, RELAY).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -759,6 +830,8 @@ mod tests {
             ..single(SinkKind::Webhook)
         })
         .unwrap_err();
+        assert_eq!(err.at, "sink_url", "{err}");
+        let err = err.to_string();
         assert!(err.contains("u:***@h") && !err.contains("secret"), "{err}");
         let err = table(serde_json::json!({"kind": "webhook", "url": "https://u:secret@h/{nope}"}))
             .unwrap_err();
@@ -846,6 +919,10 @@ mod tests {
             assert_eq!(kind.name().parse::<SinkKind>(), Ok(*kind));
         }
         let err = "natz".parse::<SinkKind>().unwrap_err();
-        assert!(err.contains("nats"), "names what this build has: {err}");
+        assert_eq!(err.at, "kind");
+        assert!(
+            err.message.contains("nats"),
+            "names what this build has: {err}"
+        );
     }
 }

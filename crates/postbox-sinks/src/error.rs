@@ -1,7 +1,10 @@
 //! Errors of building a sink: bad configuration, an unreachable broker.
 //!
-//! Errors of publishing one event are [`postbox::PublishError`]s, classed retryable or permanent.
+//! A configuration mistake is a [`ConfigError`] wherever it is found: checking a table, a route
+//! or a key before anything connects, or building a sink ([`Error::Config`]). Errors of
+//! publishing one event are [`postbox::PublishError`]s, classed retryable or permanent.
 
+use crate::config::ConfigError;
 use crate::template::TemplateError;
 
 /// A boxed error from a broker client, kept as the source of an [`Error`].
@@ -14,14 +17,9 @@ pub enum Error {
     /// A destination template could not be parsed.
     #[error(transparent)]
     Template(#[from] TemplateError),
-    /// A configuration value is invalid; `field` names it as written in the configuration.
-    #[error("invalid sink configuration `{field}`: {reason}")]
-    Config {
-        /// The configuration key, e.g. `url`.
-        field: &'static str,
-        /// What is wrong and what to write instead.
-        reason: String,
-    },
+    /// A configuration value is invalid; the [`ConfigError`] names its key, e.g. `url`.
+    #[error("invalid sink configuration: {0}")]
+    Config(#[from] ConfigError),
     /// A sink of a routing configuration could not be opened; `sink` names its table.
     #[error("cannot start sink `sinks.{sink}`: {source}")]
     Open {
@@ -49,11 +47,8 @@ pub enum Error {
 
 impl Error {
     #[allow(dead_code, reason = "used only by some sink features")]
-    pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
-        Error::Config {
-            field,
-            reason: reason.into(),
-        }
+    pub(crate) fn config(field: &'static str, reason: impl AsRef<str>) -> Self {
+        Error::Config(ConfigError::new(field, reason))
     }
 
     #[allow(dead_code, reason = "used only by some sink features")]

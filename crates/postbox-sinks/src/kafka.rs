@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::config::SinkSettings;
+use crate::config::{ConfigError, SinkSettings};
 use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
@@ -302,11 +302,16 @@ impl SinkSettings for KafkaConfig {
 
     /// `url` (`kafka://host:port,host:port` or `host:port,…`) is `bootstrap_servers`; without
     /// either, the broker on 127.0.0.1.
-    fn read_url(table: &mut Map<String, Value>) -> std::result::Result<(), String> {
+    fn read_url(table: &mut Map<String, Value>) -> std::result::Result<(), ConfigError> {
         match (table.remove("url"), table.contains_key("bootstrap_servers")) {
-            (Some(_), true) => Err("give `url` or `bootstrap_servers`, not both".into()),
+            (Some(_), true) => Err(ConfigError::new(
+                "url",
+                "give `url` or `bootstrap_servers`, not both",
+            )),
             (Some(url), false) => {
-                let url = url.as_str().ok_or("`url` must be a string")?;
+                let url = url
+                    .as_str()
+                    .ok_or_else(|| ConfigError::new("url", "must be a string"))?;
                 table.insert("bootstrap_servers".into(), kafka_servers(url)?.into());
                 Ok(())
             }
@@ -343,22 +348,30 @@ impl SinkSettings for KafkaConfig {
     }
 }
 
-/// Kafka bootstrap servers from `kafka://host:port,host:port` or a plain `host:port` list.
-pub fn kafka_servers(url: &str) -> Result<String, String> {
+/// Kafka bootstrap servers from `kafka://host:port,host:port` or a plain `host:port` list (the
+/// `url` of a Kafka sink's table); a mistake is one in `url`.
+pub fn kafka_servers(url: &str) -> Result<String, ConfigError> {
     let mut servers = Vec::new();
     for entry in url.split(',') {
         let entry = entry.trim();
         let entry = entry.strip_prefix("kafka://").unwrap_or(entry);
         let entry = entry.strip_suffix('/').unwrap_or(entry);
         if entry.contains("://") {
-            return Err(format!(
-                "{url:?}: Kafka bootstrap servers are written kafka://host:port,host:port or \
-                 host:port,host:port (TLS and SASL go in the [sinks.NAME] table's properties)"
+            return Err(ConfigError::new(
+                "url",
+                format!(
+                    "{url:?}: Kafka bootstrap servers are written kafka://host:port,host:port \
+                     or host:port,host:port (TLS and SASL go in the [sinks.NAME] table's \
+                     properties)"
+                ),
             ));
         }
         if entry.is_empty() || entry.contains(['/', '@', ' ']) {
-            return Err(format!(
-                "{url:?} is not a list of Kafka servers; write kafka://host:port,host:port"
+            return Err(ConfigError::new(
+                "url",
+                format!(
+                    "{url:?} is not a list of Kafka servers; write kafka://host:port,host:port"
+                ),
             ));
         }
         servers.push(entry);

@@ -48,7 +48,7 @@ mod error;
 pub mod headers;
 mod open;
 mod router;
-mod routing;
+mod routing_config;
 pub mod stdout;
 mod template;
 
@@ -72,7 +72,7 @@ pub use open::{OwnDestination, Reconnecting, Shared};
 /// Routes match with the same globs as the event filters of `postbox` (re-exported).
 pub use postbox::{Glob, GlobError};
 pub use router::{RoutableSink, Route, Router, Unmatched};
-pub use routing::{Opened, RouteConfig, Routes, RoutingConfig, SinkSetup};
+pub use routing_config::{Opened, RouteConfig, Routes, RoutingConfig, SinkSetup};
 pub use template::{RenderError, Template, TemplateError};
 
 #[cfg(feature = "amqp")]

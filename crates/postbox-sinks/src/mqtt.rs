@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use serde_json::{Map, Value};
 
-use crate::config::{Secret, SinkSettings, percent_decode};
+use crate::config::{ConfigError, Secret, SinkSettings, percent_decode};
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
@@ -546,25 +546,31 @@ impl SinkSettings for MqttConfig {
     const EXAMPLE_DESTINATION: &'static str = "billing/{aggregate_type}/{event_type}";
 
     /// `url` (`mqtt://[user[:password]@]host[:port]`) gives `host`, `port` and the credentials.
-    fn read_url(table: &mut Map<String, Value>) -> std::result::Result<(), String> {
+    fn read_url(table: &mut Map<String, Value>) -> std::result::Result<(), ConfigError> {
         let Some(url) = table.remove("url") else {
             return Ok(());
         };
-        let url = url.as_str().ok_or("`url` must be a string")?;
+        let url = url
+            .as_str()
+            .ok_or_else(|| ConfigError::new("url", "must be a string"))?;
         for key in ["host", "port"] {
             if table.contains_key(key) {
-                return Err(format!("give `url` or `{key}`, not both"));
+                return Err(ConfigError::new(
+                    "url",
+                    format!("give `url` or `{key}`, not both"),
+                ));
             }
         }
-        let address = MqttAddress::parse(url)?;
+        let address = MqttAddress::parse(url).map_err(|e| ConfigError::new("url", e))?;
         for (key, given) in [
             ("username", &address.username),
             ("password", &address.password),
         ] {
             if let Some(value) = given {
                 if table.contains_key(key) {
-                    return Err(format!(
-                        "`url` has a {key} and so has the table; give it once"
+                    return Err(ConfigError::new(
+                        "url",
+                        format!("has a {key} and so has the table; give it once"),
                     ));
                 }
                 table.insert(key.into(), value.clone().into());

@@ -12,7 +12,7 @@ use postbox::{OutboxEvent, PublishError, Sink};
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use crate::config::{Secret, SinkSettings, percent_decode};
+use crate::config::{ConfigError, Secret, SinkSettings, percent_decode};
 use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
@@ -345,7 +345,7 @@ impl SinkSettings for NatsConfig {
     const DESTINATION_KEY: Option<&'static str> = Some("subject");
     const DESTINATION_NAME: &'static str = "subject";
 
-    fn settle(&mut self) -> std::result::Result<(), String> {
+    fn settle(&mut self) -> std::result::Result<(), ConfigError> {
         move_nats_credentials(self)
     }
 
@@ -377,7 +377,7 @@ impl SinkSettings for NatsConfig {
 /// Moves `user:password@` (or `token@`) out of NATS server URLs into the configuration's
 /// `user`/`password` (or `token`): the NATS client logs server addresses at debug level, and
 /// they must not carry a password.
-pub(crate) fn move_nats_credentials(config: &mut NatsConfig) -> Result<(), String> {
+pub(crate) fn move_nats_credentials(config: &mut NatsConfig) -> Result<(), ConfigError> {
     let mut found: Option<(String, Option<String>)> = None;
     let mut servers = Vec::new();
     for server in config.url.split(',') {
@@ -394,9 +394,10 @@ pub(crate) fn move_nats_credentials(config: &mut NatsConfig) -> Result<(), Strin
             None => (percent_decode(userinfo), None),
         };
         if found.as_ref().is_some_and(|f| *f != credentials) {
-            return Err(
-                "the NATS server URLs carry different credentials; give them once".to_owned(),
-            );
+            return Err(ConfigError::new(
+                "url",
+                "the NATS server URLs carry different credentials; give them once",
+            ));
         }
         found = Some(credentials);
         let bare = &rest[at + 1..];
@@ -410,9 +411,10 @@ pub(crate) fn move_nats_credentials(config: &mut NatsConfig) -> Result<(), Strin
         return Ok(());
     };
     if config.user.is_some() || config.password.is_some() || config.token.is_some() {
-        return Err(
-            "credentials are in `url` and in `user`/`password`/`token`; give them once".to_owned(),
-        );
+        return Err(ConfigError::new(
+            "url",
+            "has credentials, and so do `user`/`password`/`token`; give them once",
+        ));
     }
     match password {
         Some(password) => {

@@ -31,10 +31,10 @@ impl Shared {
         if let Some(s) = self.stdout.get() {
             return Ok(Arc::clone(s));
         }
-        let started = Arc::new(StdoutSink::start().map_err(|e| Error::Config {
-            field: "kind",
-            reason: format!("cannot start the stdout writer: {e}"),
-        })?);
+        let started =
+            Arc::new(StdoutSink::start().map_err(|e| {
+                Error::config("kind", format!("cannot start the stdout writer: {e}"))
+            })?);
         Ok(Arc::clone(self.stdout.get_or_init(|| started)))
     }
 

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
-use crate::config::{Secret, SinkSettings};
+use crate::config::{ConfigError, Secret, SinkSettings};
 use crate::open::Shared;
 use crate::router::no_destination;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
@@ -363,20 +363,20 @@ impl WebhookSink {
 /// let err = check_url(&"hooks.example.com/{event_type}".parse().unwrap()).unwrap_err();
 /// assert!(err.to_string().contains("url"));
 /// ```
-pub fn check_url(template: &Template) -> Result<()> {
+pub fn check_url(template: &Template) -> std::result::Result<(), ConfigError> {
     fixed_url(template).map(drop)
 }
 
 /// Checks `template` as [`check_url`] does; the URL when the template has no placeholders.
-fn fixed_url(template: &Template) -> Result<Option<Url>> {
+fn fixed_url(template: &Template) -> std::result::Result<Option<Url>, ConfigError> {
     if template.is_static() {
         return parse_url(template.as_str())
             .map(Some)
-            .map_err(|e| Error::config("url", e));
+            .map_err(|e| ConfigError::new("url", e));
     }
     // Check the scheme and shape with placeholder values filled in.
     let sample = template.as_str().replace(['{', '}'], "");
-    parse_url(&sample).map_err(|e| Error::config("url", e))?;
+    parse_url(&sample).map_err(|e| ConfigError::new("url", e))?;
     Ok(None)
 }
 
@@ -573,9 +573,9 @@ impl SinkSettings for WebhookConfig {
     const DESTINATION_NAME: &'static str = "URL";
     const EXAMPLE_DESTINATION: &'static str = "https://hooks.example.com/{event_type}";
 
-    fn settle(&mut self) -> std::result::Result<(), String> {
+    fn settle(&mut self) -> std::result::Result<(), ConfigError> {
         match &self.url {
-            Some(url) => check_url(url).map_err(|e| e.to_string()),
+            Some(url) => check_url(url),
             None => Ok(()),
         }
     }
@@ -590,8 +590,8 @@ impl SinkSettings for WebhookConfig {
         self.url.as_ref()
     }
 
-    fn check_destination(&self, destination: &Template) -> std::result::Result<(), String> {
-        check_url(destination).map_err(|e| format!("topic {:?}: {e}", destination.as_str()))
+    fn check_destination(&self, destination: &Template) -> std::result::Result<(), ConfigError> {
+        check_url(destination).map_err(|e| ConfigError::new("topic", e.message))
     }
 
     fn publish_timeout(&self) -> Option<Duration> {

@@ -170,7 +170,8 @@ impl Event {
         self
     }
 
-    /// Sets this event's retry limit (default: the outbox's configured `max_retries`, 5).
+    /// Sets this event's retry limit (default: the outbox's configured `max_retries`,
+    /// [`DEFAULT_MAX_RETRIES`](crate::DEFAULT_MAX_RETRIES) unless configured).
     pub fn max_retries(mut self, max_retries: i32) -> Self {
         self.max_retries = Some(max_retries);
         self
@@ -354,7 +355,7 @@ pub struct OutboxEvent {
 
 impl OutboxEvent {
     /// An event with id `id`, type `event_type` and `payload`, as if just enqueued: no aggregate,
-    /// key, tenant, class or headers, schema version 1, no failed tries, retry limit 5, created
+    /// key, tenant, class or headers, schema version 1, no failed tries, retry limit [`DEFAULT_MAX_RETRIES`](crate::DEFAULT_MAX_RETRIES), created
     /// now. Set the other fields directly.
     ///
     /// ```
@@ -376,7 +377,7 @@ impl OutboxEvent {
             event_class: None,
             schema_version: 1,
             retry_count: 0,
-            max_retries: 5,
+            max_retries: crate::DEFAULT_MAX_RETRIES,
             created_at: Utc::now(),
             claim_token: Uuid::nil(),
         })

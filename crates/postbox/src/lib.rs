@@ -34,7 +34,8 @@ pub use glob::{Glob, GlobError};
 pub use handlers::{HandlerError, Handlers};
 pub use migrate::migrate;
 pub use outbox::{
-    DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
+    DEFAULT_MAX_RETRIES, DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder,
+    OutboxConnection,
 };
 pub use relay::{
     EffectivePolicy, FailedNotice, Notice, Relay, RelayConfig, RelayHandle, RelayStats, RetryPolicy,

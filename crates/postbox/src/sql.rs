@@ -1,5 +1,6 @@
 //! SQL text: statements live in `.sql` files under `sql/`, with `{schema}` standing for the
-//! schema. [`render`] is the one function that puts a schema name into SQL, always through
+//! schema. [`render`] is the one function of the library that puts a schema name into SQL (every
+//! PostgreSQL statement, and the tables of the list statement), always through
 //! [`SchemaName::quoted`].
 
 use std::sync::Arc;

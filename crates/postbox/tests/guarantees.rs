@@ -806,12 +806,14 @@ async fn a_table_another_relay_is_vacuuming_is_skipped() {
     .await;
     // Another relay's vacuum holds the table's vacuum lock.
     let mut other = db.pool().acquire().await.unwrap();
-    sqlx::query("SELECT pg_advisory_lock(7012027, hashtext('public'))")
+    sqlx::query("SELECT pg_advisory_lock($1, hashtext('public'))")
+        .bind(postbox::store::pg_locks::VACUUM)
         .execute(&mut *other)
         .await
         .unwrap();
     store.outbox_vacuum(&default_target()).await.unwrap();
-    sqlx::query("SELECT pg_advisory_unlock(7012027, hashtext('public'))")
+    sqlx::query("SELECT pg_advisory_unlock($1, hashtext('public'))")
+        .bind(postbox::store::pg_locks::VACUUM)
         .execute(&mut *other)
         .await
         .unwrap();

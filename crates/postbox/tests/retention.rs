@@ -310,13 +310,11 @@ async fn a_run_that_loses_the_lock_midway_finishes_the_work() {
                 let pool = pool.clone();
                 tokio::spawn(async move {
                     let mut tx = pool.begin().await.unwrap();
-                    sqlx::query(
-                        "SELECT pg_advisory_xact_lock(hashtext('postbox_retention'), \
-                         hashtext('public'))",
-                    )
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
+                    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1), hashtext('public'))")
+                        .bind(postbox::store::pg_locks::RETENTION)
+                        .execute(&mut *tx)
+                        .await
+                        .unwrap();
                     held_tx.send(()).unwrap();
                     tokio::time::sleep(Duration::from_millis(400)).await;
                     tx.commit().await.unwrap();

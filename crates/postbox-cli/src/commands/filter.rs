@@ -67,7 +67,7 @@ mod tests {
     }
 
     fn time(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-        postbox::store::parse_time(text, now)
+        postbox::store::parse_time(text, now).map_err(|e| e.to_string())
     }
 
     #[test]

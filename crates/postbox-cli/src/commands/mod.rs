@@ -3,8 +3,9 @@
 mod archive;
 #[cfg(feature = "bench")]
 mod bench;
-mod config;
+mod database_urls;
 mod demo;
+mod effective_config;
 mod events;
 mod filter;
 mod migrate;
@@ -13,14 +14,13 @@ mod purge;
 mod relay;
 mod replay;
 mod retry;
-mod shards;
 mod status;
 mod tenants;
 
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
-use crate::config::{self as configuration, Config};
+use crate::config::{self, Config};
 use crate::logging;
 
 /// Runs the command line's subcommand.
@@ -31,7 +31,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(_) => bench::defaults(),
         _ => Config::default(),
     };
-    let loaded = configuration::load(defaults, cli.global.config.as_deref(), &cli.overrides())?;
+    let loaded = config::load(defaults, cli.global.config.as_deref(), &cli.overrides())?;
     let filter = logging::filter(cli.global.log_level.as_deref(), &loaded.config.log_level);
     logging::init(&filter, loaded.config.log_format)?;
     match &cli.command {
@@ -49,6 +49,6 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(&loaded.config, args).await,
-        Command::Config(a) => config::run(&loaded, a.event_type.as_deref()),
+        Command::Config(a) => effective_config::run(&loaded, a.event_type.as_deref()),
     }
 }

@@ -14,10 +14,7 @@ use crate::shutdown::Shutdown;
 use crate::sinks::{self, SinkPlan};
 
 /// The exit status of a drain that gave up on destinations that stayed down.
-const EXIT_UNAVAILABLE: u8 = 3;
-
-/// The exit status of a drain that gave up on destinations that stayed down.
-pub(super) const EXIT_DRAIN_UNAVAILABLE: u8 = EXIT_UNAVAILABLE;
+pub(super) const EXIT_UNAVAILABLE: u8 = 3;
 
 /// Runs the relay until a signal (or, with `--drain`, until the outbox is drained).
 pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<ExitCode> {
@@ -30,7 +27,7 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
     };
     let mut locations = config.locations()?;
     if locations.len() > 1 {
-        return super::shards::run(config, args, locations, create, shutdown).await;
+        return super::database_urls::run(config, args, locations, create, shutdown).await;
     }
     let location = locations.pop().context("no database to serve")?;
     let Some(db) = connect_waiting(&location, config, create, &shutdown).await? else {

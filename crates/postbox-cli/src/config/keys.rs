@@ -160,15 +160,16 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         key: "dead_letter_retry_interval",
         default: "\"1h\"",
         flag: None,
-        about: "The slow lane of FAILED events: this long after its last try, a FAILED event \
-                gets one more try (up to dead_letter_max_retries times) before it waits for an \
+        about: "The dead_letter_* keys configure the slow lane of FAILED events (FAILED is the \
+                dead-letter state): this long after its last try, a FAILED event gets one more try (up to dead_letter_max_retries times) before it waits for an \
                 operator. \"0s\" turns the slow lane off.",
     },
     KeyDoc {
         key: "dead_letter_max_retries",
         default: "24",
         flag: None,
-        about: "Slow-lane tries a FAILED event gets at most; 0 turns the slow lane off.",
+        about: "The dead_letter_* keys configure the slow lane: this one is how many slow-lane \
+                tries a FAILED event gets at most; 0 turns the slow lane off.",
     },
     KeyDoc {
         key: "ordered_aggregate_types",

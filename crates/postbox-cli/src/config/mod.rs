@@ -102,10 +102,12 @@ pub(crate) struct Config {
     /// Age past which archived events are deleted; zero: never.
     #[serde(with = "humantime_serde")]
     pub(crate) archive_retention: Duration,
-    /// How long after its last try a FAILED event gets a slow-lane try; zero: never.
+    /// The `dead_letter_*` keys configure the slow lane (FAILED is the dead-letter state): how
+    /// long after its last try a FAILED event gets a slow-lane try; zero: never.
     #[serde(with = "humantime_serde")]
     pub(crate) dead_letter_retry_interval: Duration,
-    /// Slow-lane tries of a FAILED event; zero: none.
+    /// The `dead_letter_*` keys configure the slow lane: slow-lane tries of a FAILED event;
+    /// zero: none.
     pub(crate) dead_letter_max_retries: u32,
     /// Aggregate types published one aggregate at a time, in commit order (`*`: all).
     #[serde(deserialize_with = "values::list")]
@@ -220,7 +222,7 @@ impl Default for Config {
             head_poll_interval: relay.head_poll_interval.unwrap_or_default(),
             vacuum_threshold: relay.vacuum_threshold.unwrap_or(0),
             lease: relay.lease,
-            max_retries: 5,
+            max_retries: postbox::DEFAULT_MAX_RETRIES.unsigned_abs(),
             backoff_base: relay.retry.base,
             backoff_cap: relay.retry.cap,
             publish_timeout: relay.publish_timeout,

@@ -4,7 +4,7 @@
 //! into them and names, in every error, the key, table or rule it is about.
 
 use anyhow::Context;
-use postbox_sinks::{Opened, RoutingConfig, SingleSink, SinkConfig, SinkSetup};
+use postbox_sinks::{ConfigError, Opened, RoutingConfig, SingleSink, SinkConfig, SinkSetup};
 
 use crate::config::{Config, SinkKind};
 
@@ -23,6 +23,13 @@ pub(crate) struct PlanError {
     pub(crate) message: String,
 }
 
+impl From<ConfigError> for PlanError {
+    /// The mistake the sinks' configuration found, at the key, table or rule it names.
+    fn from(e: ConfigError) -> PlanError {
+        PlanError::new(e.at, e.message)
+    }
+}
+
 impl PlanError {
     fn new(key: impl Into<String>, message: impl Into<String>) -> PlanError {
         let key = key.into();
@@ -39,7 +46,7 @@ impl PlanError {
 pub(crate) fn plan(config: &Config) -> Result<SinkPlan, PlanError> {
     let plan = unchecked_plan(config)?;
     plan.check_ordering(&config.ordered_aggregate_types)
-        .map_err(|e| PlanError::new("ordered_aggregate_types", e))?;
+        .map_err(PlanError::from)?;
     Ok(plan)
 }
 
@@ -81,7 +88,7 @@ fn unchecked_plan(config: &Config) -> Result<SinkPlan, PlanError> {
     routing
         .check(config.publish_timeout)
         .map(|routes| SinkSetup::Routed(Box::new(routes)))
-        .map_err(|e| PlanError::new(e.at, e.message))
+        .map_err(PlanError::from)
 }
 
 /// The sink of the single-sink keys. The keys that do not apply to the kind, and the ones it
@@ -140,7 +147,7 @@ fn single(config: &Config) -> Result<SinkConfig, PlanError> {
         webhook_secret: config.webhook_secret.as_ref().map(|s| s.expose()),
         relay_publish_timeout: config.publish_timeout,
     })
-    .map_err(|e| PlanError::new("sink_url", e))
+    .map_err(PlanError::from)
 }
 
 /// Opens the planned sinks.

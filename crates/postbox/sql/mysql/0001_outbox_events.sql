@@ -20,7 +20,7 @@ CREATE TABLE outbox_events (
     headers         TEXT         NOT NULL DEFAULT ('{}'),
     idempotency_key VARCHAR(255),
     retry_count     INT          NOT NULL DEFAULT 0,
-    max_retries     INT          NOT NULL DEFAULT 5,
+    max_retries     INT          NOT NULL DEFAULT 5, -- 5: postbox::DEFAULT_MAX_RETRIES
     last_error      TEXT,
     processed_at    DATETIME(6),
     locked_until    DATETIME(6),

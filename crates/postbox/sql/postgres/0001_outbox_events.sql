@@ -14,7 +14,7 @@ CREATE TABLE {schema}.outbox_events (
     headers         JSONB        NOT NULL DEFAULT '{}'::jsonb,
     idempotency_key VARCHAR(255),
     retry_count     INT          NOT NULL DEFAULT 0 CHECK (retry_count >= 0),
-    max_retries     INT          NOT NULL DEFAULT 5 CHECK (max_retries >= 0),
+    max_retries     INT          NOT NULL DEFAULT 5 CHECK (max_retries >= 0), -- 5: postbox::DEFAULT_MAX_RETRIES
     last_error      TEXT,
     processed_at    TIMESTAMPTZ,
     locked_until    TIMESTAMPTZ,

@@ -195,7 +195,7 @@ BEGIN
     IF max_retries < 0 THEN
         RAISE EXCEPTION '%: max_retries is %; it must be 0 or more', label, max_retries
             USING ERRCODE = 'invalid_parameter_value', COLUMN = 'max_retries',
-                  HINT = 'max_retries is how many tries the relay makes before FAILED (default 5).';
+                  HINT = 'max_retries is how many tries the relay makes before FAILED (default 5).'; -- 5: postbox::DEFAULT_MAX_RETRIES
     END IF;
     RETURN key;
 END
@@ -260,7 +260,7 @@ CREATE OR REPLACE FUNCTION {schema}.postbox_enqueue(
     idempotency_key text DEFAULT NULL,
     event_class text DEFAULT NULL,
     schema_version integer DEFAULT 1,
-    max_retries integer DEFAULT 5,
+    max_retries integer DEFAULT 5, -- 5: postbox::DEFAULT_MAX_RETRIES
     without_idempotency_key boolean DEFAULT false
 )
 RETURNS bigint
@@ -285,7 +285,7 @@ BEGIN
             postbox_enqueue.aggregate_id, postbox_enqueue.payload, postbox_enqueue.event_class,
             coalesce(postbox_enqueue.schema_version, 1),
             coalesce(postbox_enqueue.headers, '{}'::jsonb), key,
-            coalesce(postbox_enqueue.max_retries, 5))
+            coalesce(postbox_enqueue.max_retries, 5)) -- 5: postbox::DEFAULT_MAX_RETRIES
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING e.id INTO new_id;
     -- Whether or not the event was a duplicate: a session whose turn it is notifies, or the
@@ -397,7 +397,7 @@ BEGIN
         schema_versions := array_append(schema_versions,
                                        coalesce((ev ->> 'schema_version')::integer, 1));
         headers := array_append(headers, coalesce(nullif(ev -> 'headers', 'null'), '{}'::jsonb));
-        max_retries := array_append(max_retries, coalesce((ev ->> 'max_retries')::integer, 5));
+        max_retries := array_append(max_retries, coalesce((ev ->> 'max_retries')::integer, 5)); -- 5: postbox::DEFAULT_MAX_RETRIES
     END LOOP;
     n := coalesce(array_length(event_types, 1), 0);
     IF n = 0 THEN

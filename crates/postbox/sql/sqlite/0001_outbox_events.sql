@@ -15,7 +15,7 @@ CREATE TABLE outbox_events (
     headers         TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(headers)),
     idempotency_key TEXT    CHECK (length(idempotency_key) <= 255),
     retry_count     INTEGER NOT NULL DEFAULT 0 CHECK (retry_count >= 0),
-    max_retries     INTEGER NOT NULL DEFAULT 5 CHECK (max_retries >= 0),
+    max_retries     INTEGER NOT NULL DEFAULT 5 CHECK (max_retries >= 0), -- 5: postbox::DEFAULT_MAX_RETRIES
     last_error      TEXT,
     processed_at    TEXT,
     locked_until    TEXT,

@@ -24,6 +24,12 @@ mod sqlite;
 /// Default payload limit: 1 MiB of JSON.
 pub const DEFAULT_PAYLOAD_LIMIT: usize = 1024 * 1024;
 
+/// The retry limit of an event that sets none, in an outbox that configures none: 5 tries
+/// before the event is `FAILED`. The migrations repeat it (the `max_retries` column's default,
+/// and PostgreSQL's SQL enqueue functions), each such line commented with this constant's name;
+/// a test checks them against it.
+pub const DEFAULT_MAX_RETRIES: i32 = 5;
+
 /// Default shortest time between two notifications from one [`Outbox`].
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -278,7 +284,7 @@ impl OutboxBuilder {
         OutboxBuilder {
             schema,
             payload_limit: DEFAULT_PAYLOAD_LIMIT,
-            max_retries: 5,
+            max_retries: DEFAULT_MAX_RETRIES,
             notify: true,
             notify_interval: DEFAULT_NOTIFY_INTERVAL,
         }
@@ -338,7 +344,7 @@ impl OutboxBuilder {
         self
     }
 
-    /// The retry limit of events that do not set their own (default 5).
+    /// The retry limit of events that do not set their own (default [`DEFAULT_MAX_RETRIES`], 5).
     pub fn max_retries(mut self, max_retries: i32) -> Self {
         self.max_retries = max_retries.max(0);
         self
@@ -441,5 +447,67 @@ mod tests {
                 Enqueued::Inserted(13),
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod default_max_retries_tests {
+    use super::DEFAULT_MAX_RETRIES;
+
+    /// Every migration line that gives `max_retries` a default repeats
+    /// [`DEFAULT_MAX_RETRIES`]: each names the constant in a comment and holds its value.
+    #[test]
+    fn the_migrations_repeat_the_constant() {
+        let n = DEFAULT_MAX_RETRIES;
+        for (file, sql, expected) in [
+            (
+                "postgres/0001_outbox_events.sql",
+                include_str!("../../sql/postgres/0001_outbox_events.sql"),
+                1,
+            ),
+            (
+                "postgres/0005_sql_enqueue.sql",
+                include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
+                4,
+            ),
+            (
+                "sqlite/0001_outbox_events.sql",
+                include_str!("../../sql/sqlite/0001_outbox_events.sql"),
+                1,
+            ),
+            (
+                "mysql/0001_outbox_events.sql",
+                include_str!("../../sql/mysql/0001_outbox_events.sql"),
+                1,
+            ),
+        ] {
+            let mut checked = 0;
+            for line in sql.lines() {
+                let (code, comment) = line.split_once("--").unwrap_or((line, ""));
+                let lower = code.to_lowercase();
+                let gives_default = lower.contains("max_retries")
+                    && (lower.contains("default") || lower.contains("coalesce"));
+                if !gives_default {
+                    continue;
+                }
+                assert!(
+                    comment.contains("DEFAULT_MAX_RETRIES"),
+                    "{file}: a default of max_retries without a comment naming \
+                     DEFAULT_MAX_RETRIES: {line}"
+                );
+                assert!(
+                    [
+                        format!("default {n}"),
+                        format!(", {n})"),
+                        format!("(default {n})")
+                    ]
+                    .iter()
+                    .any(|v| lower.contains(v.as_str())),
+                    "{file}: max_retries' default is not DEFAULT_MAX_RETRIES ({n}): {line}"
+                );
+                checked += 1;
+            }
+            assert_eq!(checked, expected, "{file}: lines that give the default");
+        }
     }
 }

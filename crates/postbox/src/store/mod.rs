@@ -33,8 +33,11 @@ pub use crate::schema::{Tenant, TenantStatus};
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
-pub use postgres::PgStore;
-pub use reads::{EventFilter, EventStatus, FilterText, ListParams, Order, StoredEvent, parse_time};
+pub use postgres::{PgStore, pg_locks};
+pub use reads::{
+    EventFilter, EventStatus, FilterText, ListParams, Order, ParseTimeError, StoredEvent,
+    StoredEventError, parse_time,
+};
 pub use retention::{
     ArchiveBatch, ArchiveParams, PurgeBatch, PurgeKind, PurgeParams, archive_all, purge_all,
 };

@@ -1,5 +1,24 @@
 //! The PostgreSQL store: the production back-end.
 
+/// The advisory locks Postbox takes on PostgreSQL, one key each, as `pg_locks` shows them
+/// (`classid` the key, `objid` the schema's `hashtext`): every lock is the two-key form
+/// `(key, hashtext(schema))`, so each schema has its own. The statements take the key as a
+/// parameter, so these are the only place the values are written.
+pub mod pg_locks {
+    /// Serializes the migrations of one schema (held for the migration's transaction; waited
+    /// for).
+    pub const MIGRATE: i32 = 7_012_026;
+    /// One vacuum of a schema's outbox table at a time (held by the vacuuming session; not
+    /// waited for: the other relays skip the table).
+    pub const VACUUM: i32 = 7_012_027;
+    /// One build of a schema's retry index at a time (held by the building session; not waited
+    /// for).
+    pub const RETRY_INDEX: i32 = 7_012_028;
+    /// Archiving and purging of one schema one at a time (held for the batch's transaction; not
+    /// waited for): the first key is `hashtext` of this name.
+    pub const RETENTION: &str = "postbox_retention";
+}
+
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -206,6 +225,7 @@ impl PgStore {
     ) -> Result<Vec<String>> {
         sqlx::query(include_str!("../../sql/postgres/migrate_lock.sql"))
             .bind(schema.as_str())
+            .bind(pg_locks::MIGRATE)
             .execute(&mut *conn)
             .await?;
         sqlx::query(include_str!("../../sql/postgres/migrate_quiet.sql"))
@@ -247,6 +267,7 @@ impl PgStore {
         let ours: bool =
             sqlx::query_scalar(include_str!("../../sql/postgres/retry_index_lock.sql"))
                 .bind(schema.as_str())
+                .bind(pg_locks::RETRY_INDEX)
                 .fetch_one(&mut conn)
                 .await?;
         if ours {
@@ -345,7 +366,7 @@ impl ListDialect for PgList<'_> {
     const NULL_ARCHIVED_AT: &'static str = "NULL::timestamptz AS archived_at";
 
     fn table(&self, table: &'static str) -> Cow<'static, str> {
-        Cow::Owned(format!("{}.{table}", self.0.quoted()))
+        Cow::Owned(render(&format!("{{schema}}.{table}"), self.0).to_string())
     }
 
     fn parked(&self) -> Cow<'static, str> {
@@ -378,6 +399,7 @@ async fn retention_lock(tx: &mut sqlx::PgConnection, schema: &SchemaName) -> Res
     Ok(
         sqlx::query_scalar(include_str!("../../sql/postgres/retention_lock.sql"))
             .bind(schema.as_str())
+            .bind(pg_locks::RETENTION)
             .fetch_one(tx)
             .await?,
     )
@@ -881,6 +903,7 @@ impl Store for PgStore {
         }
         let ours: bool = sqlx::query_scalar(include_str!("../../sql/postgres/vacuum_lock.sql"))
             .bind(target.schema.as_str())
+            .bind(pg_locks::VACUUM)
             .fetch_one(&mut conn)
             .await?;
         if !ours {
@@ -919,5 +942,48 @@ impl Wakeups for PgWakeups {
         // Notifications that queued up meanwhile say nothing more: one round serves them all.
         while self.listener.next_buffered().is_some() {}
         Ok(Some(n.payload().to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    /// The lock statements take their key as `$2` (from [`super::pg_locks`]), never as a
+    /// number or a name of their own.
+    #[test]
+    fn lock_statements_take_the_key_as_a_parameter() {
+        for (file, sql) in [
+            (
+                "migrate_lock",
+                include_str!("../../sql/postgres/migrate_lock.sql"),
+            ),
+            (
+                "vacuum_lock",
+                include_str!("../../sql/postgres/vacuum_lock.sql"),
+            ),
+            (
+                "retry_index_lock",
+                include_str!("../../sql/postgres/retry_index_lock.sql"),
+            ),
+            (
+                "retention_lock",
+                include_str!("../../sql/postgres/retention_lock.sql"),
+            ),
+        ] {
+            let code: String = sql
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect();
+            assert!(
+                code.contains("advisory") && code.contains("$2"),
+                "{file}: {code}"
+            );
+            assert!(
+                !code.contains('\'')
+                    && !code
+                        .chars()
+                        .any(|c| c.is_ascii_digit() && c != '1' && c != '2'),
+                "{file}: a key written in the statement: {code}"
+            );
+        }
     }
 }

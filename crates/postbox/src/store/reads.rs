@@ -192,7 +192,7 @@ impl EventFilter {
         filter.aggregate_type = glob("aggregate_type", text.aggregate_type)?;
         filter.aggregate_id = text.aggregate_id.map(str::to_owned);
         let time = |field: &'static str, text: Option<&str>| {
-            text.map(|t| parse_time(t, now).map_err(|e| invalid(field, e)))
+            text.map(|t| parse_time(t, now).map_err(|e| invalid(field, e.to_string())))
                 .transpose()
         };
         filter.since = time("since", text.since)?;
@@ -213,7 +213,10 @@ impl EventFilter {
 /// let t = postbox::store::parse_time("2h", now).unwrap();
 /// assert_eq!(t.to_rfc3339(), "2026-11-30T10:00:00+00:00");
 /// ```
-pub fn parse_time(text: &str, now: DateTime<Utc>) -> std::result::Result<DateTime<Utc>, String> {
+pub fn parse_time(
+    text: &str,
+    now: DateTime<Utc>,
+) -> std::result::Result<DateTime<Utc>, ParseTimeError> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
@@ -224,12 +227,23 @@ pub fn parse_time(text: &str, now: DateTime<Utc>) -> std::result::Result<DateTim
         return chrono::Duration::from_std(age)
             .ok()
             .and_then(|age| now.checked_sub_signed(age))
-            .ok_or_else(|| format!("{text:?} is an age too long"));
+            .ok_or_else(|| ParseTimeError::AgeTooLong(text.to_owned()));
     }
-    Err(format!(
-        "{text:?} is not a time: use RFC 3339 (2026-11-30T12:00:00Z), a date (2026-11-30, UTC) \
-         or an age (2h, 7d)"
-    ))
+    Err(ParseTimeError::NotATime(text.to_owned()))
+}
+
+/// Why [`parse_time`] refused a time; the message quotes the text and says what is accepted.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseTimeError {
+    /// An age (`7d`) that reaches back before the earliest time there is.
+    #[error("{0:?} is an age too long")]
+    AgeTooLong(String),
+    /// Neither RFC 3339, a date nor an age.
+    #[error(
+        "{0:?} is not a time: use RFC 3339 (2026-11-30T12:00:00Z), a date (2026-11-30, UTC) or an age (2h, 7d)"
+    )]
+    NotATime(String),
 }
 
 /// The order events are read in.
@@ -307,22 +321,40 @@ pub struct StoredEvent {
 impl StoredEvent {
     /// The event as a sink receives it (for a replay). Fails, naming the column, when the
     /// payload or the headers cannot be read.
-    pub fn to_outbox_event(&self) -> std::result::Result<OutboxEvent, String> {
+    pub fn to_outbox_event(&self) -> std::result::Result<OutboxEvent, StoredEventError> {
         let payload = serde_json::value::RawValue::from_string(self.payload.clone())
-            .map_err(|e| format!("payload is not JSON: {e}"))?;
-        let mut event =
-            OutboxEvent::new(self.id, self.event_type.clone(), &()).map_err(|e| e.to_string())?;
-        event.payload = payload;
-        event.tenant = self.tenant.clone();
-        event.aggregate_type = self.aggregate_type.clone();
-        event.aggregate_id = self.aggregate_id.clone();
-        event.idempotency_key = self.idempotency_key.clone();
-        event.headers = super::row::headers_from_text(&self.headers)?;
-        event.event_class = self.event_class.clone();
-        event.schema_version = self.schema_version;
-        event.retry_count = self.retry_count;
-        event.max_retries = self.max_retries;
-        event.created_at = self.created_at;
-        Ok(event)
+            .map_err(StoredEventError::Payload)?;
+        let headers =
+            super::row::headers_from_text(&self.headers).map_err(StoredEventError::Headers)?;
+        Ok(OutboxEvent {
+            id: self.id,
+            tenant: self.tenant.clone(),
+            event_type: self.event_type.clone(),
+            aggregate_type: self.aggregate_type.clone(),
+            aggregate_id: self.aggregate_id.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            payload,
+            headers,
+            event_class: self.event_class.clone(),
+            schema_version: self.schema_version,
+            retry_count: self.retry_count,
+            max_retries: self.max_retries,
+            created_at: self.created_at,
+            claim_token: uuid::Uuid::nil(),
+        })
     }
+}
+
+/// Why a [`StoredEvent`] cannot be read back as the event a sink receives: a column holds what
+/// Postbox never writes there (a row written or edited by hand). The message names the column.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoredEventError {
+    /// The `payload` column is not JSON.
+    #[error("payload is not JSON: {0}")]
+    Payload(#[source] serde_json::Error),
+    /// The `headers` column is not a JSON object of names to values; the message says what it
+    /// holds instead, starting with `headers:`.
+    #[error("{0}")]
+    Headers(String),
 }

@@ -12,8 +12,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use super::relay::{
-    EXIT_DRAIN_UNAVAILABLE, connect_waiting, describe, start_admin, stop_admin, stop_when,
-    wait_migrated,
+    EXIT_UNAVAILABLE, connect_waiting, describe, start_admin, stop_admin, stop_when, wait_migrated,
 };
 use crate::cli::RelayArgs;
 use crate::config::Config;
@@ -123,7 +122,7 @@ pub(super) async fn run(
             eprintln!("  {f}");
         }
         return Ok(ExitCode::from(if unavailable {
-            EXIT_DRAIN_UNAVAILABLE
+            EXIT_UNAVAILABLE
         } else {
             1
         }));

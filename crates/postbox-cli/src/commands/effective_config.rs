@@ -101,7 +101,12 @@ fn describe_policy(
     slow_lane: bool,
 ) -> String {
     let tries = max_retries.map_or_else(
-        || "the event's own max_retries (default 5)".to_owned(),
+        || {
+            format!(
+                "the event's own max_retries (default {})",
+                postbox::DEFAULT_MAX_RETRIES
+            )
+        },
         |m| m.to_string(),
     );
     format!(

@@ -165,8 +165,8 @@ impl RoutingConfig {
         let mut defined = BTreeMap::new();
         for (name, table) in &self.sinks {
             let at = format!("sinks.{name}");
-            let spec = SinkConfig::from_table(table, relay_publish_timeout)
-                .map_err(|e| ConfigError::new(&at, e))?;
+            let spec =
+                SinkConfig::from_table(table, relay_publish_timeout).map_err(|e| e.within(at))?;
             defined.insert(name.clone(), spec);
         }
         let mut routes = Vec::with_capacity(self.routes.len());
@@ -306,7 +306,8 @@ impl SinkSetup {
     /// Refuses an ordering the setup cannot honour (G6: `ordered` aggregate types, `*` for
     /// all): a destination that ordered events can reach and that is chosen by `{event_type}`
     /// sends the events of one aggregate to several topics (streams, subjects, URLs), and no
-    /// consumer sees their order. The error says which sink or route, and what to do.
+    /// consumer sees their order. The error is a mistake in `ordered_aggregate_types` whose
+    /// message says which sink or route, and what to do.
     ///
     /// ```
     /// use postbox_sinks::{SinkConfig, SinkSetup};
@@ -316,17 +317,21 @@ impl SinkSetup {
     /// let setup = SinkSetup::Single(Box::new(config));
     /// assert!(setup.check_ordering(&["Invoice".to_owned()]).is_ok());
     /// ```
-    pub fn check_ordering(&self, ordered: &[String]) -> std::result::Result<(), String> {
+    pub fn check_ordering(&self, ordered: &[String]) -> std::result::Result<(), ConfigError> {
         if ordered.is_empty() {
             return Ok(());
         }
         let refuse = |what: &str, template: &Template| {
-            Err(format!(
-                "{what} chooses its destination `{}` by {{event_type}}: the events of one \
-                 aggregate would go to several destinations, where no consumer sees their order \
-                 (ordered_aggregate_types = {ordered:?}); choose it by {{aggregate_type}} \
-                 instead, or leave these aggregate types out of ordered_aggregate_types",
-                redact(template.as_str())
+            Err(ConfigError::new(
+                "ordered_aggregate_types",
+                format!(
+                    "{what} chooses its destination `{}` by {{event_type}}: the events of one \
+                     aggregate would go to several destinations, where no consumer sees their \
+                     order (ordered_aggregate_types = {ordered:?}); choose it by \
+                     {{aggregate_type}} instead, or leave these aggregate types out of \
+                     ordered_aggregate_types",
+                    template.as_str()
+                ),
             ))
         };
         let splits = |t: &Template| t.as_str().contains("{event_type}");
