@@ -7,6 +7,8 @@
 //!
 //! The recorder is this process's global one: this binary holds this one test.
 
+#![cfg(feature = "postgres")]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
