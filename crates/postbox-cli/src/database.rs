@@ -12,8 +12,6 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
-use crate::config::DatabaseUrl;
-
 /// The SQLite file used when no `database_url` is configured.
 pub(crate) const DEFAULT_SQLITE_FILE: &str = "postbox.db";
 
@@ -41,11 +39,13 @@ impl Location {
     /// Reads `database_url`: none → the SQLite file `postbox.db` in the working directory;
     /// `postgres://`/`postgresql://` → PostgreSQL; `mysql://`/`mariadb://` → MySQL or MariaDB;
     /// `sqlite:` or a path ending in `.db`, `.sqlite` or `.sqlite3` → SQLite.
-    pub(crate) fn parse(url: Option<&DatabaseUrl>) -> anyhow::Result<Location> {
-        let Some(url) = url else {
+    /// `url` is the URL with its password (`DatabaseUrl::expose`); errors show it without.
+    pub(crate) fn parse(url: Option<&str>) -> anyhow::Result<Location> {
+        let Some(exposed) = url else {
             return Ok(Location::sqlite_file(DEFAULT_SQLITE_FILE));
         };
-        let raw = url.expose().trim();
+        let raw = exposed.trim();
+        let url = postbox::redact::redact(raw);
         // The library's rule for what a URL names, so that the binary and a service agree.
         let kind = postbox::DatabaseKind::of(raw).map_err(|_| {
             anyhow::anyhow!(
@@ -73,7 +73,7 @@ impl Location {
                 }
                 Ok(Location::MySql(
                     Box::new(options),
-                    url.expose().trim().to_owned(),
+                    exposed.trim().to_owned(),
                 ))
             }
             _ if raw.to_ascii_lowercase().starts_with("sqlite:") => {
@@ -268,7 +268,7 @@ mod tests {
     use std::path::Path;
 
     fn parse(url: &str) -> anyhow::Result<Location> {
-        Location::parse(Some(&DatabaseUrl::from(url)))
+        Location::parse(Some(url))
     }
 
     #[test]

@@ -13,9 +13,9 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
-use crate::config::SinkSettings;
 use crate::open::Shared;
 use crate::router::no_destination;
+use crate::settings::SinkSettings;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// Configuration of an [`AmqpSink`].

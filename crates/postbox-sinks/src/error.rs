@@ -4,8 +4,50 @@
 //! or a key before anything connects, or building a sink ([`Error::Config`]). Errors of
 //! publishing one event are [`postbox::PublishError`]s, classed retryable or permanent.
 
-use crate::config::ConfigError;
+use postbox::redact::redact;
+
 use crate::template::TemplateError;
+
+/// A configuration mistake: `at` names where it is, `message` what is wrong. It shows as
+/// `at: message` (just `message` when `at` is empty).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.shown())]
+pub struct ConfigError {
+    /// Where the mistake is. From a sink's table ([`SinkConfig::from_table`](crate::SinkConfig::from_table)): the key (`kind`,
+    /// `url`, `publish_timeout`), or empty when it is the table as a whole (not a table, an
+    /// unknown key). From [`SinkConfig::from_single`](crate::SinkConfig::from_single): the single-sink key (`sink_url`,
+    /// `topic`, …). From a routing configuration ([`crate::RoutingConfig::check`]): the table
+    /// or rule (`sinks.billing`, `routes[2]`, `routing.default_route`, `routing`).
+    pub at: String,
+    /// What is wrong, and what to do; secrets in it are hidden.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(at: impl Into<String>, message: impl AsRef<str>) -> ConfigError {
+        ConfigError {
+            at: at.into(),
+            message: redact(message.as_ref()),
+        }
+    }
+
+    /// The same mistake, placed in the table or rule `at`: the key it named becomes part of
+    /// the message (`sinks.billing: url: …`).
+    pub(crate) fn within(self, at: impl Into<String>) -> ConfigError {
+        ConfigError {
+            message: self.shown(),
+            at: at.into(),
+        }
+    }
+
+    fn shown(&self) -> String {
+        if self.at.is_empty() {
+            self.message.clone()
+        } else {
+            format!("{}: {}", self.at, self.message)
+        }
+    }
+}
 
 /// A boxed error from a broker client, kept as the source of an [`Error`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -17,9 +17,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::config::{ConfigError, SinkSettings};
+use crate::error::ConfigError;
 use crate::open::Shared;
 use crate::router::no_destination;
+use crate::settings::SinkSettings;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// librdkafka settings Postbox fixes, because the acknowledgement means nothing without them.
@@ -286,7 +287,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("bootstrap_servers", &self.bootstrap_servers)
             .field("topic", &self.topic)
             .field("client_id", &self.client_id)
-            .field("properties", &crate::config::debug_map(&self.properties))
+            .field("properties", &crate::settings::debug_map(&self.properties))
             .field("publish_timeout", &self.publish_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .finish()

@@ -49,6 +49,7 @@ pub mod headers;
 mod open;
 mod router;
 mod routing_config;
+mod settings;
 pub mod stdout;
 mod template;
 

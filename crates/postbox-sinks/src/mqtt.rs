@@ -27,8 +27,9 @@ use tokio::time::Instant;
 
 use serde_json::{Map, Value};
 
-use crate::config::{ConfigError, Secret, SinkSettings, percent_decode};
+use crate::error::ConfigError;
 use crate::router::no_destination;
+use crate::settings::{Secret, SinkSettings, percent_decode};
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// Configuration of an [`MqttSink`].

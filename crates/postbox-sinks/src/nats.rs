@@ -12,9 +12,10 @@ use postbox::{OutboxEvent, PublishError, Sink};
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use crate::config::{ConfigError, Secret, SinkSettings, percent_decode};
+use crate::error::ConfigError;
 use crate::open::Shared;
 use crate::router::no_destination;
+use crate::settings::{Secret, SinkSettings, percent_decode};
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// The JetStream header that carries the dedup id; the stream drops a repeat within its

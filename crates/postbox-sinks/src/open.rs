@@ -15,7 +15,6 @@ use postbox::{Backoff, OutboxEvent, PublishError, Sink};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::config::{SinkConfig, SinkKind};
 use crate::stdout::StdoutSink;
 use crate::{Error, Result, RoutableSink, Template};
 
@@ -62,54 +61,6 @@ impl Sink for OwnDestination {
 /// A boxed connection attempt.
 pub(crate) type ConnectFuture = Pin<Box<dyn Future<Output = Result<Arc<dyn RoutableSink>>> + Send>>;
 
-/// Connects `config` once; when the broker cannot be reached ([`Error::Connect`]) and the kind
-/// connects to one, logs a warning and returns a [`Reconnecting`] sink that keeps trying.
-pub(crate) async fn connect_or_keep_trying(
-    kind: SinkKind,
-    label: String,
-    config: SinkConfig,
-    shared: &Shared,
-) -> Result<Arc<dyn RoutableSink>> {
-    let max_delay = config.reconnect_max_delay();
-    let first = config.connect(shared).await;
-    let Some(max_delay) = max_delay else {
-        return first;
-    };
-    let error = match first {
-        Ok(sink) => return Ok(sink),
-        Err(e @ Error::Connect { .. }) => e,
-        Err(e) => return Err(e),
-    };
-    let config = Arc::new(config);
-    Ok(Reconnecting::start(
-        kind,
-        label,
-        max_delay,
-        error,
-        move || {
-            let config = Arc::clone(&config);
-            Box::pin(async move {
-                // Brokers' connect never uses what is shared (only stdout does).
-                config.connect(&Shared::default()).await
-            })
-        },
-    ))
-}
-
-/// `sink` behind a [`crate::Breaker`] named `name`, for the kinds that have a destination that
-/// can be down (every kind but stdout and null).
-pub(crate) fn with_breaker(
-    kind: SinkKind,
-    name: &str,
-    sink: Arc<dyn RoutableSink>,
-) -> Arc<dyn RoutableSink> {
-    if kind.destination_key().is_some() {
-        Arc::new(crate::Breaker::new(name, sink))
-    } else {
-        sink
-    }
-}
-
 /// A broker sink whose first connection failed: it keeps connecting in the background, and
 /// until it succeeds every publish fails as retryable with the last connection error.
 pub struct Reconnecting {
@@ -129,7 +80,7 @@ impl Reconnecting {
     /// Starts connecting in the background after a first failed attempt (`error`), waiting
     /// from 100 ms up to `max_delay` between attempts.
     pub(crate) fn start<F>(
-        kind: SinkKind,
+        kind: &str,
         label: String,
         max_delay: Duration,
         error: Error,
@@ -253,7 +204,7 @@ mod tests {
         let attempts = Arc::new(AtomicUsize::new(1));
         let counter = attempts.clone();
         let sink = Reconnecting::start(
-            SinkKind::Null,
+            "null",
             "test sink".into(),
             Duration::from_millis(400),
             refused(),

@@ -11,9 +11,9 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
-use crate::config::SinkSettings;
 use crate::open::Shared;
 use crate::router::no_destination;
+use crate::settings::SinkSettings;
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// The stream field that holds the event payload (JSON).

@@ -16,9 +16,10 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
-use crate::config::{ConfigError, Secret, SinkSettings};
+use crate::error::ConfigError;
 use crate::open::Shared;
 use crate::router::no_destination;
+use crate::settings::{Secret, SinkSettings};
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// The header that carries the dedup id.

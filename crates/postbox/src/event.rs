@@ -11,6 +11,12 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 
+/// The retry limit of an event that sets none, in an outbox that configures none: 5 tries
+/// before the event is `FAILED`. The migrations repeat it (the `max_retries` column's default,
+/// and PostgreSQL's SQL enqueue functions), each such line commented with this constant's name;
+/// a test checks them against it.
+pub const DEFAULT_MAX_RETRIES: i32 = 5;
+
 /// Column widths of `outbox_events` (DESIGN §2); checked before anything is written.
 pub(crate) const MAX_TYPE_CHARS: usize = 100;
 pub(crate) const MAX_CLASS_CHARS: usize = 255;
@@ -171,7 +177,7 @@ impl Event {
     }
 
     /// Sets this event's retry limit (default: the outbox's configured `max_retries`,
-    /// [`DEFAULT_MAX_RETRIES`](crate::DEFAULT_MAX_RETRIES) unless configured).
+    /// [`DEFAULT_MAX_RETRIES`] unless configured).
     pub fn max_retries(mut self, max_retries: i32) -> Self {
         self.max_retries = Some(max_retries);
         self
@@ -355,7 +361,7 @@ pub struct OutboxEvent {
 
 impl OutboxEvent {
     /// An event with id `id`, type `event_type` and `payload`, as if just enqueued: no aggregate,
-    /// key, tenant, class or headers, schema version 1, no failed tries, retry limit [`DEFAULT_MAX_RETRIES`](crate::DEFAULT_MAX_RETRIES), created
+    /// key, tenant, class or headers, schema version 1, no failed tries, retry limit [`DEFAULT_MAX_RETRIES`], created
     /// now. Set the other fields directly.
     ///
     /// ```
@@ -377,7 +383,7 @@ impl OutboxEvent {
             event_class: None,
             schema_version: 1,
             retry_count: 0,
-            max_retries: crate::DEFAULT_MAX_RETRIES,
+            max_retries: DEFAULT_MAX_RETRIES,
             created_at: Utc::now(),
             claim_token: Uuid::nil(),
         })

@@ -29,13 +29,14 @@ pub mod trace;
 pub use backoff::Backoff;
 pub use connect::{AnyStore, ConnectOptions, DatabaseKind, connect};
 pub use error::{Error, Result};
-pub use event::{DomainEvent, Enqueued, Event, OutboxEvent, daily_idempotency_key};
+pub use event::{
+    DEFAULT_MAX_RETRIES, DomainEvent, Enqueued, Event, OutboxEvent, daily_idempotency_key,
+};
 pub use glob::{Glob, GlobError};
 pub use handlers::{HandlerError, Handlers};
 pub use migrate::migrate;
 pub use outbox::{
-    DEFAULT_MAX_RETRIES, DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder,
-    OutboxConnection,
+    DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
 };
 pub use relay::{
     EffectivePolicy, FailedNotice, Notice, Relay, RelayConfig, RelayHandle, RelayStats, RetryPolicy,

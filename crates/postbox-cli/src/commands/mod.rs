@@ -32,6 +32,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         _ => Config::default(),
     };
     let loaded = config::load(defaults, cli.global.config.as_deref(), &cli.overrides())?;
+    crate::sinks::check(&loaded)?;
     let filter = logging::filter(cli.global.log_level.as_deref(), &loaded.config.log_level);
     logging::init(&filter, loaded.config.log_format)?;
     match &cli.command {

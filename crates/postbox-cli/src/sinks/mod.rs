@@ -3,10 +3,10 @@
 //! `[routing]`). `postbox-sinks` checks and opens them; this module reads the configuration
 //! into them and names, in every error, the key, table or rule it is about.
 
-use anyhow::Context;
+use anyhow::{Context, anyhow};
 use postbox_sinks::{ConfigError, Opened, RoutingConfig, SingleSink, SinkConfig, SinkSetup};
 
-use crate::config::{Config, SinkKind};
+use crate::config::{Config, Loaded, SinkKind};
 
 /// The sinks of the relay, as configured.
 pub(crate) type SinkPlan = SinkSetup;
@@ -159,6 +159,25 @@ pub(crate) async fn open(plan: SinkPlan) -> anyhow::Result<Opened> {
     plan.open()
         .await
         .with_context(|| format!("cannot start {kind}"))
+}
+
+/// Checks the sinks and routes of `loaded` as a relay would open them, before anything
+/// connects; errors name the key (or table, or rule) and where its value was set.
+pub(crate) fn check(loaded: &Loaded) -> anyhow::Result<()> {
+    let c = &loaded.config;
+    if let Err(e) = plan(c) {
+        let what = if e.key.contains(['.', '[']) || e.key == "sinks" {
+            format!("`{}`", e.key)
+        } else {
+            format!("key `{}`", e.key)
+        };
+        return Err(anyhow!(
+            "invalid configuration {what} (set by {}): {}",
+            loaded.source_of(&e.lookup),
+            e.message
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

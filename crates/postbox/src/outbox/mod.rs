@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use chrono::{NaiveDate, Utc};
 
 use crate::error::{Error, Result};
-use crate::event::{Enqueued, Event};
+use crate::event::{DEFAULT_MAX_RETRIES, Enqueued, Event};
 use crate::schema::{SchemaName, Tenant};
 
 #[cfg(feature = "mysql")]
@@ -23,12 +23,6 @@ mod sqlite;
 
 /// Default payload limit: 1 MiB of JSON.
 pub const DEFAULT_PAYLOAD_LIMIT: usize = 1024 * 1024;
-
-/// The retry limit of an event that sets none, in an outbox that configures none: 5 tries
-/// before the event is `FAILED`. The migrations repeat it (the `max_retries` column's default,
-/// and PostgreSQL's SQL enqueue functions), each such line commented with this constant's name;
-/// a test checks them against it.
-pub const DEFAULT_MAX_RETRIES: i32 = 5;
 
 /// Default shortest time between two notifications from one [`Outbox`].
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
@@ -452,7 +446,7 @@ mod tests {
 
 #[cfg(test)]
 mod default_max_retries_tests {
-    use super::DEFAULT_MAX_RETRIES;
+    use crate::event::DEFAULT_MAX_RETRIES;
 
     /// Every migration line that gives `max_retries` a default repeats
     /// [`DEFAULT_MAX_RETRIES`]: each names the constant in a comment and holds its value.

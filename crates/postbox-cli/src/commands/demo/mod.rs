@@ -16,7 +16,7 @@ use postbox::{Relay, SchemaName};
 use sqlx::AssertSqlSafe;
 
 use crate::cli::DemoArgs;
-use crate::config::{Config, DatabaseUrl, show};
+use crate::config::{Config, show};
 use crate::database::{Create, Database, Location, Pool};
 use crate::shutdown::Shutdown;
 
@@ -171,8 +171,7 @@ async fn prepare(database_url: Option<&str>) -> anyhow::Result<(Place, Database,
         let db = Database::connect(&location, public.clone(), Create::IfMissing).await?;
         return Ok((Place::Temp(dir), db, public));
     };
-    let location =
-        Location::parse(Some(&DatabaseUrl::from(url))).context("invalid --database-url")?;
+    let location = Location::parse(Some(url)).context("invalid --database-url")?;
     match &location {
         Location::Postgres(..) => {
             let suffix = uuid::Uuid::new_v4().simple().to_string();
