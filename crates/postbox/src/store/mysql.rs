@@ -463,21 +463,19 @@ impl Store for MySqlStore {
         // Due rows of both ranges at or above the floor, and the retried ones below it, in id
         // order; the first batch_size of them (rows locked beyond it are let go at commit).
         let mut picked: Vec<Picked> = Vec::new();
-        for status in ["PENDING", "PROCESSING"] {
-            let rows: Vec<Picked> = sqlx::query_as(AssertSqlSafe(&**CLAIM_PICK))
-                .bind(status)
-                .bind(p.floor)
-                .bind(&ordered)
-                .bind(&ordered)
-                .bind(p.order.settled_through)
-                .bind(i64::from(p.batch_size))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| self.missing(e))?;
-            picked.extend(rows);
-        }
+        let mut reads = vec![
+            (&**CLAIM_PICK, Some("PENDING")),
+            (&**CLAIM_PICK, Some("PROCESSING")),
+        ];
         if p.floor > 0 {
-            let rows: Vec<Picked> = sqlx::query_as(AssertSqlSafe(&**CLAIM_RETRIED))
+            reads.push((&**CLAIM_RETRIED, None));
+        }
+        for (statement, status) in reads {
+            let mut read = sqlx::query_as(AssertSqlSafe(statement));
+            if let Some(status) = status {
+                read = read.bind(status);
+            }
+            let rows: Vec<Picked> = read
                 .bind(p.floor)
                 .bind(&ordered)
                 .bind(&ordered)
