@@ -89,6 +89,31 @@ impl AdminBuilder {
         let _ = monitor.await;
     }
 
+    /// The server's routes alone, without a port and without the monitor (gauges, the page's
+    /// history, alerts): to mount in an application's own axum server, or to call in a test
+    /// with `tower::ServiceExt::oneshot`. The token rules are those of [`bind`](Self::bind)'s
+    /// server: without a token every `/api` route answers 401.
+    ///
+    /// ```no_run
+    /// # async fn example(
+    /// #     store: std::sync::Arc<dyn postbox::Store>,
+    /// # ) -> Result<(), Box<dyn std::error::Error>> {
+    /// let token = postbox_admin::Token::new("a-long-random-token-0123")?;
+    /// let admin = postbox_admin::Admin::builder(store).token(token).into_router();
+    /// let app = axum::Router::new().nest("/outbox", admin);
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    pub fn into_router(self) -> Router {
+        router(Arc::new(Shared {
+            store: self.store,
+            relay: self.relay,
+            token: self.token,
+            metrics: self.metrics,
+            history: Mutex::new(History::default()),
+        }))
+    }
+
     /// Binds `addr`. Fails if it cannot, or if it is not a loopback address and no token is
     /// set.
     pub async fn bind(self, addr: SocketAddr) -> Result<Admin, AdminError> {
