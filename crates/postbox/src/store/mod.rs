@@ -63,6 +63,14 @@ pub(crate) fn secs(v: Option<f64>) -> Option<Duration> {
 pub(crate) const LEASE_EXPIRED: &str =
     "lease expired: relay {relay} did not finish publishing in time (crashed or stalled)";
 
+/// What an operator's retry writes to `last_error` when it is empty: below a relay's floor a
+/// retried event is found by its `last_error` (every store's claim). Bound into each store's
+/// statement, one text for every store.
+pub(crate) const RETRIED_BY_OPERATOR: &str = "retried by an operator";
+
+/// What the slow lane writes to `last_error` when it is empty (see [`RETRIED_BY_OPERATOR`]).
+pub(crate) const RETRIED_BY_SLOW_LANE: &str = "retried by the slow lane";
+
 /// Parameters of [`Store::events_claim`].
 #[derive(Clone, Debug)]
 pub struct ClaimParams<'a> {

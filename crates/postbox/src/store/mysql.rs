@@ -39,9 +39,10 @@ use super::row::{add_claimed_row, stored_event};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, EventStatus,
     FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams, MarkFailedParams,
-    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, ReleaseParams, RenewParams,
-    ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant,
-    TenantAddParams, TenantStatus, Wakeups, secs, storable_error,
+    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RETRIED_BY_OPERATOR,
+    RETRIED_BY_SLOW_LANE, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams,
+    SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus,
+    Wakeups, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
@@ -635,10 +636,12 @@ impl Store for MySqlStore {
         let q = match p.ids {
             Some([]) => return Ok(0),
             Some(ids) => bind_ids(
-                with_ids(include_str!("../../sql/mysql/retry_failed.sql"), ids),
+                with_ids(include_str!("../../sql/mysql/retry_failed.sql"), ids)
+                    .bind(RETRIED_BY_OPERATOR),
                 ids,
             ),
-            None => sqlx::query(include_str!("../../sql/mysql/retry_failed_all.sql")),
+            None => sqlx::query(include_str!("../../sql/mysql/retry_failed_all.sql"))
+                .bind(RETRIED_BY_OPERATOR),
         };
         Ok(q.execute(&self.pool)
             .await
@@ -670,7 +673,8 @@ impl Store for MySqlStore {
             tx.commit().await?;
             return Ok(0);
         }
-        let take = with_ids(include_str!("../../sql/mysql/slow_lane_take.sql"), &ids);
+        let take = with_ids(include_str!("../../sql/mysql/slow_lane_take.sql"), &ids)
+            .bind(RETRIED_BY_SLOW_LANE);
         let done = bind_ids(take, &ids)
             .execute(&mut *tx)
             .await?

@@ -571,6 +571,7 @@ impl Store for PgStore {
         let sql = self.sql.get(&p.target.schema);
         let done = sqlx::query(safe(&sql.retry_failed))
             .bind(p.ids)
+            .bind(super::RETRIED_BY_OPERATOR)
             .execute(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
@@ -585,6 +586,7 @@ impl Store for PgStore {
             .bind(i32::try_from(p.max_tries).unwrap_or(i32::MAX))
             .bind(i64::from(p.batch_size))
             .bind(&exclude)
+            .bind(super::RETRIED_BY_SLOW_LANE)
             .execute(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
