@@ -45,6 +45,9 @@ pub(crate) struct HistoryPlan {
 struct Times {
     committed: HashMap<i64, Instant>,
     published: HashMap<i64, Instant>,
+    /// Published before its producer noted the commit (a relay can be that quick): kept until
+    /// the commit is noted, counted in the window it was published in.
+    early: HashMap<i64, Instant>,
 }
 
 struct TimingSink {
@@ -192,25 +195,25 @@ pub(crate) async fn run(
         .await
         .map_err(|e| BenchError::Check(format!("producers failed: {e}")))??;
     // Let the relays publish what is left, then stop them.
-    let want = times.lock().map(|t| t.committed.len()).unwrap_or(0);
+    let unpublished = |t: &Times| {
+        t.committed
+            .keys()
+            .filter(|id| !t.published.contains_key(id) && !t.early.contains_key(id))
+            .count()
+    };
     let catch_up = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < catch_up && times.lock().map(|t| t.published.len()).unwrap_or(0) < want {
+    while Instant::now() < catch_up && times.lock().map(|t| unpublished(&t)).unwrap_or(0) > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = stop_tx.send(true);
     relays
         .await
         .map_err(|e| BenchError::Check(format!("relays failed: {e}")))??;
-    let missing = {
-        let times = times
+    let missing = unpublished(
+        &*times
             .lock()
-            .map_err(|_| BenchError::Check("times poisoned".into()))?;
-        times
-            .committed
-            .keys()
-            .filter(|id| !times.published.contains_key(id))
-            .count()
-    };
+            .map_err(|_| BenchError::Check("times poisoned".into()))?,
+    );
     if missing > 0 {
         return Err(BenchError::Check(format!(
             "{missing} committed events were not published within 30 s of the end"
@@ -451,10 +454,16 @@ fn window_latency(times: &Mutex<Times>) -> Result<(u64, (f64, f64)), BenchError>
     // reports (a map of every event of the run would grow the process by tens of MiB).
     let published = std::mem::take(&mut times.published);
     let count = published.len() as u64;
-    for (id, published) in published {
-        if let Some(committed) = times.committed.remove(&id) {
-            let us = published.saturating_duration_since(committed).as_micros() as u64;
-            hist.record(us.max(1)).ok();
+    let early = std::mem::take(&mut times.early);
+    for (id, published) in early.into_iter().chain(published) {
+        match times.committed.remove(&id) {
+            Some(committed) => {
+                let us = published.saturating_duration_since(committed).as_micros() as u64;
+                hist.record(us.max(1)).ok();
+            }
+            None => {
+                times.early.insert(id, published);
+            }
         }
     }
     let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
