@@ -25,7 +25,7 @@ pub const PARKED_COUNT_LIMIT: u32 = 1000;
 /// registry's tables are missing (run `postbox migrate`).
 ///
 /// ```no_run
-/// # async fn example(store: &postbox::PgStore) -> postbox::Result<()> {
+/// # async fn example(store: &dyn postbox::Store) -> postbox::Result<()> {
 /// for target in postbox::status::targets(store, None).await? {
 ///     println!("{}: {}", target.label(), target.schema);
 /// }
@@ -110,7 +110,7 @@ impl StatusReport {
     /// [`Error::NotMigrated`] where the outbox tables are missing.
     ///
     /// ```no_run
-    /// # async fn example(store: &postbox::PgStore) -> postbox::Result<()> {
+    /// # async fn example(store: &dyn postbox::Store) -> postbox::Result<()> {
     /// let report = postbox::status::StatusReport::read(store).await?;
     /// for t in &report.targets {
     ///     let failed = t.counts.as_ref().map_or(0, |c| c.failed);
