@@ -233,7 +233,7 @@ async fn costs(db: &TestDb) -> Costs {
             &mut conn,
             "retry_slow_lane",
             include_str!("../sql/postgres/retry_slow_lane.sql"),
-            "0, 24, 1000, ARRAY['Skipped*']::text[]",
+            "0, 24, 1000, ARRAY['Skipped*']::text[], 'retried by the slow lane'",
         )
         .await,
     ));
@@ -243,7 +243,7 @@ async fn costs(db: &TestDb) -> Costs {
             &mut conn,
             "retry_failed",
             include_str!("../sql/postgres/retry_failed.sql"),
-            &array(rest),
+            &format!("{}, 'retried by an operator'", array(rest)),
         )
         .await,
     ));
