@@ -480,7 +480,7 @@ async fn claim_probe(pool: &PgPool) -> Result<(f64, f64), BenchError> {
         let started = Instant::now();
         sqlx::query(
             "SELECT count(*) FROM postbox_claim(100, 30000, 'bench-probe', gen_random_uuid(),
-                                                 ARRAY[]::text[], 0, 'probe', 0)",
+                                                 ARRAY[]::text[], 0, 'probe', 0, 100, false)",
         )
         .execute(&mut *tx)
         .await

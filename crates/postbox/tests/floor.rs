@@ -23,7 +23,7 @@ async fn claim_buffers(db: &TestDb, floor: i64) -> i64 {
     let plan: serde_json::Value = sqlx::query(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
          SELECT * FROM postbox_claim(100, 30000, 'probe', gen_random_uuid(), ARRAY[]::text[], 0,
-                                     'lease expired', $1)",
+                                     'lease expired', $1, 0, false)",
     )
     .bind(floor)
     .fetch_one(&mut *tx)
@@ -132,6 +132,77 @@ async fn claims_from_the_floor_do_not_walk_the_dead_rows_a_held_snapshot_keeps()
     );
     eprintln!("claim buffers: from the floor {from_floor}, from the start {from_start}");
     report.execute("ROLLBACK").await.expect("rollback");
+}
+
+/// Speed needs no opt-out of autovacuum's ANALYZE (migration `outbox_0009_ordered_heads` turns
+/// it back on): a relay drains while `ANALYZE` of the outbox table
+/// runs over and over — each holds a snapshot while it samples, which keeps the dead row
+/// versions of the marks made meanwhile — and its claims from the floor still touch a batch's
+/// worth of buffers, not the events processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_drains_while_analyze_runs_and_its_claims_stay_a_batch_wide() {
+    let (db, store) = pg().await;
+    let events: i32 = 20_000;
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload)
+         SELECT 'InvoiceCreated', jsonb_build_object('i', g) FROM generate_series(1, $1) g",
+    )
+    .bind(events)
+    .execute(db.pool())
+    .await
+    .expect("insert");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let analyzer = tokio::spawn({
+        let done = std::sync::Arc::clone(&done);
+        let url = db.url().to_owned();
+        async move {
+            let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+            let mut runs = 0_u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                conn.execute("ANALYZE outbox_events")
+                    .await
+                    .expect("analyze");
+                runs += 1;
+            }
+            runs
+        }
+    });
+    let sink = RecordingSink::new();
+    let relay = Relay::new(PgStore::new(db.pool().clone()), sink.clone(), config()).expect("relay");
+    relay.drain(std::future::pending()).await.expect("drain");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let analyzed = analyzer.await.expect("analyzer");
+    assert_eq!(common::count(&db, "PROCESSED").await, i64::from(events));
+    assert_eq!(sink.published_ids().len(), 20_000);
+    assert!(
+        analyzed > 1,
+        "ANALYZE ran {analyzed} time(s) during the drain: without it this test shows nothing"
+    );
+    // The statistics are fresh, and a claim from the floor reads a batch's worth.
+    let reltuples: f32 =
+        sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE relname = 'outbox_events'")
+            .fetch_one(db.pool())
+            .await
+            .expect("statistics");
+    assert!(reltuples > 0.0, "ANALYZE counted the table's rows");
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload)
+         SELECT 'InvoiceCreated', '{}' FROM generate_series(1, 100)",
+    )
+    .execute(db.pool())
+    .await
+    .expect("insert");
+    let floor = store
+        .claim_floor(&default_target(), 0, settled(&store).await)
+        .await
+        .expect("floor");
+    assert_eq!(floor, i64::from(events) + 1, "the floor is at the new work");
+    let from_floor = claim_buffers(&db, floor).await;
+    eprintln!("claim buffers after a drain beside ANALYZE: {from_floor} ({analyzed} ANALYZE)");
+    assert!(
+        from_floor < 30 * 100,
+        "a claim of 100 from the floor touched {from_floor} buffers"
+    );
 }
 
 #[tokio::test]

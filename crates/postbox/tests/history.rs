@@ -160,7 +160,7 @@ async fn costs(db: &TestDb) -> Costs {
             &mut conn,
             "claim",
             claim,
-            &format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}"),
+            &format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}, {BATCH}, false"),
         )
         .await,
     ));
@@ -299,7 +299,7 @@ async fn costs(db: &TestDb) -> Costs {
             claim,
             &format!(
                 "{BATCH}, 30000, 'r2', '00000000-0000-0000-0000-000000000002'::uuid, \
-                 ARRAY['Invoice']::text[], 9223372036854775807, 'lease expired', {floor}"
+                 ARRAY['Invoice']::text[], 9223372036854775807, 'lease expired', {floor}, {BATCH}, false"
             ),
         )
         .await,

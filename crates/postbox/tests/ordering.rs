@@ -17,7 +17,8 @@ use async_trait::async_trait;
 use common::{Running, config, count, default_target, enqueue, pg};
 use postbox::store::{ClaimOrder, ClaimParams, Claimed, Store};
 use postbox::{Event, OutboxEvent, PgStore, PublishError, Relay, Sink};
-use postbox_testkit::{Behaviour, RecordingSink, wait_until};
+use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
+use sqlx::Row;
 
 fn invoice(event_type: &str, id: &str, n: usize) -> Event {
     Event::new(event_type, &serde_json::json!({ "n": n }))
@@ -255,10 +256,112 @@ async fn claim_ordered(store: &PgStore, batch_size: u32, settled_through: i64) -
             order: ClaimOrder {
                 aggregate_types: &["Invoice".to_owned()],
                 settled_through,
+                ..ClaimOrder::default()
             },
         })
         .await
         .unwrap()
+}
+
+/// Buffers one claim of 100 over every ordered aggregate touches (its work rolled back) when it
+/// reads `walk` due events in id order before it finds the ready aggregates' heads directly (0:
+/// it reads on to the end), as `EXPLAIN (ANALYZE, BUFFERS)` counts them.
+async fn ordered_claim_buffers(db: &TestDb, walk: i32) -> i64 {
+    let mut tx = db.pool().begin().await.unwrap();
+    let plan: serde_json::Value = sqlx::query(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+         SELECT * FROM postbox_claim(100, 30000, 'probe', gen_random_uuid(), ARRAY['*'],
+                                     9223372036854775807, 'lease expired', 0, $1, false)",
+    )
+    .bind(walk)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap()
+    .get(0);
+    tx.rollback().await.unwrap();
+    let top = &plan[0]["Plan"];
+    top["Shared Hit Blocks"].as_i64().unwrap_or(0) + top["Shared Read Blocks"].as_i64().unwrap_or(0)
+}
+
+/// While every aggregate of a long backlog has an event in flight, a claim finds the aggregates
+/// that are ready behind it without reading the events that wait (PostgreSQL, migration
+/// `0009_ordered_heads.sql`): its cost is the aggregates', not the backlog's.
+#[tokio::test]
+async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behind_others() {
+    let (db, store) = pg().await;
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         SELECT 'InvoiceChanged', 'Invoice', 'busy-' || (g % 100), jsonb_build_object('n', g)
+         FROM generate_series(1, 20000) g",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let target = default_target();
+    let every = ["*".to_owned()];
+    let walk = |n: u32| ClaimParams {
+        target: &target,
+        batch_size: 100,
+        lease: Duration::from_secs(30),
+        relay_id: "r",
+        floor: 0,
+        order: ClaimOrder {
+            aggregate_types: &every,
+            settled_through: i64::MAX,
+            walk: n,
+            sweep_unordered: false,
+        },
+    };
+    let first = store.events_claim(&walk(100)).await.unwrap();
+    assert_eq!(first.events.len(), 100, "the head of each busy aggregate");
+    // 100 aggregates that are ready, behind 19,900 events that wait for the ones in flight.
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         SELECT 'InvoiceChanged', 'Invoice', 'ready-' || g, jsonb_build_object('n', g)
+         FROM generate_series(1, 100) g",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let reading_on = ordered_claim_buffers(&db, 0).await;
+    let finding_heads = ordered_claim_buffers(&db, 100).await;
+    eprintln!("ordered claim buffers: reading on {reading_on}, finding heads {finding_heads}");
+    // Finding the heads: a descent for each of the 200 aggregates and one to its head (a few
+    // buffers each), the walk of 100 with a probe each, and the 100 rows taken, each writing
+    // a new version and its index entries (about a dozen buffers).
+    assert!(
+        finding_heads < 60 * 100,
+        "a claim of 100 that finds the heads touched {finding_heads} buffers"
+    );
+    assert!(
+        reading_on > 5 * finding_heads,
+        "reading on touches the waiting events (reading on: {reading_on}, finding heads: \
+         {finding_heads}): without it this test shows nothing"
+    );
+    let second = store.events_claim(&walk(100)).await.unwrap();
+    let mut aggregates: Vec<String> = second
+        .events
+        .iter()
+        .map(|e| e.aggregate_id.clone().unwrap())
+        .collect();
+    aggregates.sort();
+    let mut ready: Vec<String> = (1..=100).map(|g| format!("ready-{g}")).collect();
+    ready.sort();
+    assert_eq!(
+        aggregates, ready,
+        "each ready aggregate's event, nothing that waits"
+    );
+    // A relay of the previous release (migration 0008) claims beside it during a rolling
+    // upgrade: its claim reads on, and finds nothing either side has not taken.
+    let previous: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM postbox_claim(100, 30000, 'old-relay', gen_random_uuid(), ARRAY['*'],
+                                      9223372036854775807, 'lease expired', 0)",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert!(previous.is_empty(), "{previous:?}");
+    drop(db);
 }
 
 /// The commit horizon settles only once the writers that were open at its probe have ended,

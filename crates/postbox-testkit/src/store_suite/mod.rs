@@ -1840,6 +1840,8 @@ pub async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events<B:
                     order: postbox::store::ClaimOrder {
                         aggregate_types: &types,
                         settled_through: i64::MAX,
+                        walk: batch_size,
+                        sweep_unordered: false,
                     },
                 })
                 .await
@@ -1878,6 +1880,114 @@ pub async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events<B:
         "the rest of invoice 1 flows once its head is skipped"
     );
     assert_eq!(b.row(ids[3]).await.status, "PROCESSING");
+}
+
+/// A conformance case; see the module docs. An ordered claim that reads only a few due events
+/// in id order (its walk) still finds the ready aggregates behind more waiting events than that,
+/// takes events that are not ordered when it sweeps for them, and a drain by such claims takes
+/// every event once, each aggregate's in id order.
+pub async fn ordered_claims_find_ready_aggregates_behind_more_waiting_events_than_they_read<
+    B: StoreHarness,
+>() {
+    let b = ready::<B>().await;
+    let outbox = b.store().outbox();
+    let ev = |aggregate: Option<&str>| {
+        let e = Event::new("Changed", &serde_json::json!({}))
+            .expect("event")
+            .without_idempotency_key();
+        match aggregate {
+            Some(id) => e.aggregate("Invoice", id),
+            None => e,
+        }
+    };
+    let mut events: Vec<Event> = (0..10).map(|_| ev(Some("1"))).collect();
+    events.extend((0..3).map(|_| ev(Some("2"))));
+    events.push(ev(None));
+    events.push(ev(Some("3")));
+    let ids: Vec<i64> = b
+        .enqueue(&outbox, events)
+        .await
+        .expect("enqueue")
+        .into_iter()
+        .map(|e| e.id().expect("inserted"))
+        .collect();
+    let (invoice_1, invoice_2, unordered, invoice_3) = (&ids[..10], &ids[10..13], ids[13], ids[14]);
+    let types = vec!["Invoice".to_owned()];
+    let t = target(&b);
+    let claim = |batch_size: u32, walk: u32, sweep_unordered: bool| {
+        let t = t.clone();
+        let types = types.clone();
+        let store = b.store();
+        async move {
+            store
+                .events_claim(&ClaimParams {
+                    target: &t,
+                    batch_size,
+                    lease: Duration::from_secs(30),
+                    relay_id: "ordered",
+                    floor: 0,
+                    order: postbox::store::ClaimOrder {
+                        aggregate_types: &types,
+                        settled_through: i64::MAX,
+                        walk,
+                        sweep_unordered,
+                    },
+                })
+                .await
+                .expect("ordered claim")
+        }
+    };
+    let ids_of = |c: &postbox::store::Claimed| c.events.iter().map(|e| e.id).collect::<Vec<_>>();
+    // Invoice 1's head goes in flight: its nine other events wait.
+    let first = claim(1, 1, false).await;
+    assert_eq!(ids_of(&first), [invoice_1[0]]);
+    // A walk of two reads two of invoice 1's waiting events; the claim still finds invoice 2.
+    let second = claim(2, 2, false).await;
+    let got = ids_of(&second);
+    assert_eq!(
+        got.len(),
+        2,
+        "a full claim past the waiting events: {got:?}"
+    );
+    assert_eq!(got[0], invoice_2[0], "invoice 2's head first");
+    assert!(
+        got.iter().all(|id| !invoice_1.contains(id)),
+        "nothing of invoice 1 while its head is in flight: {got:?}"
+    );
+    // A sweep for events that are not ordered finds the one behind them.
+    let third = claim(10, 2, true).await;
+    let got = ids_of(&third);
+    assert!(got.contains(&unordered), "the unordered event: {got:?}");
+    assert!(
+        got.iter().all(|id| !invoice_1.contains(id)),
+        "nothing of invoice 1 while its head is in flight: {got:?}"
+    );
+    // The rest drains by small claims, each aggregate in id order, every event once.
+    let mut taken: Vec<i64> = [ids_of(&first), ids_of(&second), ids_of(&third)].concat();
+    for c in [&first, &second, &third] {
+        mark_processed(&b, c.claim_token, &ids_of(c)).await;
+    }
+    for _ in 0..ids.len() {
+        let next = claim(3, 2, true).await;
+        if next.events.is_empty() {
+            break;
+        }
+        mark_processed(&b, next.claim_token, &ids_of(&next)).await;
+        taken.extend(ids_of(&next));
+    }
+    let mut once = taken.clone();
+    once.sort_unstable();
+    once.dedup();
+    assert_eq!(once.len(), taken.len(), "an event claimed twice: {taken:?}");
+    assert_eq!(once, ids, "every event claimed");
+    for aggregate in [invoice_1, invoice_2, &[invoice_3][..]] {
+        let order: Vec<i64> = taken
+            .iter()
+            .copied()
+            .filter(|id| aggregate.contains(id))
+            .collect();
+        assert_eq!(order, aggregate, "an aggregate out of order: {taken:?}");
+    }
 }
 
 // ---- the list of cases ---------------------------------------------------------------------
@@ -1921,6 +2031,7 @@ macro_rules! __store_suite_cases {
             purge_removes_old_archived_and_failed_events_only,
             events_are_listed_by_filter_and_read_back_whole,
             ordered_claims_take_an_aggregate_only_past_its_unfinished_events,
+            ordered_claims_find_ready_aggregates_behind_more_waiting_events_than_they_read,
             the_commit_horizon_settles_committed_ids_and_never_one_still_open,
             an_id_rolled_back_does_not_hold_the_commit_horizon_back,
             the_head_of_the_outbox_moves_with_every_id_handed_out,

@@ -97,7 +97,12 @@ pub struct ClaimParams<'a> {
 ///
 /// ```
 /// let types = vec!["Invoice".to_owned()];
-/// let order = postbox::store::ClaimOrder { aggregate_types: &types, settled_through: 42 };
+/// let order = postbox::store::ClaimOrder {
+///     aggregate_types: &types,
+///     settled_through: 42,
+///     walk: 100,
+///     sweep_unordered: false,
+/// };
 /// assert!(order.is_on());
 /// assert!(!postbox::store::ClaimOrder::default().is_on());
 /// ```
@@ -108,6 +113,17 @@ pub struct ClaimOrder<'a> {
     /// The commit horizon ([`Store::commit_horizon`]): ordered events above this id are not
     /// claimed yet, since a transaction that may still commit an earlier id is running.
     pub settled_through: i64,
+    /// With ordering on, how many due events the claim reads in id order, each checked against
+    /// the earlier events of its aggregate; past them, it takes each ready aggregate's head (and
+    /// the events right behind it) directly, so that its cost does not grow with the events
+    /// waiting behind aggregates in flight or parked. 0 reads on to the end. Stores whose claim
+    /// reads in id order only (MySQL/MariaDB, SQLite) ignore it.
+    pub walk: u32,
+    /// Whether the claim also takes events that are not ordered (no aggregate, or a type not in
+    /// [`aggregate_types`](Self::aggregate_types)) past the [`walk`](Self::walk): one read of the
+    /// due events there, without a check of their aggregates. A relay asks for it once a second;
+    /// the other claims leave them until the events before them are done.
+    pub sweep_unordered: bool,
 }
 
 impl ClaimOrder<'_> {

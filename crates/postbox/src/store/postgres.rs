@@ -87,6 +87,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         name: "outbox_0008_claim",
         sql: include_str!("../../sql/postgres/0008_claim.sql"),
     },
+    Migration {
+        name: "outbox_0009_ordered_heads",
+        sql: include_str!("../../sql/postgres/0009_ordered_heads.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.
@@ -472,7 +476,9 @@ impl Store for PgStore {
             .bind(p.order.aggregate_types)
             .bind(p.order.settled_through)
             .bind(LEASE_EXPIRED)
-            .bind(p.floor);
+            .bind(p.floor)
+            .bind(i32::try_from(p.order.walk).unwrap_or(i32::MAX))
+            .bind(p.order.sweep_unordered);
         let rows = query
             .fetch_all(&self.pool)
             .await

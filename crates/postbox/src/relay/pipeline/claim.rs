@@ -39,6 +39,8 @@ pub(super) struct FloorState {
     floor: i64,
     /// When the floor last started again from 0.
     swept: Option<Instant>,
+    /// When a claim last swept for events that are not ordered past its walk.
+    unordered_swept: Option<Instant>,
 }
 
 /// How often a relay's floor is found again from the start of the table: a sweep, one read that
@@ -46,6 +48,11 @@ pub(super) struct FloorState {
 /// does not mark it (an operator's hand-written `UPDATE`, say). Every path of Postbox's own
 /// marks it.
 const FLOOR_SWEEP: Duration = Duration::from_secs(60);
+
+/// How often an ordered relay's claim also reads the due events past its walk for events that
+/// are not ordered (see [`ClaimOrder::sweep_unordered`]): the longest such an event waits
+/// behind ordered events that cannot go yet.
+const UNORDERED_SWEEP: Duration = Duration::from_secs(1);
 
 impl Pipeline {
     /// The commit horizon of `target`: advances it with one probe of the table (see
@@ -103,6 +110,21 @@ impl Pipeline {
         Ok(state.floor)
     }
 
+    /// Whether `target`'s next claim sweeps for events that are not ordered past its walk: once
+    /// every [`UNORDERED_SWEEP`].
+    fn sweep_unordered(&mut self, target: &Target) -> bool {
+        let state = self.floors.entry(target.schema.clone()).or_default();
+        if state
+            .unordered_swept
+            .is_none_or(|at| at.elapsed() >= UNORDERED_SWEEP)
+        {
+            state.unordered_swept = Some(Instant::now());
+            true
+        } else {
+            false
+        }
+    }
+
     /// Claims a batch of `target` and queues its events for publishing; rows that cannot be
     /// read fail at once, alone.
     pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
@@ -126,6 +148,7 @@ impl Pipeline {
             .get(&target.schema)
             .copied()
             .unwrap_or(cfg.batch_size);
+        let sweep_unordered = ordered && self.sweep_unordered(target);
         let started = Instant::now();
         let mut claimed = inner
             .store
@@ -137,6 +160,8 @@ impl Pipeline {
                 order: ClaimOrder {
                     aggregate_types: &cfg.ordered_aggregate_types,
                     settled_through,
+                    walk: size,
+                    sweep_unordered,
                 },
                 floor,
             })
