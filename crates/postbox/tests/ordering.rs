@@ -309,7 +309,7 @@ async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behi
             aggregate_types: &every,
             settled_through: i64::MAX,
             walk: n,
-            sweep_unordered: false,
+            sweep: false,
         },
     };
     let first = store.events_claim(&walk(100)).await.unwrap();

@@ -1841,7 +1841,7 @@ pub async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events<B:
                         aggregate_types: &types,
                         settled_through: i64::MAX,
                         walk: batch_size,
-                        sweep_unordered: false,
+                        sweep: false,
                     },
                 })
                 .await
@@ -1914,7 +1914,7 @@ pub async fn ordered_claims_find_ready_aggregates_behind_more_waiting_events_tha
     let (invoice_1, invoice_2, unordered, invoice_3) = (&ids[..10], &ids[10..13], ids[13], ids[14]);
     let types = vec!["Invoice".to_owned()];
     let t = target(&b);
-    let claim = |batch_size: u32, walk: u32, sweep_unordered: bool| {
+    let claim = |batch_size: u32, walk: u32, sweep: bool| {
         let t = t.clone();
         let types = types.clone();
         let store = b.store();
@@ -1930,7 +1930,7 @@ pub async fn ordered_claims_find_ready_aggregates_behind_more_waiting_events_tha
                         aggregate_types: &types,
                         settled_through: i64::MAX,
                         walk,
-                        sweep_unordered,
+                        sweep,
                     },
                 })
                 .await

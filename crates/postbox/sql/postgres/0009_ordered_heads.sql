@@ -4,20 +4,23 @@
 -- While one claim's events of an ordered aggregate are in flight, or while its head is FAILED
 -- (parked) or backing off, every later event of that aggregate waits. 0008's claim walked them
 -- all from the floor, each with a probe of its aggregate, to find nothing: with 100 aggregates
--- in flight and 50,000 events behind them, a claim read 50,000 rows. This claim walks at most
--- $9 due rows from the floor (0: no limit), and when that walk stops short of a full batch it
--- finds the ready aggregates' heads directly instead:
--- - aggregates: each aggregate that has unfinished events, one index descent each, by a loose
+-- in flight and 50,000 events behind them, a claim read 50,000 rows. This claim reads at most
+-- $9 due events from the floor (0: no limit; a relay passes its batch size), and when that walk
+-- came short of a full batch because events in it wait for their aggregates, it finds the ready
+-- aggregates' heads directly instead:
+-- - aggregates: the aggregates that have unfinished events, one index descent each, by a loose
 --   scan of outbox_events_aggregate_idx from its end (an aggregate's newest entries are the
---   ones least likely to be dead versions left by marks);
--- - heads: each aggregate's first unfinished event, one descent each; an aggregate whose head is
---   in flight, backing off, FAILED or above the commit horizon is not ready;
+--   ones least likely to be dead versions left by marks); at most 4 × $1 of them, all of them
+--   when $10 (a sweep) is true;
+-- - heads: each one's first unfinished event, one descent each; an aggregate whose head is in
+--   flight, backing off, FAILED or above the commit horizon is not ready;
 -- - taken: from each ready head, its aggregate's next due events past the walk, a share of what
 --   the batch still lacks each.
--- Its cost is one descent per aggregate with unfinished events and the rows it takes, however
--- many events wait. Events that are not ordered (no aggregate, or a type not in $5) past the
--- walk are taken when $10 is true, by a read of the due rows past the walk without a probe each
--- (a relay asks for it once a second), or by a later claim once the events before them are done.
+-- Its cost is a descent or two per aggregate looked at and the rows it takes, however many events
+-- wait. A sweep (a relay makes one a second) also takes the due events past the walk that are
+-- not ordered (no aggregate, or a type not in $5), by one read of them without a probe each;
+-- so neither an aggregate past the first 4 × $1 nor an event that is not ordered waits behind
+-- the others for longer than that.
 --
 -- The eight-argument postbox_claim of 0008 stays for relays of the previous release while a
 -- rolling upgrade replaces them; nothing of this release calls it.
@@ -76,13 +79,23 @@ WITH bound AS MATERIALIZED (
     LIMIT $1
     FOR UPDATE OF e SKIP LOCKED
 ), lacking AS MATERIALIZED (
-    -- What the batch still lacks, when the walk stopped at its limit (else nothing).
+    -- What the batch still lacks, when the walk stopped at its limit and events in it wait for
+    -- their aggregates (else nothing: a walk short only of rows other relays hold needs no
+    -- more).
     SELECT CASE WHEN (SELECT b.id FROM bound b) IS NULL THEN 0
-                ELSE greatest(0, $1 - (SELECT count(*) FROM fresh)
-                                    - (SELECT count(*) FROM retried))
+                WHEN (SELECT count(*) FROM fresh) + (SELECT count(*) FROM retried) >= $1 THEN 0
+                WHEN NOT EXISTS (
+                    SELECT 1 FROM {schema}.outbox_events e
+                    WHERE e.status IN ('PENDING', 'PROCESSING')
+                      AND e.id >= $8
+                      AND e.id <= (SELECT b.id FROM bound b)
+                      AND (e.locked_until IS NULL OR e.locked_until < now())
+                      AND {schema}.postbox_waits_in_order(e.aggregate_type, e.aggregate_id,
+                                                          e.id, $5, $6)) THEN 0
+                ELSE $1 - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM retried)
            END AS n
 ), loose AS MATERIALIZED (
-    -- With $10, due events past the walk that are not ordered: no probe of their aggregates.
+    -- A sweep's due events past the walk that are not ordered: no probe of their aggregates.
     SELECT e.id, e.status = 'PROCESSING' AS stale, e.retry_count, e.max_retries,
            e.aggregate_type, e.aggregate_id
     FROM {schema}.outbox_events e
@@ -96,8 +109,8 @@ WITH bound AS MATERIALIZED (
     LIMIT (SELECT l.n FROM lacking l)
     FOR UPDATE OF e SKIP LOCKED
 ), heads AS MATERIALIZED (
-    WITH RECURSIVE aggregates(aggregate_type, aggregate_id) AS (
-        (SELECT e.aggregate_type, e.aggregate_id
+    WITH RECURSIVE aggregates(aggregate_type, aggregate_id, n) AS (
+        (SELECT e.aggregate_type, e.aggregate_id, 1
          FROM {schema}.outbox_events e
          WHERE e.status IN ('PENDING', 'PROCESSING', 'FAILED') AND e.skipped_at IS NULL
            AND e.aggregate_id IS NOT NULL AND e.aggregate_type IS NOT NULL
@@ -105,7 +118,7 @@ WITH bound AS MATERIALIZED (
          ORDER BY e.aggregate_type DESC, e.aggregate_id DESC, e.id DESC
          LIMIT 1)
         UNION ALL
-        SELECT n.aggregate_type, n.aggregate_id
+        SELECT n.aggregate_type, n.aggregate_id, p.n + 1
         FROM aggregates p
         CROSS JOIN LATERAL (
             SELECT e.aggregate_type, e.aggregate_id
@@ -115,6 +128,7 @@ WITH bound AS MATERIALIZED (
               AND (e.aggregate_type, e.aggregate_id) < (p.aggregate_type, p.aggregate_id)
             ORDER BY e.aggregate_type DESC, e.aggregate_id DESC, e.id DESC
             LIMIT 1) n
+        WHERE $10 OR p.n < 4 * $1
     )
     SELECT h.id, a.aggregate_type, a.aggregate_id
     FROM aggregates a
@@ -123,7 +137,7 @@ WITH bound AS MATERIALIZED (
         FROM {schema}.outbox_events e
         WHERE e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
           AND e.status IN ('PENDING', 'PROCESSING', 'FAILED') AND e.skipped_at IS NULL
-        ORDER BY e.id
+        ORDER BY e.aggregate_type, e.aggregate_id, e.id
         LIMIT 1) h
     WHERE {schema}.postbox_is_ordered(a.aggregate_type, a.aggregate_id, $5)
       AND h.status IN ('PENDING', 'PROCESSING')
@@ -142,7 +156,9 @@ WITH bound AS MATERIALIZED (
           AND e.id > (SELECT b.id FROM bound b)
           AND e.id <= $6
           AND (e.locked_until IS NULL OR e.locked_until < now())
-        ORDER BY e.id
+        -- The aggregate index's order (the same as id order here): read through it, never
+        -- through the polling index in id order, which would walk the other aggregates.
+        ORDER BY e.aggregate_type, e.aggregate_id, e.id
         LIMIT ceil((SELECT l.n FROM lacking l)::numeric / (SELECT count(*) FROM heads))
         FOR UPDATE OF e SKIP LOCKED) t
 ), walked AS MATERIALIZED (

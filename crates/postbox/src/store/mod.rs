@@ -100,8 +100,8 @@ pub struct ClaimParams<'a> {
 /// let order = postbox::store::ClaimOrder {
 ///     aggregate_types: &types,
 ///     settled_through: 42,
-///     walk: 100,
-///     sweep_unordered: false,
+///     walk: 400,
+///     sweep: false,
 /// };
 /// assert!(order.is_on());
 /// assert!(!postbox::store::ClaimOrder::default().is_on());
@@ -113,17 +113,20 @@ pub struct ClaimOrder<'a> {
     /// The commit horizon ([`Store::commit_horizon`]): ordered events above this id are not
     /// claimed yet, since a transaction that may still commit an earlier id is running.
     pub settled_through: i64,
-    /// With ordering on, how many due events the claim reads in id order, each checked against
-    /// the earlier events of its aggregate; past them, it takes each ready aggregate's head (and
-    /// the events right behind it) directly, so that its cost does not grow with the events
-    /// waiting behind aggregates in flight or parked. 0 reads on to the end. Stores whose claim
-    /// reads in id order only (MySQL/MariaDB, SQLite) ignore it.
+    /// With ordering on, how many due events the claim reads in id order from the floor, each
+    /// checked against the earlier events of its aggregate. When events among them wait for
+    /// their aggregates and the batch is not full, it takes ready aggregates' heads (and the
+    /// events right behind them) directly, looking at up to 4 × `batch_size` aggregates, so
+    /// that its cost does not grow with the events waiting behind aggregates in flight or
+    /// parked. 0 reads on to the end. Stores whose claim reads in id order only (MySQL/MariaDB,
+    /// SQLite) ignore it.
     pub walk: u32,
-    /// Whether the claim also takes events that are not ordered (no aggregate, or a type not in
-    /// [`aggregate_types`](Self::aggregate_types)) past the [`walk`](Self::walk): one read of the
-    /// due events there, without a check of their aggregates. A relay asks for it once a second;
-    /// the other claims leave them until the events before them are done.
-    pub sweep_unordered: bool,
+    /// Whether the claim is a sweep: it looks at every aggregate's head, not only the first
+    /// 4 × `batch_size`, and also takes the due events past the [`walk`](Self::walk) that are
+    /// not ordered (no aggregate, or a type not in [`aggregate_types`](Self::aggregate_types)),
+    /// in one read of them without a check of their aggregates. A relay makes one a second;
+    /// until then such events wait for the events before them.
+    pub sweep: bool,
 }
 
 impl ClaimOrder<'_> {

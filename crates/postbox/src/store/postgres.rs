@@ -478,7 +478,7 @@ impl Store for PgStore {
             .bind(LEASE_EXPIRED)
             .bind(p.floor)
             .bind(i32::try_from(p.order.walk).unwrap_or(i32::MAX))
-            .bind(p.order.sweep_unordered);
+            .bind(p.order.sweep);
         let rows = query
             .fetch_all(&self.pool)
             .await

@@ -39,8 +39,8 @@ pub(super) struct FloorState {
     floor: i64,
     /// When the floor last started again from 0.
     swept: Option<Instant>,
-    /// When a claim last swept for events that are not ordered past its walk.
-    unordered_swept: Option<Instant>,
+    /// When a claim last was a sweep (see [`ClaimOrder::sweep`]).
+    ordered_swept: Option<Instant>,
 }
 
 /// How often a relay's floor is found again from the start of the table: a sweep, one read that
@@ -49,10 +49,16 @@ pub(super) struct FloorState {
 /// marks it.
 const FLOOR_SWEEP: Duration = Duration::from_secs(60);
 
-/// How often an ordered relay's claim also reads the due events past its walk for events that
-/// are not ordered (see [`ClaimOrder::sweep_unordered`]): the longest such an event waits
-/// behind ordered events that cannot go yet.
-const UNORDERED_SWEEP: Duration = Duration::from_secs(1);
+/// How often an ordered relay's claim is a sweep (see [`ClaimOrder::sweep`]): the longest an
+/// event that is not ordered, or a ready aggregate past the first few hundred, waits behind
+/// ordered events that cannot go yet.
+const ORDERED_SWEEP: Duration = Duration::from_secs(1);
+
+/// How many claims' worth of due events an ordered claim reads in id order before it finds the
+/// ready aggregates' heads directly (see [`ClaimOrder::walk`]): more than one, so that the rows
+/// other relays are claiming at the same moment (skipped, as they are locked) do not leave it
+/// short.
+const WALK_CLAIMS: u32 = 4;
 
 impl Pipeline {
     /// The commit horizon of `target`: advances it with one probe of the table (see
@@ -110,15 +116,15 @@ impl Pipeline {
         Ok(state.floor)
     }
 
-    /// Whether `target`'s next claim sweeps for events that are not ordered past its walk: once
-    /// every [`UNORDERED_SWEEP`].
-    fn sweep_unordered(&mut self, target: &Target) -> bool {
+    /// Whether `target`'s next claim is a sweep (see [`ClaimOrder::sweep`]): once every
+    /// [`ORDERED_SWEEP`].
+    fn sweep(&mut self, target: &Target) -> bool {
         let state = self.floors.entry(target.schema.clone()).or_default();
         if state
-            .unordered_swept
-            .is_none_or(|at| at.elapsed() >= UNORDERED_SWEEP)
+            .ordered_swept
+            .is_none_or(|at| at.elapsed() >= ORDERED_SWEEP)
         {
-            state.unordered_swept = Some(Instant::now());
+            state.ordered_swept = Some(Instant::now());
             true
         } else {
             false
@@ -148,7 +154,7 @@ impl Pipeline {
             .get(&target.schema)
             .copied()
             .unwrap_or(cfg.batch_size);
-        let sweep_unordered = ordered && self.sweep_unordered(target);
+        let sweep = ordered && self.sweep(target);
         let started = Instant::now();
         let mut claimed = inner
             .store
@@ -160,8 +166,8 @@ impl Pipeline {
                 order: ClaimOrder {
                     aggregate_types: &cfg.ordered_aggregate_types,
                     settled_through,
-                    walk: size,
-                    sweep_unordered,
+                    walk: size.saturating_mul(WALK_CLAIMS),
+                    sweep,
                 },
                 floor,
             })
