@@ -4,10 +4,12 @@
 -- While one claim's events of an ordered aggregate are in flight, or while its head is FAILED
 -- (parked) or backing off, every later event of that aggregate waits. 0008's claim walked them
 -- all from the floor, each with a probe of its aggregate, to find nothing: with 100 aggregates
--- in flight and 50,000 events behind them, a claim read 50,000 rows. This claim reads at most
--- $9 due events from the floor (0: no limit; a relay passes its batch size), and when that walk
--- came short of a full batch because events in it wait for their aggregates, it finds the ready
--- aggregates' heads directly instead:
+-- in flight and 50,000 events behind them, a claim read 50,000 rows. This claim reads the due
+-- events of $9 ids from the first one at or above the floor (0: no limit; a relay passes four
+-- times its batch size).
+-- When that walk came short of a full batch and events in it wait for their aggregates, it
+-- finds the ready aggregates' heads directly instead; when nothing in it waits (other relays
+-- took its rows, or they were done), it walks on as 0008's claim did:
 -- - aggregates: the aggregates that have unfinished events, one index descent each, by a loose
 --   scan of outbox_events_aggregate_idx from its end (an aggregate's newest entries are the
 --   ones least likely to be dead versions left by marks); at most 4 × $1 of them, all of them
@@ -41,24 +43,28 @@ SET enable_mergejoin = off
 SET enable_hashjoin = off
 SET jit = off
 AS $claim$
-WITH bound AS MATERIALIZED (
-    -- With ordered aggregate types and a limit, the last id the walk reads: the $9-th due row
-    -- from the floor (none: the walk reads to the end).
+WITH start AS MATERIALIZED (
+    -- With ordered aggregate types and a limit, where the walk starts: the first due event at
+    -- or above the floor (past the events in flight there).
     SELECT CASE WHEN cardinality($5) > 0 AND $9 > 0 THEN (
                SELECT e.id FROM {schema}.outbox_events e
                WHERE e.status IN ('PENDING', 'PROCESSING')
                  AND e.id >= $8
                  AND (e.locked_until IS NULL OR e.locked_until < now())
                ORDER BY e.id
-               OFFSET $9 - 1
                LIMIT 1)
            END AS id
+), bound AS MATERIALIZED (
+    -- The last id the walk reads: $9 ids from its start (none: it reads to the end). Ids, not
+    -- rows: it costs no read, and a range thinned by events done meanwhile only sends the claim
+    -- on (see onward below).
+    SELECT s.id + $9 - 1 AS id FROM start s
 ), fresh AS MATERIALIZED (
     SELECT e.id, e.status = 'PROCESSING' AS stale, e.retry_count, e.max_retries,
            e.aggregate_type, e.aggregate_id
     FROM {schema}.outbox_events e
     WHERE e.status IN ('PENDING', 'PROCESSING')
-      AND e.id >= $8
+      AND e.id >= coalesce((SELECT s.id FROM start s), $8)
       AND e.id <= coalesce((SELECT b.id FROM bound b), 9223372036854775807)
       AND (e.locked_until IS NULL OR e.locked_until < now())
       AND NOT {schema}.postbox_waits_in_order(e.aggregate_type, e.aggregate_id, e.id, $5, $6)
@@ -78,22 +84,40 @@ WITH bound AS MATERIALIZED (
     ORDER BY coalesce(e.locked_until, '-infinity'::timestamptz)
     LIMIT $1
     FOR UPDATE OF e SKIP LOCKED
+), short AS MATERIALIZED (
+    -- What the batch still lacks after a walk that stopped at its limit, and whether events in
+    -- the walk wait for their aggregates.
+    SELECT s.n,
+           CASE WHEN s.n > 0 THEN EXISTS (
+               SELECT 1 FROM {schema}.outbox_events e
+               WHERE e.status IN ('PENDING', 'PROCESSING')
+                 AND e.id >= (SELECT s.id FROM start s)
+                 AND e.id <= (SELECT b.id FROM bound b)
+                 AND (e.locked_until IS NULL OR e.locked_until < now())
+                 AND {schema}.postbox_waits_in_order(e.aggregate_type, e.aggregate_id, e.id,
+                                                     $5, $6))
+           ELSE false END AS blocked
+    FROM (SELECT CASE WHEN (SELECT b.id FROM bound b) IS NULL THEN 0
+                      ELSE greatest(0, $1 - (SELECT count(*) FROM fresh)
+                                          - (SELECT count(*) FROM retried))
+                 END AS n) s
 ), lacking AS MATERIALIZED (
-    -- What the batch still lacks, when the walk stopped at its limit and events in it wait for
-    -- their aggregates (else nothing: a walk short only of rows other relays hold needs no
-    -- more).
-    SELECT CASE WHEN (SELECT b.id FROM bound b) IS NULL THEN 0
-                WHEN (SELECT count(*) FROM fresh) + (SELECT count(*) FROM retried) >= $1 THEN 0
-                WHEN NOT EXISTS (
-                    SELECT 1 FROM {schema}.outbox_events e
-                    WHERE e.status IN ('PENDING', 'PROCESSING')
-                      AND e.id >= $8
-                      AND e.id <= (SELECT b.id FROM bound b)
-                      AND (e.locked_until IS NULL OR e.locked_until < now())
-                      AND {schema}.postbox_waits_in_order(e.aggregate_type, e.aggregate_id,
-                                                          e.id, $5, $6)) THEN 0
-                ELSE $1 - (SELECT count(*) FROM fresh) - (SELECT count(*) FROM retried)
-           END AS n
+    -- What the heads below are to find: the rest of the batch, when events of the walk wait.
+    SELECT CASE WHEN s.blocked THEN s.n ELSE 0 END AS n FROM short s
+), onward AS MATERIALIZED (
+    -- A walk short of a batch with nothing in it waiting (its rows were taken by other relays,
+    -- or done): on past its limit in id order, as 0008's claim walks.
+    SELECT e.id, e.status = 'PROCESSING' AS stale, e.retry_count, e.max_retries,
+           e.aggregate_type, e.aggregate_id
+    FROM {schema}.outbox_events e
+    WHERE e.status IN ('PENDING', 'PROCESSING')
+      AND e.id > (SELECT b.id FROM bound b)
+      AND (e.locked_until IS NULL OR e.locked_until < now())
+      AND NOT {schema}.postbox_waits_in_order(e.aggregate_type, e.aggregate_id, e.id, $5, $6)
+      AND (SELECT CASE WHEN s.blocked THEN 0 ELSE s.n END FROM short s) > 0
+    ORDER BY e.id
+    LIMIT (SELECT CASE WHEN s.blocked THEN 0 ELSE s.n END FROM short s)
+    FOR UPDATE OF e SKIP LOCKED
 ), loose AS MATERIALIZED (
     -- A sweep's due events past the walk that are not ordered: no probe of their aggregates.
     SELECT e.id, e.status = 'PROCESSING' AS stale, e.retry_count, e.max_retries,
@@ -168,7 +192,7 @@ WITH bound AS MATERIALIZED (
            {schema}.postbox_is_ordered(w.aggregate_type, w.aggregate_id, $5) AS ordered,
            w.aggregate_type, w.aggregate_id
     FROM (SELECT * FROM retried UNION ALL SELECT * FROM fresh UNION ALL SELECT * FROM taken
-          UNION ALL SELECT * FROM loose) w
+          UNION ALL SELECT * FROM loose UNION ALL SELECT * FROM onward) w
     ORDER BY w.id
     LIMIT $1
 ), counted AS (

@@ -113,12 +113,13 @@ pub struct ClaimOrder<'a> {
     /// The commit horizon ([`Store::commit_horizon`]): ordered events above this id are not
     /// claimed yet, since a transaction that may still commit an earlier id is running.
     pub settled_through: i64,
-    /// With ordering on, how many due events the claim reads in id order from the floor, each
-    /// checked against the earlier events of its aggregate. When events among them wait for
-    /// their aggregates and the batch is not full, it takes ready aggregates' heads (and the
-    /// events right behind them) directly, looking at up to 4 × `batch_size` aggregates, so
-    /// that its cost does not grow with the events waiting behind aggregates in flight or
-    /// parked. 0 reads on to the end. Stores whose claim reads in id order only (MySQL/MariaDB,
+    /// With ordering on, the span of ids the claim reads in id order, from the first due event
+    /// at or above the floor, each event checked against the earlier events of its aggregate.
+    /// When events there wait for their aggregates and the batch is not full, it takes ready
+    /// aggregates' heads (and the events right behind them) directly, looking at up to
+    /// 4 × `batch_size` aggregates, so that its cost does not grow with the events waiting
+    /// behind aggregates in flight or parked; when nothing there waits, it reads on in id
+    /// order. 0 reads on to the end. Stores whose claim reads in id order only (MySQL/MariaDB,
     /// SQLite) ignore it.
     pub walk: u32,
     /// Whether the claim is a sweep: it looks at every aggregate's head, not only the first
