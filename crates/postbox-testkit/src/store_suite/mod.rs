@@ -1825,29 +1825,7 @@ pub async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events<B:
         .collect();
     let types = vec!["Invoice".to_owned()];
     let t = target(&b);
-    let ordered_claim = |batch_size: u32| {
-        let t = t.clone();
-        let types = types.clone();
-        let store = b.store();
-        async move {
-            store
-                .events_claim(&ClaimParams {
-                    target: &t,
-                    batch_size,
-                    lease: Duration::from_secs(30),
-                    relay_id: "ordered",
-                    floor: 0,
-                    order: postbox::store::ClaimOrder {
-                        aggregate_types: &types,
-                        settled_through: i64::MAX,
-                        walk: batch_size,
-                        sweep: false,
-                    },
-                })
-                .await
-                .expect("ordered claim")
-        }
-    };
+    let ordered_claim = |batch_size: u32| claim_ordered(&b, &types, batch_size, batch_size, false);
     // Invoice 1's first two: the batch ends inside its run.
     let first = ordered_claim(2).await;
     let got: Vec<i64> = first.events.iter().map(|e| e.id).collect();
@@ -1882,6 +1860,32 @@ pub async fn ordered_claims_take_an_aggregate_only_past_its_unfinished_events<B:
     assert_eq!(b.row(ids[3]).await.status, "PROCESSING");
 }
 
+/// An ordered claim of `types` from the start of the table, every commit settled.
+async fn claim_ordered<B: StoreHarness>(
+    b: &B,
+    types: &[String],
+    batch_size: u32,
+    walk: u32,
+    sweep: bool,
+) -> Claimed {
+    b.store()
+        .events_claim(&ClaimParams {
+            target: &target(b),
+            batch_size,
+            lease: Duration::from_secs(30),
+            relay_id: "ordered",
+            floor: 0,
+            order: postbox::store::ClaimOrder {
+                aggregate_types: types,
+                settled_through: i64::MAX,
+                walk,
+                sweep,
+            },
+        })
+        .await
+        .expect("ordered claim")
+}
+
 /// A conformance case; see the module docs. An ordered claim that reads only a few due events
 /// in id order (its walk) still finds the ready aggregates behind more waiting events than that,
 /// takes events that are not ordered when it sweeps for them, and a drain by such claims takes
@@ -1913,29 +1917,8 @@ pub async fn ordered_claims_find_ready_aggregates_behind_more_waiting_events_tha
         .collect();
     let (invoice_1, invoice_2, unordered, invoice_3) = (&ids[..10], &ids[10..13], ids[13], ids[14]);
     let types = vec!["Invoice".to_owned()];
-    let t = target(&b);
     let claim = |batch_size: u32, walk: u32, sweep: bool| {
-        let t = t.clone();
-        let types = types.clone();
-        let store = b.store();
-        async move {
-            store
-                .events_claim(&ClaimParams {
-                    target: &t,
-                    batch_size,
-                    lease: Duration::from_secs(30),
-                    relay_id: "ordered",
-                    floor: 0,
-                    order: postbox::store::ClaimOrder {
-                        aggregate_types: &types,
-                        settled_through: i64::MAX,
-                        walk,
-                        sweep,
-                    },
-                })
-                .await
-                .expect("ordered claim")
-        }
+        claim_ordered(&b, &types, batch_size, walk, sweep)
     };
     let ids_of = |c: &postbox::store::Claimed| c.events.iter().map(|e| e.id).collect::<Vec<_>>();
     // Invoice 1's head goes in flight: its nine other events wait.
