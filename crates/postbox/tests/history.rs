@@ -159,8 +159,8 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "claim",
-            claim,
-            &format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}, {BATCH}, false"),
+            include_str!("../sql/postgres/claim_unordered.sql"),
+            &format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}"),
         )
         .await,
     ));

@@ -24,8 +24,9 @@
 -- so neither an aggregate past the first 4 × $1 nor an event that is not ordered waits behind
 -- the others for longer than that.
 --
--- The eight-argument postbox_claim of 0008 stays for relays of the previous release while a
--- rolling upgrade replaces them; nothing of this release calls it.
+-- The eight-argument postbox_claim of 0008 stays: relays of this release without ordered
+-- aggregate types call it (claim_unordered.sql), since this one plans its ordered paths on
+-- every call; so do relays of the previous release during a rolling upgrade.
 
 CREATE FUNCTION {schema}.postbox_claim(integer, double precision, text, uuid, text[], bigint,
                                        text, bigint, integer, boolean)

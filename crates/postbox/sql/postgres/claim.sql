@@ -6,9 +6,10 @@
 -- $1 batch size, $2 lease in ms, $3 relay id, $4 claim token, $5 the ordered aggregate types
 -- ('*' for all, empty for none: G6), $6 the commit horizon (ordered events above it are not
 -- claimed yet), $7 a stale event's last_error ({relay} for the relay that held it), $8 the
--- floor (0: from the start), $9 how many due rows to read in id order before the ready heads
--- of ordered aggregates are found directly (0: no limit), $10 whether the claim is a sweep
--- (every aggregate's head, and the events that are not ordered past those rows).
+-- floor (0: from the start), $9 the span of ids read in id order before the ready heads of
+-- ordered aggregates are found directly (0: no limit), $10 whether the claim is a sweep
+-- (every aggregate's head, and the events that are not ordered past those ids). Relays with
+-- ordered aggregate types run this one; the others claim_unordered.sql.
 -- Columns by name, as every store's claim returns them (see store/row.rs); headers as the JSON
 -- text PostgreSQL stores, read in Rust so that a row it cannot read fails alone.
 SELECT id, stale, exhausted, event_type, aggregate_type, aggregate_id, idempotency_key, payload,

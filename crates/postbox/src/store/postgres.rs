@@ -111,6 +111,7 @@ const REGISTRY_MIGRATIONS: &[Migration] = &[
 
 struct PgSql {
     claim: std::sync::Arc<str>,
+    claim_unordered: std::sync::Arc<str>,
     floor: std::sync::Arc<str>,
     horizon: std::sync::Arc<str>,
     skip: std::sync::Arc<str>,
@@ -141,6 +142,10 @@ impl PgSql {
     fn build(schema: &SchemaName) -> Self {
         PgSql {
             claim: render(include_str!("../../sql/postgres/claim.sql"), schema),
+            claim_unordered: render(
+                include_str!("../../sql/postgres/claim_unordered.sql"),
+                schema,
+            ),
             floor: render(include_str!("../../sql/postgres/floor.sql"), schema),
             horizon: render(include_str!("../../sql/postgres/horizon.sql"), schema),
             skip: render(include_str!("../../sql/postgres/skip.sql"), schema),
@@ -468,7 +473,13 @@ impl Store for PgStore {
     async fn events_claim(&self, p: &ClaimParams<'_>) -> Result<Claimed> {
         let sql = self.sql.get(&p.target.schema);
         let token = Uuid::new_v4();
-        let query = sqlx::query(safe(&sql.claim))
+        let ordered = p.order.is_on();
+        let text = if ordered {
+            &sql.claim
+        } else {
+            &sql.claim_unordered
+        };
+        let mut query = sqlx::query(safe(text))
             .bind(i32::try_from(p.batch_size).unwrap_or(i32::MAX))
             .bind(ms(p.lease))
             .bind(p.relay_id)
@@ -476,9 +487,12 @@ impl Store for PgStore {
             .bind(p.order.aggregate_types)
             .bind(p.order.settled_through)
             .bind(LEASE_EXPIRED)
-            .bind(p.floor)
-            .bind(i32::try_from(p.order.walk).unwrap_or(i32::MAX))
-            .bind(p.order.sweep);
+            .bind(p.floor);
+        if ordered {
+            query = query
+                .bind(i32::try_from(p.order.walk).unwrap_or(i32::MAX))
+                .bind(p.order.sweep);
+        }
         let rows = query
             .fetch_all(&self.pool)
             .await
