@@ -153,6 +153,7 @@ async fn forward(
     let write_answers = async move {
         while let Some((due, bytes)) = delayed_rx.recv().await {
             if let Some(due) = due {
+                // The subject: answers held back by the delay the test set.
                 tokio::time::sleep_until(due).await;
             }
             if client_write.write_all(&bytes).await.is_err() {

@@ -106,6 +106,7 @@ impl Sink for RecordingSink {
                 return Err(PublishError::permanent("scripted permanent failure"));
             }
             Some(Behaviour::Panic) => panic!("scripted panic for event {}", event.id),
+            // The subject: a destination that takes this long to acknowledge.
             Some(Behaviour::Slow(d)) => tokio::time::sleep(d).await,
             Some(Behaviour::FailWith(e)) => return Err(e),
             Some(Behaviour::FailTimes(n)) if attempt <= n => {

@@ -39,7 +39,8 @@ pub use outbox::{
     DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
 };
 pub use relay::{
-    EffectivePolicy, FailedNotice, Notice, Relay, RelayConfig, RelayHandle, RelayStats, RetryPolicy,
+    EffectivePolicy, FailedNotice, Notice, Relay, RelayConfig, RelayHandle, RelayProgress,
+    RelayStats, RetryPolicy, Rounds,
 };
 pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink, SinkHealth};

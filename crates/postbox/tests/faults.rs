@@ -114,6 +114,7 @@ async fn an_outage_spends_no_tries_and_everything_is_published_when_it_ends() {
         ),
     );
     let running = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
+    // The subject: an outage of 1.5 s, during which the publishes are counted.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let attempts_during_outage = sink.calls();
     let failed: i64 = sqlx::query_scalar(
@@ -185,6 +186,7 @@ async fn a_drain_waits_out_a_short_outage_and_gives_up_on_a_long_one() {
     let back = {
         let sink = sink.clone();
         tokio::spawn(async move {
+            // The subject: the destination is down for 400 ms.
             tokio::time::sleep(Duration::from_millis(400)).await;
             sink.unscript("Order");
         })

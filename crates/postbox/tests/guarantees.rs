@@ -25,7 +25,7 @@ use postbox::store::ClaimParams;
 use postbox::{
     Backoff, Enqueued, Event, OutboxEvent, PublishError, Relay, RelayStats, Sink, Store,
 };
-use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, wait_until};
+use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, relay_until, wait_until};
 
 // ---- G2: no ghosts -------------------------------------------------------------------------
 
@@ -586,7 +586,9 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
         .poll_interval(Duration::from_secs(3))
         .busy_period(Duration::ZERO)
         .head_poll_interval(None);
-    let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    let relay = Relay::new(store, sink.clone(), cfg).unwrap();
+    let mut rounds = relay.rounds();
+    let running = Running::start(relay);
     let first = enqueue(&db, &db.outbox(), events("First", 1)).await[0];
     wait_until(
         "the first event is published",
@@ -594,22 +596,35 @@ async fn an_outbox_without_notify_leaves_the_relay_to_its_poll() {
         || async { sink.published_ids() == [first] },
     )
     .await;
-    // Give the relay a moment to finish that round and go idle until its next poll.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The start-up round and the notification's round (one of them published the event) are
+    // done, and the relay waits for its poll.
+    relay_until(
+        &mut rounds,
+        "the relay is idle",
+        Duration::from_secs(10),
+        |p| p.rounds >= 2 && p.waiting,
+    )
+    .await;
+    let idle = rounds.progress().rounds;
+    let idle_since = std::time::Instant::now();
     let silent = db.outbox_builder().notify(false).build();
     let id = enqueue(&db, &silent, events("Quiet", 1)).await[0];
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        sink.published_ids(),
-        [first],
-        "no notification was sent, so the idle relay had no reason to wake"
-    );
     wait_until(
         "the next poll publishes the event",
         Duration::from_secs(5),
         || async { sink.published_ids() == [first, id] },
     )
     .await;
+    assert_eq!(
+        rounds.progress().rounds,
+        idle,
+        "the event went out in the first round after the relay went idle"
+    );
+    assert!(
+        idle_since.elapsed() >= Duration::from_secs(2),
+        "no notification was sent, so that round was the 3 s poll, not a wake-up ({:?})",
+        idle_since.elapsed()
+    );
     running.stop().await;
 }
 
@@ -711,7 +726,9 @@ async fn a_busy_relay_finds_events_that_sent_no_notification() {
             })
             // Busy polling alone; the look at the id sequences is tested in idle.rs.
             .head_poll_interval(None);
-        let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+        let relay = Relay::new(store, sink.clone(), cfg).unwrap();
+        let mut rounds = relay.rounds();
+        let running = Running::start(relay);
         let outbox = db
             .outbox_builder()
             .notify_interval(Duration::from_secs(60))
@@ -725,13 +742,24 @@ async fn a_busy_relay_finds_events_that_sent_no_notification() {
         .await;
         // The relay may have published the first event in its start-up round, before its
         // notification arrived; let that notification's round pass, or it would find the second.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        relay_until(
+            &mut rounds,
+            "the relay is idle",
+            Duration::from_secs(40),
+            |p| p.rounds >= 2 && p.waiting,
+        )
+        .await;
         let second = enqueue(&db, &outbox, events("Second", 1)).await[0];
-        let found = tokio::time::timeout(Duration::from_secs(2), async {
-            while !sink.published_ids().contains(&second) {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
+        // The two seconds are the subject: without busy polling, an event that sent no
+        // notification waits for the 30 s poll.
+        let found = tokio::time::timeout(
+            Duration::from_secs(2),
+            wait_until(
+                "never: bounded by the timeout",
+                Duration::from_secs(3),
+                || async { sink.published_ids().contains(&second) },
+            ),
+        )
         .await
         .is_ok();
         assert_eq!(

@@ -149,6 +149,7 @@ async fn a_handler_timeout_counts_as_a_failed_try() {
     let handlers = Handlers::new()
         .timeout(Duration::from_millis(100))
         .on_type("Slow", |_| async {
+            // The subject: a handler that hangs past its timeout.
             tokio::time::sleep(Duration::from_secs(30)).await;
             Ok::<_, std::io::Error>(())
         });

@@ -30,6 +30,8 @@ where
 {
     let mut worst = Duration::ZERO;
     for round in 0..3 {
+        // The wait is the subject: idle for longer than the busy period (200 ms), so that only
+        // the look at the id sequences can find the row before the 5 s poll.
         tokio::time::sleep(Duration::from_millis(600)).await;
         let published = sink.published().len();
         let started = Instant::now();
@@ -61,7 +63,12 @@ async fn plain_sql_rows_are_found_fast_after_idle_on_postgres() {
     let sink = RecordingSink::new();
     let relay = Relay::new(store, sink.clone(), config()).unwrap();
     let handle = relay.start();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    postbox_testkit::settled(
+        &mut handle.rounds(),
+        "the relay started",
+        Duration::from_secs(10),
+    )
+    .await;
     let pool = db.pool().clone();
     let worst = worst_from_idle(&sink, |round| {
         let pool = pool.clone();
@@ -103,7 +110,12 @@ async fn plain_sql_rows_are_found_fast_after_idle_on_sqlite() {
     )
     .unwrap();
     let handle = relay.start();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    postbox_testkit::settled(
+        &mut handle.rounds(),
+        "the relay started",
+        Duration::from_secs(10),
+    )
+    .await;
     let worst = worst_from_idle(&sink, |_| {
         let pool = pool.clone();
         async move {
@@ -134,7 +146,12 @@ async fn plain_sql_rows_are_found_fast_after_idle_on_mysql() {
     let sink = RecordingSink::new();
     let relay = Relay::new(store, sink.clone(), config()).unwrap();
     let handle = relay.start();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    postbox_testkit::settled(
+        &mut handle.rounds(),
+        "the relay started",
+        Duration::from_secs(10),
+    )
+    .await;
     let worst = worst_from_idle(&sink, |_| {
         let pool = pool.clone();
         async move {

@@ -201,6 +201,8 @@ async fn the_relay_records_exactly_the_listed_metrics_with_their_labels() {
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while !missing().is_empty() && tokio::time::Instant::now() < deadline {
+        // A poll of what was recorded (a recorder signals nothing); the deadline bounds it and
+        // the assertion below names what is missing.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     relay.stop().await;

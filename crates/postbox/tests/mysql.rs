@@ -30,10 +30,12 @@ fn config() -> RelayConfig {
 struct Running {
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<postbox::Result<postbox::RelayStats>>,
+    rounds: postbox::Rounds,
 }
 
 impl Running {
     fn start(relay: Relay) -> Running {
+        let rounds = relay.rounds();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             relay
@@ -42,7 +44,12 @@ impl Running {
                 })
                 .await
         });
-        Running { stop, task }
+        Running { stop, task, rounds }
+    }
+
+    /// Waits until the relay has finished a round begun now and is waiting for its next.
+    async fn settled(&mut self, what: &str) {
+        postbox_testkit::settled(&mut self.rounds, what, Duration::from_secs(10)).await;
     }
 
     async fn stop(self) {
@@ -113,6 +120,7 @@ async fn relays_share_an_outbox_and_keep_each_aggregates_order() {
                         .unwrap()
                         .id()
                         .unwrap();
+                    // 0-6 ms, the subject: later ids of the same aggregate commit first.
                     tokio::time::sleep(Duration::from_millis((p * 5 + i * 3) % 7)).await;
                     if i % 10 == 9 {
                         tx.rollback().await.unwrap();
@@ -177,7 +185,7 @@ async fn a_later_id_waits_for_an_earlier_open_transaction_on_mysql() {
         config().ordered_aggregate_types(["Invoice"]),
     )
     .unwrap();
-    let running = Running::start(relay);
+    let mut running = Running::start(relay);
 
     let mut a = store.pool().begin().await.unwrap();
     let first = outbox
@@ -213,9 +221,14 @@ async fn a_later_id_waits_for_an_earlier_open_transaction_on_mysql() {
         || async { sink.published_ids().contains(&unordered) },
     )
     .await;
-    // The relay polls every 50 ms and the horizon moves within 100 ms of an id's commit: a
-    // relay that let the later event pass the open one would have published it by now.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A relay that let the later event pass the open one would publish it in its next round,
+    // or (a horizon that passed the open id) in a round once the horizon reads its ids: MySQL's
+    // horizon checks an id only once it is 100 ms old. That wait is the subject here.
+    running.settled("a round after the unordered event").await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    running
+        .settled("a round with the horizon read past the open id")
+        .await;
     assert!(
         !sink.published_ids().contains(&second),
         "nothing of invoice 1 while its first event's transaction is open"
@@ -305,6 +318,7 @@ async fn the_commit_horizon_names_the_open_transaction_it_stops_below() {
             "the horizon did not reach {} (past the rolled-back id, below the open one): {horizon:?}",
             held - 1
         );
+        // A poll of the horizon, which signals nothing; bounded by the deadline above.
         tokio::time::sleep(Duration::from_millis(5)).await;
         horizon = store
             .commit_horizon(&t, horizon.probe.as_ref())
@@ -323,6 +337,7 @@ async fn the_commit_horizon_names_the_open_transaction_it_stops_below() {
             tokio::time::Instant::now() < deadline,
             "every id is settled once it commits: {horizon:?}"
         );
+        // A poll of the horizon, which signals nothing; bounded by the deadline above.
         tokio::time::sleep(Duration::from_millis(5)).await;
         horizon = store
             .commit_horizon(&t, horizon.probe.as_ref())

@@ -51,7 +51,7 @@ async fn a_later_id_waits_for_an_earlier_open_transaction() {
     let outbox = store.outbox();
     let sink = RecordingSink::new();
     let relay = Relay::new(PgStore::new(db.pool().clone()), sink.clone(), ordered()).unwrap();
-    let running = Running::start(relay);
+    let mut running = Running::start(relay);
     let before = enqueue(&db, &outbox, vec![invoice("InvoiceCreated", "2", 0)]).await[0];
     wait_until(
         "an ordered event is published",
@@ -80,7 +80,9 @@ async fn a_later_id_waits_for_an_earlier_open_transaction() {
         || async { sink.published_ids().contains(&unordered) },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    running
+        .settled("the relay looked past invoice 1's open transaction")
+        .await;
     assert!(
         published_for(&sink, "1").is_empty(),
         "nothing of invoice 1 while its first event's transaction is open"
@@ -108,8 +110,10 @@ async fn a_later_id_goes_out_once_the_earlier_transaction_rolled_back() {
         .unwrap();
     let paid = enqueue(&db, &outbox, vec![invoice("InvoicePaid", "1", 1)]).await[0];
     let sink = RecordingSink::new();
-    let running = Running::start(Relay::new(store, sink.clone(), ordered()).unwrap());
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut running = Running::start(Relay::new(store, sink.clone(), ordered()).unwrap());
+    running
+        .settled("the relay looked past the earlier open transaction")
+        .await;
     assert!(sink.published().is_empty());
     a.rollback().await.unwrap();
     wait_until(
@@ -143,7 +147,7 @@ async fn a_failing_event_parks_its_aggregate_until_skipped() {
     let sink = RecordingSink::new();
     sink.script("Poison", Behaviour::FailPermanently);
     let relay = Relay::new(PgStore::new(db.pool().clone()), sink.clone(), ordered()).unwrap();
-    let running = Running::start(relay);
+    let mut running = Running::start(relay);
     wait_until(
         "the poison event is FAILED",
         Duration::from_secs(10),
@@ -156,7 +160,9 @@ async fn a_failing_event_parks_its_aggregate_until_skipped() {
         || async { published_for(&sink, "2").len() == 2 },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    running
+        .settled("the relay looked at invoice 1's parked events again")
+        .await;
     assert_eq!(published_for(&sink, "1"), ["InvoiceCreated"]);
     assert_eq!(sink.attempts(ids[2]), 0, "a parked event is not tried");
     assert_eq!(count(&db, "PENDING").await, 2);
@@ -469,7 +475,8 @@ async fn concurrent_producers_and_relays_keep_each_aggregates_order() {
                             // The sink's failures are deliberate: none may run out of tries.
                             .max_retries(100);
                     let id = outbox.enqueue(&mut tx, event).await.unwrap().id().unwrap();
-                    // 0-6 ms: later ids of the same aggregate commit first.
+                    // 0-6 ms: later ids of the same aggregate commit first. The wait is the
+                    // subject: commits out of id order.
                     tokio::time::sleep(Duration::from_millis((p * 5 + i * 3) % 7)).await;
                     if i % 10 == 9 {
                         tx.rollback().await.unwrap();

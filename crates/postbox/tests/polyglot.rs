@@ -333,6 +333,7 @@ async fn java_and_python_producers_get_the_rust_producers_guarantees_and_latency
     let mut latency: HashMap<&str, Vec<Duration>> = HashMap::new();
     for round in 0..=ROUNDS {
         for who in ["rust", "java", "python"] {
+            // The wait is the subject: the relay goes idle before each commit.
             tokio::time::sleep(Duration::from_millis(100)).await;
             let order = next_order();
             let (id, at) = match who {

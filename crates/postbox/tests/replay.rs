@@ -171,6 +171,7 @@ async fn a_replay_reports_what_it_could_not_publish_and_holds_no_long_transactio
         .await
         .unwrap();
         longest = longest.max(age.unwrap_or(0.0));
+        // The sampling interval of this watch over the server's sessions: the subject.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let report = running.await.unwrap().unwrap();

@@ -316,6 +316,7 @@ async fn a_run_that_loses_the_lock_midway_finishes_the_work() {
                         .await
                         .unwrap();
                     held_tx.send(()).unwrap();
+                    // The subject: the lock is held for a while, and retention waits it out.
                     tokio::time::sleep(Duration::from_millis(400)).await;
                     tx.commit().await.unwrap();
                 });

@@ -15,7 +15,43 @@ use std::time::Duration;
 
 use common::{Running, config, enqueue, events, pg, row};
 use postbox::Relay;
-use postbox_testkit::{Behaviour, RecordingSink, wait_until};
+use postbox_testkit::{Behaviour, RecordingSink, TestDb, relay_until, wait_until};
+
+/// Waits until the slow lane has made a whole pass while each of `ids` was `FAILED` for longer
+/// than `interval` (the database says so): a try one of them did not get then, the slow lane
+/// refused it.
+async fn slow_lane_passed_over(
+    db: &TestDb,
+    running: &mut Running,
+    ids: &[i64],
+    interval: Duration,
+) {
+    wait_until(
+        "the events are due for the slow lane by the clock",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT bool_and(status = 'FAILED' AND updated_at < now() - $2::float8 * interval '1 second')
+                 FROM outbox_events WHERE id = ANY($1)",
+            )
+            .bind(ids)
+            .bind(interval.as_secs_f64())
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    // The pass under way may have read the rows before they were due; the one after did not.
+    let passes = running.rounds().progress().slow_lane_passes;
+    relay_until(
+        running.rounds(),
+        "two passes of the slow lane",
+        Duration::from_secs(10),
+        |p| p.slow_lane_passes >= passes + 2,
+    )
+    .await;
+}
 
 #[tokio::test]
 async fn failed_events_get_their_slow_lane_tries_then_wait_for_an_operator() {
@@ -33,7 +69,7 @@ async fn failed_events_get_their_slow_lane_tries_then_wait_for_an_operator() {
             .dead_letter_max_retries(3),
     )
     .unwrap();
-    let running = Running::start(relay);
+    let mut running = Running::start(relay);
     wait_until("both FAILED", Duration::from_secs(10), || async {
         row(&db, "public", refused).await.status == "FAILED"
             && row(&db, "public", healed).await.status == "FAILED"
@@ -54,7 +90,7 @@ async fn failed_events_get_their_slow_lane_tries_then_wait_for_an_operator() {
         || async { row(&db, "public", refused).await.retry_count == 5 + 3 },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    slow_lane_passed_over(&db, &mut running, &[refused], Duration::from_millis(300)).await;
     let r = row(&db, "public", refused).await;
     assert_eq!(
         (r.status.as_str(), r.retry_count),
@@ -79,12 +115,35 @@ async fn the_slow_lane_can_be_turned_off() {
             .dead_letter_max_retries(0),
     )
     .unwrap();
-    let running = Running::start(relay);
+    let mut running = Running::start(relay);
     wait_until("FAILED", Duration::from_secs(10), || async {
         row(&db, "public", id).await.status == "FAILED"
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    wait_until(
+        "the event is FAILED for longer than the interval",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT updated_at < now() - interval '200 ms' FROM outbox_events WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    // The relay's rounds go on (each would tick the slow lane); the slow lane, off, never passes.
+    let rounds = running.rounds().progress().rounds;
+    relay_until(
+        running.rounds(),
+        "two more rounds",
+        Duration::from_secs(10),
+        |p| p.rounds >= rounds + 2,
+    )
+    .await;
+    assert_eq!(running.rounds().progress().slow_lane_passes, 0);
     assert_eq!(sink.attempts(id), 1);
     assert_eq!(row(&db, "public", id).await.status, "FAILED");
     running.stop().await;
@@ -123,7 +182,7 @@ async fn retry_policies_apply_per_event_type() {
     assert!(!config.policy_for("ValidationFailed").slow_lane);
     assert!(config.policy_for("OrderPlaced").matched.is_none());
     let relay = Relay::from_parts(Arc::new(store), Arc::new(sink.clone()), config).unwrap();
-    let running = Running::start(relay);
+    let mut running = Running::start(relay);
     // Each gets its tries, then its one slow-lane try where it has the slow lane.
     wait_until(
         "every event used its tries",
@@ -135,7 +194,13 @@ async fn retry_policies_apply_per_event_type() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    slow_lane_passed_over(
+        &db,
+        &mut running,
+        &[validation, flaky, plain],
+        Duration::from_millis(200),
+    )
+    .await;
     assert_eq!(
         (
             sink.attempts(validation),

@@ -887,6 +887,7 @@ async fn notifications_are_debounced_per_session_and_delivered_only_on_commit() 
     let mut c = db.pool().acquire().await.unwrap();
     for _ in 0..3 {
         commit_one(&mut c).await;
+        // The subject: commits further apart than the 50 ms notify interval.
         tokio::time::sleep(Duration::from_millis(80)).await;
     }
     assert_eq!(

@@ -465,6 +465,7 @@ async fn one_resolver_and_one_status_report_for_every_view() {
     .execute(&mut *held)
     .await
     .unwrap();
+    // The subject: the held transaction has an age the report must show.
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     let report = StatusReport::read(&store).await.unwrap();

@@ -71,6 +71,7 @@ impl<'a, B: StoreHarness> Horizon<'a, B> {
                 Instant::now() < deadline,
                 "the commit horizon did not pass {id} within {SETTLE_WITHIN:?}"
             );
+            // A poll of the horizon, which signals nothing; bounded by the deadline above.
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -83,6 +84,7 @@ impl<'a, B: StoreHarness> Horizon<'a, B> {
         while done < rounds || Instant::now() < until {
             highest = highest.max(self.next().await);
             done += 1;
+            // The subject: the horizon watched over a span of time, a look every 5 ms.
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         highest
@@ -124,6 +126,7 @@ pub async fn the_commit_horizon_settles_committed_ids_and_never_one_still_open<B
                 "the horizon settled {open_id} while its transaction was open ({settled_while_open:?}), \
                  yet a later id committed first: {done:?}"
             ),
+            // The subject: a write that is not blocked commits within this.
             () = tokio::time::sleep(A_FREE_WRITE_TAKES) => {}
         }
         b.commit_open(open).await;

@@ -228,6 +228,7 @@ async fn settled_past<B: StoreHarness>(b: &B, id: i64) -> i64 {
             tokio::time::Instant::now() < deadline,
             "the commit horizon did not pass {id} in 5 s"
         );
+        // A poll of the horizon, which signals nothing; bounded by the deadline above.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -1685,7 +1686,8 @@ pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHa
     // Not yet due: they failed less than an hour ago.
     assert_eq!(slow(Duration::from_secs(3600), 24).await, 0);
     assert_eq!(b.row(ids[0]).await.status, "FAILED");
-    // Due (SQLite's clock has millisecond steps).
+    // Due: the subject is the database clock moving past the failures (SQLite's has
+    // millisecond steps).
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(slow(Duration::ZERO, 24).await, 2);
     let row = b.row(ids[0]).await;
@@ -1703,7 +1705,8 @@ pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHa
     assert_eq!(mark_processed(&b, c.claim_token, &ids[1..2]).await, 1);
     let row = b.row(ids[0]).await;
     assert_eq!((row.status.as_str(), row.retry_count), ("FAILED", 6));
-    // One slow-lane try allowed: it had it. Two: one more.
+    // One slow-lane try allowed: it had it. Two: one more. (The database clock moves past the
+    // failure first, as above.)
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(slow(Duration::ZERO, 1).await, 0);
     assert_eq!(slow(Duration::ZERO, 2).await, 1);
@@ -1716,6 +1719,7 @@ pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHa
     // A type a retry policy keeps out of the slow lane stays FAILED (the events are `E<i>`).
     let c = claim(&b, "r1", 10, Duration::from_secs(30)).await;
     mark_failed(&b, c.claim_token, &[failed(ids[0], "again", false)]).await;
+    // The database clock moves past the failure, as above.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let skip = |pattern: &str| vec![pattern.parse::<postbox::Glob>().unwrap()];
     for (exclude, released) in [(skip("E*"), 0), (skip("E0"), 0), (skip("X*"), 1)] {

@@ -33,6 +33,11 @@ impl RelayHandle {
         &self.relay
     }
 
+    /// Watches the relay's rounds ([`Relay::rounds`](super::Relay::rounds)).
+    pub fn rounds(&self) -> super::Rounds {
+        self.relay.rounds()
+    }
+
     /// What the sink says of its destinations: which are down, since when.
     pub fn sinks(&self) -> Vec<crate::sink::SinkHealth> {
         self.relay.sinks()

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use super::rounds::Tracker;
 use crate::error::Error;
 use crate::metrics as metric;
 use crate::schema::{SchemaName, Target};
@@ -42,7 +43,7 @@ pub(super) struct Maintenance {
 }
 
 impl Maintenance {
-    pub(super) fn new(cfg: &crate::relay::RelayConfig) -> Self {
+    pub(super) fn new(cfg: &crate::relay::RelayConfig, rounds: Arc<Tracker>) -> Self {
         Maintenance {
             vacuum: Vacuum::new(cfg.vacuum_threshold),
             retention: Retention::new(cfg.retention, cfg.archive_retention),
@@ -50,6 +51,7 @@ impl Maintenance {
                 cfg.dead_letter_retry_interval,
                 cfg.dead_letter_max_retries,
                 cfg.slow_lane_excluded(),
+                rounds,
             ),
             health: HealthReports::new(),
         }
@@ -321,6 +323,8 @@ pub(super) struct SlowLane {
     exclude: Arc<[crate::glob::Glob]>,
     last_run: Option<Instant>,
     task: Option<JoinHandle<()>>,
+    /// Told of every pass, for whoever waits on the relay.
+    rounds: Arc<Tracker>,
 }
 
 impl SlowLane {
@@ -328,6 +332,7 @@ impl SlowLane {
         interval: Option<Duration>,
         max_tries: u32,
         exclude: Vec<crate::glob::Glob>,
+        rounds: Arc<Tracker>,
     ) -> Self {
         SlowLane {
             interval: interval.filter(|_| max_tries > 0),
@@ -335,6 +340,7 @@ impl SlowLane {
             exclude: exclude.into(),
             last_run: None,
             task: None,
+            rounds,
         }
     }
 
@@ -355,6 +361,7 @@ impl SlowLane {
         let targets = targets.to_vec();
         let max_tries = self.max_tries;
         let exclude = Arc::clone(&self.exclude);
+        let rounds = Arc::clone(&self.rounds);
         self.task = Some(tokio::spawn(async move {
             for target in &targets {
                 let params = SlowLaneParams {
@@ -380,6 +387,7 @@ impl SlowLane {
                     }
                 }
             }
+            rounds.slow_lane_passed();
         }));
     }
 

@@ -10,7 +10,8 @@
 //!   publishing), timed by [`timing`] (renewals, flushes and the patience of writes, and the
 //!   rule they keep together);
 //! - [`waker`]: when the next round runs — notifications, polling, scheduled retries;
-//! - [`maintenance`]: vacuuming the tables it serves, beside the work.
+//! - [`maintenance`]: vacuuming the tables it serves, beside the work;
+//! - [`rounds`]: each round counted as it finishes, for whoever waits on the relay.
 
 mod config;
 mod handle;
@@ -20,6 +21,7 @@ mod notice;
 mod pipeline;
 mod policy;
 mod publish;
+mod rounds;
 mod stats;
 mod targets;
 mod timing;
@@ -36,6 +38,7 @@ use tracing::{error, info, warn};
 pub use config::{EffectivePolicy, RelayConfig, RetryPolicy};
 pub use handle::RelayHandle;
 pub use notice::{FailedNotice, Notice};
+pub use rounds::{RelayProgress, Rounds};
 pub use stats::RelayStats;
 
 use crate::backoff::Backoff;
@@ -77,6 +80,7 @@ pub(crate) struct Inner {
     retries: RetrySchedule,
     live: Arc<LiveStats>,
     notices: tokio::sync::broadcast::Sender<Notice>,
+    rounds: Arc<rounds::Tracker>,
 }
 
 /// Whether the loop stops when the work runs out.
@@ -109,6 +113,7 @@ impl Relay {
                 retries: RetrySchedule::default(),
                 live: Arc::default(),
                 notices: tokio::sync::broadcast::channel(notice::CAPACITY).0,
+                rounds: Arc::default(),
             }),
         })
     }
@@ -150,6 +155,13 @@ impl Relay {
     /// ```
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Notice> {
         self.inner.notices.subscribe()
+    }
+
+    /// Watches this relay's rounds as they finish, and whether it is waiting for the next: what
+    /// a test or an embedding service waits on to know the relay has looked again (see
+    /// [`Rounds`]).
+    pub fn rounds(&self) -> Rounds {
+        self.inner.rounds.watch()
     }
 
     /// Relays until `shutdown` completes; then stops claiming, finishes the batch in flight, and
@@ -228,7 +240,7 @@ impl Relay {
         // every target, after a notification, at each poll, and when a retry comes due.
         let mut busy_only = false;
         let mut last_full = Instant::now();
-        let mut maintenance = maintenance::Maintenance::new(cfg);
+        let mut maintenance = maintenance::Maintenance::new(cfg, Arc::clone(&inner.rounds));
         let mut stall = Stall::new();
         let mut gave_up = None;
         info!(relay = %inner.id, ?mode, "relay started");
@@ -261,11 +273,13 @@ impl Relay {
                     {
                         break;
                     }
+                    inner.rounds.finished();
                     continue;
                 }
             };
             // Publish and record; claim again as soon as there is room when more is waiting.
             self.drive(&mut pipeline, &mut stats, full, &stop).await;
+            inner.rounds.finished();
             if mode == Mode::Drain
                 && let Some(waited) = stall.check(&stats, cfg.drain_patience)
             {
@@ -297,7 +311,9 @@ impl Relay {
                     next.wait
                 }
             };
+            inner.rounds.waiting(true);
             let woken = waker.wait(store, wait, &mut stop, targets.list()).await;
+            inner.rounds.waiting(false);
             match self.after_wake(woken, &mut targets, busy_only) {
                 Some(next_busy_only) => busy_only = next_busy_only,
                 None => break,

@@ -123,10 +123,12 @@ pub(crate) async fn count(db: &TestDb, status: &str) -> i64 {
 pub(crate) struct Running {
     stop: oneshot::Sender<()>,
     task: JoinHandle<postbox::Result<RelayStats>>,
+    rounds: postbox::Rounds,
 }
 
 impl Running {
     pub(crate) fn start(relay: Relay) -> Running {
+        let rounds = relay.rounds();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             relay
@@ -135,7 +137,18 @@ impl Running {
                 })
                 .await
         });
-        Running { stop, task }
+        Running { stop, task, rounds }
+    }
+
+    /// Waits until the relay has finished a round begun now and is waiting for its next: what
+    /// it has not claimed by then, it left alone on purpose.
+    pub(crate) async fn settled(&mut self, what: &str) {
+        postbox_testkit::settled(&mut self.rounds, what, Duration::from_secs(10)).await;
+    }
+
+    /// The relay's rounds, to wait on.
+    pub(crate) fn rounds(&mut self) -> &mut postbox::Rounds {
+        &mut self.rounds
     }
 
     pub(crate) async fn stop(self) -> RelayStats {
