@@ -45,6 +45,7 @@ mod sink_health;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod tenants;
+mod upkeep;
 
 pub use horizon::{
     an_id_rolled_back_does_not_hold_the_commit_horizon_back,
@@ -53,6 +54,11 @@ pub use horizon::{
 };
 pub use sink_health::sink_reports_keep_each_relays_latest;
 pub use tenants::tenants_are_served_or_plainly_unsupported;
+pub use upkeep::{
+    marks_leave_dead_rows_that_a_vacuum_removes,
+    the_oldest_open_transaction_is_seen_where_the_database_tells,
+    wakeups_come_with_commits_or_the_store_has_none,
+};
 
 #[cfg(feature = "mysql")]
 pub use mysql::MySqlHarness;
@@ -132,6 +138,12 @@ pub trait StoreHarness: Sized {
     async fn backdate(&self, table: &str, column: &str, ids: &[i64], days: u32);
     /// The ids in `outbox_events_archive`, in order.
     async fn archived_ids(&self) -> Vec<i64>;
+    /// Whether marks leave dead row versions in the store's table that it counts
+    /// ([`Store::outbox_dead_rows`]) and a vacuum removes (PostgreSQL).
+    const DEAD_ROWS: bool;
+    /// Whether the store can tell the age of the database's oldest open transaction
+    /// ([`Store::oldest_transaction_age`]: PostgreSQL, MySQL).
+    const SEES_TRANSACTIONS: bool;
     /// A transaction of the store's database left open by [`StoreHarness::open_enqueue`].
     type Open;
     /// Writes `event` with `outbox` in a transaction left open: its id is handed out, its row
@@ -2024,6 +2036,9 @@ macro_rules! __store_suite_cases {
             the_head_of_the_outbox_moves_with_every_id_handed_out,
             sink_reports_keep_each_relays_latest,
             tenants_are_served_or_plainly_unsupported,
+            wakeups_come_with_commits_or_the_store_has_none,
+            marks_leave_dead_rows_that_a_vacuum_removes,
+            the_oldest_open_transaction_is_seen_where_the_database_tells,
         ] }
     };
 }

@@ -14,6 +14,9 @@ pub struct MySqlHarness {
 }
 
 impl StoreHarness for MySqlHarness {
+    const DEAD_ROWS: bool = false;
+    const SEES_TRANSACTIONS: bool = true;
+
     async fn new() -> Self {
         let db = TestMySql::new().await;
         let store = db.store().await;

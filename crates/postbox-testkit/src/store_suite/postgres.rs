@@ -14,6 +14,9 @@ pub struct PgHarness {
 }
 
 impl StoreHarness for PgHarness {
+    const DEAD_ROWS: bool = true;
+    const SEES_TRANSACTIONS: bool = true;
+
     async fn new() -> Self {
         let db = TestDb::new().await;
         // The smallest work_mem makes large joins spill into batches, as they do on a busy server

@@ -14,6 +14,9 @@ pub struct SqliteHarness {
 }
 
 impl StoreHarness for SqliteHarness {
+    const DEAD_ROWS: bool = false;
+    const SEES_TRANSACTIONS: bool = false;
+
     async fn new() -> Self {
         let file = TestSqlite::new();
         let store = file.store().await;
