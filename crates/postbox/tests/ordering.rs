@@ -370,6 +370,50 @@ async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behi
     drop(db);
 }
 
+/// With few aggregates, claims grow as they do without ordering: a claim beside this relay's
+/// own events in flight finds every aggregate busy, and neither shrinks the next claim nor sends
+/// the relay to wait for its poll; the claim after those events are recorded takes the next
+/// run of each aggregate, twice as many as the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_claims_of_few_aggregates_grow_with_the_backlog() {
+    let (db, store) = pg().await;
+    // 100 aggregates, 20 events each, in round robin: a claim of n takes n / 100 of each.
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         SELECT 'InvoiceChanged', 'Invoice', 'inv-' || (g % 100), jsonb_build_object('n', g)
+         FROM generate_series(1, 2000) g",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let faulty = postbox_testkit::FaultyStore::new(store);
+    let sink = RecordingSink::new();
+    let cfg = ordered()
+        .ordered_aggregate_types(["*"])
+        .batch_size(100)
+        .max_batch_size(500);
+    let relay = Relay::new(faulty.clone(), sink.clone(), cfg).unwrap();
+    let stats = tokio::time::timeout(Duration::from_secs(60), relay.drain(std::future::pending()))
+        .await
+        .expect("the drain ends")
+        .unwrap();
+    assert_eq!(stats.published, 2000);
+    // Claims of 100, 200, 400, 500, 500, 300, each with an empty claim beside it: 13 or so.
+    // Claims that stayed at 100 would take 20 claims of events and 20 beside them.
+    let claims = faulty.calls(postbox_testkit::StoreOp::Claim);
+    assert!(claims < 25, "{claims} claims for 2,000 events");
+    let mut per_aggregate: HashMap<String, Vec<i64>> = HashMap::new();
+    for e in sink.published() {
+        per_aggregate
+            .entry(e.aggregate_id.clone().unwrap())
+            .or_default()
+            .push(e.id);
+    }
+    for (aggregate, ids) in per_aggregate {
+        assert!(ids.is_sorted(), "{aggregate} out of order: {ids:?}");
+    }
+}
+
 /// The commit horizon settles only once the writers that were open at its probe have ended,
 /// and not on other transactions.
 #[tokio::test]

@@ -260,7 +260,11 @@ impl Relay {
             }
             busy_only = false;
             maintenance.tick(&inner.store, &inner.sink, &inner.id, targets.list());
-            let (full, claimed) = match round {
+            let Round {
+                full,
+                claimed,
+                behind_own,
+            } = match round {
                 Ok(round) => {
                     db_errors.reset();
                     round
@@ -287,10 +291,10 @@ impl Relay {
                 break;
             }
             // With ordering, a claim can come back short because it stopped at aggregates then
-            // in flight; the pipeline has recorded them since, so their next events are
-            // claimable now.
+            // in flight (its own, or this relay's earlier claims'); the pipeline has recorded
+            // them since, so their next events are claimable now.
             let ordered = !cfg.ordered_aggregate_types.is_empty();
-            if full || (ordered && claimed) || *stop.borrow() {
+            if full || (ordered && (claimed || behind_own)) || *stop.borrow() {
                 continue;
             }
             let wait = match mode {
@@ -432,7 +436,8 @@ impl Relay {
     }
 
     /// One claim from each target of the round, while the pipeline has room. Returns whether any
-    /// claim came back full (more work is waiting), and whether any claimed an event. A tenant whose claim fails is logged and
+    /// claim came back full (more work is waiting), whether any claimed an event, and whether
+    /// an ordered one came back short behind this relay's own events. A tenant whose claim fails is logged and
     /// skipped, so it cannot hold up the others (one whose tables are gone waits for the next
     /// registry read); a target whose destinations were all down waits for its pause. The
     /// round fails when every target failed: with the default schema's error when that one
@@ -443,9 +448,8 @@ impl Relay {
         targets: &mut Targets,
         busy_only: bool,
         stop: &watch::Receiver<bool>,
-    ) -> Result<(bool, bool)> {
-        let mut full = false;
-        let mut any = false;
+    ) -> Result<Round> {
+        let mut result = Round::default();
         let mut failed = None;
         let mut served = 0;
         let busy_period = self.inner.config.busy_period;
@@ -462,8 +466,9 @@ impl Relay {
                     if claimed.any && !busy_period.is_zero() {
                         targets.mark_busy(&target, busy_period);
                     }
-                    full |= claimed.full;
-                    any |= claimed.any;
+                    result.full |= claimed.full;
+                    result.claimed |= claimed.any;
+                    result.behind_own |= claimed.behind_own;
                 }
                 Err(e) if e.needs_operator() && target.tenant.is_some() => {
                     targets.park(&target, &e.to_string());
@@ -480,7 +485,7 @@ impl Relay {
         }
         match failed {
             Some(e) if served == 0 => Err(e),
-            _ => Ok((full, any)),
+            _ => Ok(result),
         }
     }
 
@@ -504,6 +509,17 @@ impl Relay {
         pipeline.finish().await?;
         Ok((pipeline.take_stats(), claimed.full))
     }
+}
+
+/// What one round's claims found.
+#[derive(Clone, Copy, Default)]
+struct Round {
+    /// A claim came back full: more work is waiting.
+    full: bool,
+    /// A claim took an event.
+    claimed: bool,
+    /// An ordered claim came back short while this relay had events of its target in flight.
+    behind_own: bool,
 }
 
 fn default_relay_id() -> String {

@@ -182,8 +182,14 @@ impl Pipeline {
         };
         let count = claimed.events.len() + claimed.exhausted.len() + claimed.undecodable.len();
         let full = count >= size as usize;
-        self.sizes
-            .insert(target.schema.clone(), next_size(cfg, size, count));
+        // Ordered events wait for this relay's own events of their aggregates in flight: a
+        // claim beside those says nothing of the backlog, and keeps its size for the claim
+        // after them (else claims of few aggregates never grow past the first).
+        let behind_own = ordered && !full && self.claims.values().any(|c| c.target == *target);
+        if !behind_own {
+            self.sizes
+                .insert(target.schema.clone(), next_size(cfg, size, count));
+        }
         if count > 0 {
             metrics::histogram!(metric::BATCH_SIZE, "tenant" => tenant.to_owned())
                 .record(count as f64);
@@ -305,6 +311,7 @@ impl Pipeline {
         Ok(Claimed {
             full,
             any: count > 0,
+            behind_own,
         })
     }
 }

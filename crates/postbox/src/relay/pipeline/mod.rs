@@ -66,6 +66,10 @@ pub(super) struct Claimed {
     pub(super) full: bool,
     /// Whether it claimed anything.
     pub(super) any: bool,
+    /// An ordered claim that came back short while this relay had events of the target in
+    /// flight: what it left may wait for those alone, so the relay claims again as soon as they
+    /// are recorded rather than waiting for its next poll.
+    pub(super) behind_own: bool,
 }
 
 /// The pipeline of one relay run.
