@@ -70,6 +70,13 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub(crate) batch_size: u32,
 
+    /// Spread the events over this many aggregates (`Account` `acct-0` …) and run the relays
+    /// with per-aggregate ordering (POSTBOX_ORDERED_AGGREGATE_TYPES=Account); the report then
+    /// checks that each aggregate's events were first delivered in id order (G6). 0: every
+    /// event is an aggregate of its own and the relays do not order
+    #[arg(long, default_value_t = 0)]
+    pub(crate) ordered_aggregates: u32,
+
     /// Percent of producer transactions rolled back on purpose
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=90))]
     pub(crate) rollback_percent: u8,

@@ -28,6 +28,8 @@ pub(crate) struct RelaySpec {
     pub(crate) lease: Duration,
     pub(crate) publish_timeout: Duration,
     pub(crate) batch_size: u32,
+    /// Per-aggregate ordering of the `Account` aggregates (`--ordered-aggregates`).
+    pub(crate) ordered: bool,
     /// The relays' working directory (no `postbox.toml` in it), which holds their logs.
     pub(crate) dir: PathBuf,
 }
@@ -78,6 +80,12 @@ impl RelaySpec {
             // then kills the relays itself; and killed with its task, whatever ends the run.
             .process_group(0)
             .kill_on_drop(true);
+        if self.ordered {
+            command.env(
+                "POSTBOX_ORDERED_AGGREGATE_TYPES",
+                crate::producers::AGGREGATE_TYPE,
+            );
+        }
         Ok(command)
     }
 }

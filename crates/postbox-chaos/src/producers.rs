@@ -36,6 +36,24 @@ pub(crate) struct ProducerParams {
     pub(crate) duration: Duration,
     pub(crate) rollback_percent: u8,
     pub(crate) sql_percent: u8,
+    /// Aggregates the events share (0: each its own; see `Args::ordered_aggregates`).
+    pub(crate) ordered_aggregates: u32,
+}
+
+/// The aggregate type of every event that has one.
+pub(crate) const AGGREGATE_TYPE: &str = "Account";
+
+/// The aggregate id of the event with `marker`: the marker itself, or with `shared` aggregates
+/// one of `acct-0` … `acct-{shared - 1}`, drawn from the marker.
+pub(crate) fn aggregate_id(marker: &str, shared: u32) -> String {
+    if shared == 0 {
+        marker.to_owned()
+    } else {
+        let n = marker
+            .bytes()
+            .fold(7u64, |a, b| a.wrapping_mul(131).wrapping_add(u64::from(b)));
+        format!("acct-{}", n % u64::from(shared))
+    }
 }
 
 /// What the producers did.
@@ -140,6 +158,8 @@ struct Plan {
     notify: bool,
     /// Library, several events: `enqueue_many` rather than one `enqueue` each.
     many: bool,
+    /// Aggregates the events share (`ProducerParams::ordered_aggregates`).
+    aggregates: u32,
 }
 
 async fn produce(
@@ -196,6 +216,7 @@ async fn produce(
             rollback: rng.random_range(0..100) < params.rollback_percent,
             notify: rng.random_bool(0.5),
             many: rng.random_bool(0.5),
+            aggregates: params.ordered_aggregates,
         };
         sequence += 1;
         match transaction(&pool, &outbox, &plan).await {
@@ -276,7 +297,7 @@ async fn write(
                 .markers
                 .iter()
                 .enumerate()
-                .map(|(i, marker)| library_event(marker, i))
+                .map(|(i, marker)| library_event(marker, i, plan.aggregates))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let results = if plan.many && events.len() > 1 {
                 outbox.enqueue_many(&mut **tx, events).await?
@@ -299,10 +320,11 @@ async fn write(
             for marker in &plan.markers {
                 let id: i64 = sqlx::query_scalar(
                     "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
-                     VALUES ($1, 'Account', $2, $3::jsonb) RETURNING id",
+                     VALUES ($1, $2, $3, $4::jsonb) RETURNING id",
                 )
                 .bind(EVENT_TYPE)
-                .bind(marker)
+                .bind(AGGREGATE_TYPE)
+                .bind(aggregate_id(marker, plan.aggregates))
                 .bind(payload(marker).to_string())
                 .fetch_one(&mut **tx)
                 .await
@@ -334,12 +356,15 @@ async fn write(
 
 /// A library event, in one of the three shapes services write: an aggregate with the default
 /// daily idempotency key, an aggregate with the producer's own key, no aggregate (and no key).
-fn library_event(marker: &str, i: usize) -> anyhow::Result<Event> {
+/// Aggregates shared by many events (`shared` > 0) take the producer's own key: the daily key
+/// would make the second event of an aggregate a duplicate.
+fn library_event(marker: &str, i: usize, shared: u32) -> anyhow::Result<Event> {
     let event = Event::new(EVENT_TYPE, &payload(marker))?;
+    let aggregate = aggregate_id(marker, shared);
     Ok(match (marker.len() + i) % 3 {
-        0 => event.aggregate("Account", marker),
-        1 => event
-            .aggregate("Account", marker)
+        0 if shared == 0 => event.aggregate(AGGREGATE_TYPE, aggregate),
+        0 | 1 => event
+            .aggregate(AGGREGATE_TYPE, aggregate)
             .idempotency_key(format!("chaos:{marker}")),
         _ => event,
     })

@@ -29,6 +29,7 @@ pub(crate) struct OutboxRow {
     pub(crate) status: String,
     pub(crate) retry_count: i32,
     pub(crate) last_error: Option<String>,
+    pub(crate) aggregate_id: Option<String>,
 }
 
 /// The settings the report repeats, and the bound depends on.
@@ -40,6 +41,8 @@ pub(crate) struct Settings {
     pub(crate) relays: u32,
     pub(crate) producers: u32,
     pub(crate) batch_size: u32,
+    /// Aggregates the events share, published in order per aggregate (0: no ordering).
+    pub(crate) ordered_aggregates: u32,
     #[serde(rename = "lease_ms", serialize_with = "millis")]
     pub(crate) lease: Duration,
     #[serde(rename = "publish_timeout_ms", serialize_with = "millis")]
@@ -111,6 +114,8 @@ pub(crate) struct Report {
     pub(crate) ghost_sample: Vec<i64>,
     pub(crate) failed_sample: Vec<(i64, String)>,
     pub(crate) unfinished_sample: Vec<(i64, String)>,
+    /// Events first delivered before an earlier event of their aggregate: (later, earlier).
+    pub(crate) out_of_order_sample: Vec<(i64, i64)>,
     pub(crate) unplanned_exits: Vec<UnplannedExit>,
     pub(crate) producer_error_sample: Vec<String>,
     pub(crate) malformed_sample: Vec<String>,
@@ -208,6 +213,7 @@ impl Report {
             *faults.entry(i.fault.kind).or_insert(0) += 1;
         }
         let faults_without_target = injected.iter().filter(|i| !i.applied).count() as u64;
+        let out_of_order = out_of_order(&rows, &deliveries);
 
         let zero = |name, value: u64| Check {
             name,
@@ -215,7 +221,7 @@ impl Report {
             bound: 0,
             ok: value == 0,
         };
-        let checks = vec![
+        let mut checks = vec![
             zero("lost (committed, never published)", lost.len() as u64),
             zero("ghosts (published, never committed)", ghosts.len() as u64),
             Check {
@@ -244,6 +250,12 @@ impl Report {
                 unplanned_exits.iter().filter(|e| !e.during_start).count() as u64,
             ),
         ];
+        if settings.ordered_aggregates > 0 {
+            checks.push(zero(
+                "aggregates' events first delivered out of id order",
+                out_of_order.len() as u64,
+            ));
+        }
         let passed = checks.iter().all(|c| c.ok) && drained_in.is_some();
         Report {
             passed,
@@ -275,6 +287,7 @@ impl Report {
             ghost_sample: ghosts.into_iter().take(10).collect(),
             failed_sample: failed.into_iter().take(10).collect(),
             unfinished_sample: unfinished.into_iter().take(10).collect(),
+            out_of_order_sample: out_of_order.into_iter().take(10).collect(),
             unplanned_exits,
             producer_error_sample: tally.first_errors,
             malformed_sample: deliveries.malformed_sample,
@@ -290,7 +303,7 @@ impl Report {
         let _ = writeln!(
             out,
             "postbox-chaos seed {}: {} relays, {} events, {} min of faults, lease {}, publish \
-             timeout {}, batch {}, schedule {} ({} faults)",
+             timeout {}, batch {}{}, schedule {} ({} faults)",
             s.seed,
             s.relays,
             s.events,
@@ -298,6 +311,11 @@ impl Report {
             humantime::format_duration(s.lease),
             humantime::format_duration(s.publish_timeout),
             s.batch_size,
+            if s.ordered_aggregates > 0 {
+                format!(", ordered over {} aggregates", s.ordered_aggregates)
+            } else {
+                String::new()
+            },
             s.schedule_fingerprint,
             s.faults_scheduled,
         );
@@ -466,6 +484,13 @@ impl Report {
                 indent(&exit.tail)
             );
         }
+        if !self.out_of_order_sample.is_empty() {
+            let _ = writeln!(
+                out,
+                "delivered before an earlier event of its aggregate (event, earlier id; first 10): {:?}",
+                self.out_of_order_sample
+            );
+        }
         if !self.malformed_sample.is_empty() {
             let _ = writeln!(
                 out,
@@ -480,6 +505,35 @@ impl Report {
             }
         }
     }
+}
+
+/// The deliveries that broke an aggregate's order (G6): per aggregate, its events in the order
+/// of their first delivery, and each one whose id is below that of an event delivered before it,
+/// as (the event delivered first, the earlier id delivered after it). Repeats of an event
+/// already delivered do not count: at-least-once allows them.
+fn out_of_order(rows: &[OutboxRow], deliveries: &Deliveries) -> Vec<(i64, i64)> {
+    let mut by_aggregate: HashMap<&str, Vec<(u64, i64)>> = HashMap::new();
+    for row in rows {
+        if let (Some(aggregate), Some(d)) = (&row.aggregate_id, deliveries.by_event.get(&row.id)) {
+            by_aggregate
+                .entry(aggregate.as_str())
+                .or_default()
+                .push((d.first, row.id));
+        }
+    }
+    let mut broken = Vec::new();
+    for events in by_aggregate.values_mut() {
+        events.sort_unstable();
+        let mut highest: Option<i64> = None;
+        for &(_, id) in events.iter() {
+            match highest {
+                Some(h) if id < h => broken.push((h, id)),
+                _ => highest = Some(id),
+            }
+        }
+    }
+    broken.sort_unstable();
+    broken
 }
 
 fn indent(text: &str) -> String {
@@ -503,6 +557,7 @@ mod tests {
             relays: 2,
             producers: 1,
             batch_size: 10,
+            ordered_aggregates: 0,
             lease: Duration::from_secs(3),
             publish_timeout: Duration::from_secs(2),
             schedule_fingerprint: String::new(),
@@ -524,6 +579,7 @@ mod tests {
             status: status.to_owned(),
             retry_count: 0,
             last_error: (status == "FAILED").then(|| "broker away".to_owned()),
+            aggregate_id: Some(format!("acct-{}", id % 2)),
         }
     }
 
@@ -532,6 +588,7 @@ mod tests {
             id,
             Delivered {
                 count,
+                first: deliveries.entries,
                 marker: Some(marker.to_owned()),
             },
         );
@@ -615,6 +672,41 @@ mod tests {
         assert!(!check(&report, "duplicates").ok);
         assert!(check(&report, "table and ledger").ok);
         assert!(report.table().contains("FAILED event 3: broker away"));
+    }
+
+    #[test]
+    fn an_aggregate_delivered_out_of_id_order_fails_an_ordered_run() {
+        // acct-0 holds 2 and 4, acct-1 holds 1 and 3; 3 goes out before 1, and 2 is repeated
+        // after 4 (a repeat, which at-least-once allows).
+        let mut d = Deliveries::default();
+        for (id, count) in [(2, 1), (3, 1), (1, 1), (4, 1)] {
+            delivered(&mut d, id, &format!("m{id}"), count);
+        }
+        if let Some(repeated) = d.by_event.get_mut(&2) {
+            repeated.count = 2;
+        }
+        d.entries += 1;
+        let rows: Vec<OutboxRow> = (1..=4).map(|id| row(id, "PROCESSED")).collect();
+        let mut ordered = settings();
+        ordered.ordered_aggregates = 2;
+        ordered.batch_size = 100;
+        let report = Report::new(ordered, evidence(d.clone(), rows.clone()));
+        assert_eq!(
+            check(
+                &report,
+                "aggregates' events first delivered out of id order"
+            )
+            .value,
+            1
+        );
+        assert_eq!(report.out_of_order_sample, [(3, 1)]);
+        assert!(!report.passed);
+        assert!(report.table().contains("ordered over 2 aggregates"));
+        // Without ordering, the same deliveries are no fault.
+        let mut loose = settings();
+        loose.batch_size = 100;
+        let report = Report::new(loose, evidence(d, rows));
+        assert!(report.passed, "{}", report.table());
     }
 
     #[test]

@@ -146,6 +146,7 @@ async fn chaos(
             lease: args.lease,
             publish_timeout: args.publish_timeout,
             batch_size: args.batch_size,
+            ordered: args.ordered_aggregates > 0,
             dir: logs.clone(),
         },
         args.relays,
@@ -169,6 +170,7 @@ async fn chaos(
             duration,
             rollback_percent: args.rollback_percent,
             sql_percent: args.sql_percent,
+            ordered_aggregates: args.ordered_aggregates,
         },
     ));
     let injected = faults::inject(
@@ -200,6 +202,7 @@ async fn chaos(
             relays: args.relays,
             producers: args.producers,
             batch_size: args.batch_size,
+            ordered_aggregates: args.ordered_aggregates,
             lease: args.lease,
             publish_timeout: args.publish_timeout,
             schedule_fingerprint: schedule.fingerprint(),
@@ -347,20 +350,22 @@ async fn read_back(pool: &PgPool) -> anyhow::Result<(Vec<LedgerRow>, Vec<OutboxR
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
-    let rows = sqlx::query("SELECT id, status, retry_count, last_error FROM outbox_events")
-        .fetch_all(pool)
-        .await
-        .context("read the outbox table")?
-        .into_iter()
-        .map(|r| {
-            Ok(OutboxRow {
-                id: r.try_get("id")?,
-                status: r.try_get("status")?,
-                retry_count: r.try_get("retry_count")?,
-                last_error: r.try_get("last_error")?,
+    let rows =
+        sqlx::query("SELECT id, status, retry_count, last_error, aggregate_id FROM outbox_events")
+            .fetch_all(pool)
+            .await
+            .context("read the outbox table")?
+            .into_iter()
+            .map(|r| {
+                Ok(OutboxRow {
+                    id: r.try_get("id")?,
+                    status: r.try_get("status")?,
+                    retry_count: r.try_get("retry_count")?,
+                    last_error: r.try_get("last_error")?,
+                    aggregate_id: r.try_get("aggregate_id")?,
+                })
             })
-        })
-        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
     Ok((ledger, rows))
 }
 

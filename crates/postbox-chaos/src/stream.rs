@@ -20,6 +20,8 @@ const PAYLOAD_FIELD: &str = "payload";
 #[derive(Clone, Debug)]
 pub(crate) struct Delivered {
     pub(crate) count: u32,
+    /// Which entry of the stream (counted from 0) was its first delivery.
+    pub(crate) first: u64,
     /// The marker of the payload of its first delivery.
     pub(crate) marker: Option<String>,
 }
@@ -39,6 +41,7 @@ pub(crate) struct Deliveries {
 
 impl Deliveries {
     fn add(&mut self, entry_id: &str, event_id: Option<i64>, marker: Option<String>) {
+        let entry = self.entries;
         self.entries += 1;
         let (Some(event_id), Some(marker)) = (event_id, marker) else {
             self.malformed += 1;
@@ -59,6 +62,7 @@ impl Deliveries {
                     event_id,
                     Delivered {
                         count: 1,
+                        first: entry,
                         marker: Some(marker),
                     },
                 );
@@ -183,6 +187,7 @@ mod tests {
         d.add("5-0", None, Some("d".into()));
         assert_eq!(d.entries, 5);
         assert_eq!(d.by_event[&7].count, 2);
+        assert_eq!((d.by_event[&7].first, d.by_event[&8].first), (0, 2));
         assert_eq!(d.inconsistent, 1);
         assert_eq!(d.malformed, 1);
         assert_eq!(d.malformed_sample, vec!["5-0".to_owned()]);
