@@ -252,7 +252,7 @@ impl Report {
         ];
         if settings.ordered_aggregates > 0 {
             checks.push(zero(
-                "aggregates' events first delivered out of id order",
+                "out of order within an aggregate",
                 out_of_order.len() as u64,
             ));
         }
@@ -691,14 +691,7 @@ mod tests {
         ordered.ordered_aggregates = 2;
         ordered.batch_size = 100;
         let report = Report::new(ordered, evidence(d.clone(), rows.clone()));
-        assert_eq!(
-            check(
-                &report,
-                "aggregates' events first delivered out of id order"
-            )
-            .value,
-            1
-        );
+        assert_eq!(check(&report, "out of order within an aggregate").value, 1);
         assert_eq!(report.out_of_order_sample, [(3, 1)]);
         assert!(!report.passed);
         assert!(report.table().contains("ordered over 2 aggregates"));

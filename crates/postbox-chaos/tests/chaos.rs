@@ -24,7 +24,7 @@ static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn two_minutes_of_faults_lose_nothing_and_publish_no_ghost() {
-    chaos(&["--minutes", "2", "--events", "20000"], 20_000);
+    chaos(&["--minutes", "2", "--events", "20000"], 20_000, true);
 }
 
 /// The same faults with the relays ordering per aggregate (G6): 10,000 events over 50
@@ -41,10 +41,13 @@ fn a_minute_of_faults_keeps_every_aggregates_order() {
             "50",
         ],
         10_000,
+        false,
     );
 }
 
-fn chaos(args: &[&str], events: u64) {
+/// Runs the chaos kit with `args` and asserts that every check passed, that `events` events
+/// committed and (`every_kind`) that the schedule injected every kind of fault.
+fn chaos(args: &[&str], events: u64, every_kind: bool) {
     let _one = ONE_RUN
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -107,6 +110,9 @@ fn chaos(args: &[&str], events: u64) {
         "{}",
         context()
     );
+    if !every_kind {
+        return;
+    }
     for kind in [
         "kill",
         "pause",
