@@ -210,6 +210,7 @@ async fn metrics_are_scraped_and_parsed_while_events_flow() {
         {
             break (scrape, text);
         }
+        // A poll of the metrics, which signal nothing; bounded by the deadline above.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {

@@ -349,6 +349,7 @@ mod mqtt_specific {
             // Once the burst is under way.
             h.collector().wait_for(50, Duration::from_secs(5)).await;
             h.proxy.down();
+            // The subject: the broker is away for 200 ms in the middle of the burst.
             tokio::time::sleep(Duration::from_millis(200)).await;
             h.proxy.up();
         };

@@ -92,6 +92,7 @@ async fn each_aggregates_stream_holds_its_committed_events_once_in_order() {
                             // The sink's failures are deliberate: no event may run out of tries.
                             .max_retries(100);
                     let id = outbox.enqueue(&mut tx, event).await.unwrap().id().unwrap();
+                    // 0-6 ms, the subject: producer jitter, so later ids commit first.
                     tokio::time::sleep(Duration::from_millis((p * 5 + i * 3) % 7)).await;
                     if i % 10 == 9 {
                         tx.rollback().await.unwrap();
@@ -134,6 +135,7 @@ async fn each_aggregates_stream_holds_its_committed_events_once_in_order() {
             .unwrap();
             panic!("{processed} of 360 events published after 60 s; the first others: {rest:?}");
         }
+        // A poll of the table, which signals nothing; bounded by the deadline above.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     for relay in relays {

@@ -82,7 +82,7 @@ async fn ride_out(down_status: u16) {
     )
     .unwrap();
     let handle = relay.start();
-    // Down for 3 s.
+    // The subject: the endpoint is down for 3 s.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let during = endpoint.requests.load(Ordering::SeqCst);
     let health = relay_health(&store).await;
@@ -125,15 +125,17 @@ async fn ride_out(down_status: u16) {
     assert!(stats.deferred > 0, "{stats:?}");
 }
 
-/// What relays reported of their sinks, once a report is in.
+/// What relays reported of their sinks, once a report of a sink down is in.
 async fn relay_health(store: &PgStore) -> Vec<postbox::store::ReportedSink> {
-    for _ in 0..50 {
-        let reported = store.sinks_reported().await.unwrap();
-        if reported.iter().any(|r| !r.health.up) {
-            return reported;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "a relay reported its sink down",
+        Duration::from_secs(5),
+        || async {
+            let reported = store.sinks_reported().await.unwrap();
+            reported.iter().any(|r| !r.health.up)
+        },
+    )
+    .await;
     store.sinks_reported().await.unwrap()
 }
 

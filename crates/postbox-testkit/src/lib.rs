@@ -1,7 +1,15 @@
 //! Test helpers for Postbox, for its own tests and for services that embed it: a fresh
 //! PostgreSQL or MySQL database or SQLite file per test, scripted sinks, a store that fails on demand, a
 //! TCP proxy that takes a broker away, a builder of events, and waiting on conditions.
+//!
+//! Features: `postgres`, `sqlite`, `mysql` (on by default) for the test databases and the store
+//! conformance suite; `sinks` for the sink conformance suite (`sink_suite`); `brokers` (with
+//! `sinks`) for real consumers of NATS JetStream, RabbitMQ, Redis Streams and MQTT on 127.0.0.1
+//! and a webhook endpoint of the test's own (`consumers`). The testkit is a dev-dependency:
+//! none of it reaches a release build.
 
+#[cfg(feature = "brokers")]
+pub mod consumers;
 mod event;
 mod faulty;
 #[cfg(feature = "mysql")]

@@ -40,6 +40,7 @@ fn wait_for(addr: SocketAddr, path: &str, what: &str, check: impl Fn(u16, &str) 
             }
             last = Some((status, body));
         }
+        // A poll of the relay's admin port, which signals nothing; bounded by the deadline above.
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("{what}: last answer of {path}: {last:?}");

@@ -116,7 +116,7 @@ second line', headers = '{\"traceparent\": \"00-abc-01\"}'
 /// the originals untouched; dry runs, and refusals for what cannot be meant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_publishes_chosen_events_to_a_broker_again() {
-    use crate::consumers::RedisStreams;
+    use postbox_testkit::consumers::RedisStreams;
     let pg = Pg::new().await;
     pg.ok(&["migrate"]);
     pg.insert_events("outbox_events", "InvoiceCreated", 12, true)
@@ -183,8 +183,7 @@ async fn replay_publishes_chosen_events_to_a_broker_again() {
     );
     let ids: Vec<i64> = (1..=11).collect();
     let got = streams
-        .collector
-        .wait_for_ids(&ids, std::time::Duration::from_secs(20))
+        .received(&ids, std::time::Duration::from_secs(20))
         .await;
     assert_eq!(got.len(), 11, "each once");
     for r in &got {
@@ -208,8 +207,7 @@ async fn replay_publishes_chosen_events_to_a_broker_again() {
         &topic,
     ]);
     let again = streams
-        .collector
-        .wait_for_ids(&[2, 2], std::time::Duration::from_secs(20))
+        .received(&[2], std::time::Duration::from_secs(20))
         .await;
     assert!(
         again

@@ -4,14 +4,9 @@
 
 mod admin;
 mod config;
-mod consumers;
 mod demo;
 mod events;
 mod mysql;
-#[allow(
-    dead_code,
-    reason = "copied whole from postbox-sinks' test support; partly used here"
-)]
 mod relay;
 mod retention;
 mod secrets;

@@ -125,17 +125,21 @@ async fn no_secret_reaches_config_logs_errors_or_last_error() {
         .env("POSTBOX_MAX_RETRIES", "1")
         .env("POSTBOX_PUBLISH_TIMEOUT", "1s");
     let child = Running::spawn(relay);
-    let errors: Vec<String> = loop {
+    let last_errors = || async {
         let errors: Vec<Option<String>> =
             sqlx::query_scalar("SELECT last_error FROM outbox_events ORDER BY id")
                 .fetch_all(pg.db.pool())
                 .await
                 .expect("last_error");
-        if errors.iter().all(Option::is_some) {
-            break errors.into_iter().flatten().collect();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        errors
     };
+    postbox_testkit::wait_until(
+        "every event has a last_error",
+        crate::support::DEADLINE,
+        || async { last_errors().await.iter().all(Option::is_some) },
+    )
+    .await;
+    let errors: Vec<String> = last_errors().await.into_iter().flatten().collect();
     child.signal("TERM");
     let finished = child.finish(std::time::Duration::from_secs(30));
     let logs = format!("{}{}", finished.stdout, finished.stderr);

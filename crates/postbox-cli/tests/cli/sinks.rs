@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use sqlx::Row as _;
 
-use crate::consumers::{AmqpQueue, MqttTopics, NatsStream, Received, RedisStreams, Webhook};
 use crate::support::{DEADLINE, Finished, Pg, Running, run};
+use postbox_testkit::consumers::{
+    AmqpQueue, MqttTopics, NatsStream, Received, RedisStreams, Webhook,
+};
 use postbox_testkit::proxy::Proxy;
 
 /// How long a consumer may take to see what the relay published.
@@ -35,7 +37,7 @@ async fn insert(
     n: i64,
     max_retries: i32,
 ) -> Vec<i64> {
-    let tag = crate::consumers::suffix();
+    let tag = postbox_testkit::consumers::suffix();
     sqlx::query_scalar(
         "INSERT INTO outbox_events
              (event_type, aggregate_type, aggregate_id, payload, headers, idempotency_key, max_retries)
@@ -193,7 +195,7 @@ async fn nats_receives_every_event_with_its_headers() {
         "{}",
         out.stderr
     );
-    let got = nats.collector.wait_for_ids(&ids, ARRIVAL).await;
+    let got = nats.received(&ids, ARRIVAL).await;
     let rows = rows(&pg).await;
     let by_id = assert_delivered(&got, &rows, &ids, |row| {
         format!("{}.{}.{}", nats.prefix, row.aggregate_type, row.event_type)
@@ -229,7 +231,7 @@ async fn amqp_publishes_on_the_default_exchange_or_the_configured_one() {
         &[],
     )
     .await;
-    let got = queue.collector.wait_for_ids(&first, ARRIVAL).await;
+    let got = queue.received(&first, ARRIVAL).await;
     let rows_now = rows(&pg).await;
     let by_id = assert_delivered(&got, &rows_now, &first, |_| queue.queue.clone());
     for (id, r) in &by_id {
@@ -255,7 +257,7 @@ async fn amqp_publishes_on_the_default_exchange_or_the_configured_one() {
     )
     .await;
     let all: Vec<i64> = first.iter().chain(&second).copied().collect();
-    let got = queue.collector.wait_for_ids(&all, ARRIVAL).await;
+    let got = queue.received(&all, ARRIVAL).await;
     let got: Vec<Received> = got
         .into_iter()
         .filter(|r| r.event_id().is_some_and(|id| second.contains(&id)))
@@ -290,7 +292,7 @@ async fn redis_appends_every_event_to_its_stream() {
         &[],
     )
     .await;
-    let got = streams.collector.wait_for_ids(&ids, ARRIVAL).await;
+    let got = streams.received(&ids, ARRIVAL).await;
     assert_delivered(&got, &rows(&pg).await, &ids, |row| {
         format!(
             "{}:{}:{}",
@@ -322,7 +324,7 @@ async fn mqtt_publishes_every_event_at_qos_1() {
         &[],
     )
     .await;
-    let got = topics.collector.wait_for_ids(&ids, ARRIVAL).await;
+    let got = topics.received(&ids, ARRIVAL).await;
     let by_id = assert_delivered(&got, &rows(&pg).await, &ids, |row| {
         format!(
             "{}/{}/{}",
@@ -338,7 +340,7 @@ async fn mqtt_publishes_every_event_at_qos_1() {
 async fn webhook_posts_signed_envelopes_and_keeps_the_secret_out_of_logs() {
     const SECRET: &str = "0123-hook-secret";
     let pg = migrated().await;
-    let hook = Webhook::start(None).await;
+    let hook = Webhook::start().await;
     let ids = insert(&pg, "InvoiceCreated", "Invoice", 10, 5).await;
     let url = format!(
         "http://{}/hooks/{{aggregate_type}}/{{event_type}}",
@@ -360,7 +362,7 @@ async fn webhook_posts_signed_envelopes_and_keeps_the_secret_out_of_logs() {
     )
     .await;
     assert!(!out.stderr.contains(SECRET), "{}", out.stderr);
-    let got = hook.collector.wait_for_ids(&ids, ARRIVAL).await;
+    let got = hook.received(&ids, ARRIVAL).await;
     let rows = rows(&pg).await;
     let by_id = assert_delivered(&got, &rows, &ids, |row| {
         format!("/hooks/{}/{}", row.aggregate_type, row.event_type)
@@ -461,7 +463,8 @@ async fn routes_fan_out_to_two_sinks_and_unmatched_events_fail() {
     let streams = RedisStreams::start().await;
     // The first invoice request to the webhook fails once: its event is retried and reaches
     // Redis twice (same dedup id), and is PROCESSED only after both routes acknowledged it.
-    let hook = Webhook::start(Some("/hooks/invoices/")).await;
+    let hook = Webhook::start().await;
+    hook.answer_under("/hooks/invoices/", 500, "");
     let toml = format!(
         r#"
         [sinks.stream]
@@ -538,7 +541,7 @@ async fn routes_fan_out_to_two_sinks_and_unmatched_events_fail() {
     assert_eq!(retried.len(), 1, "one invoice was retried: {states:?}");
 
     // Redis: every invoice, the retried one twice (same dedup id); nothing else.
-    let in_redis = streams.collector.wait_for_ids(&invoices, ARRIVAL).await;
+    let in_redis = streams.received(&invoices, ARRIVAL).await;
     let mut copies: HashMap<i64, Vec<&Received>> = HashMap::new();
     for r in &in_redis {
         copies.entry(r.event_id().expect("id")).or_default().push(r);
@@ -562,7 +565,7 @@ async fn routes_fan_out_to_two_sinks_and_unmatched_events_fail() {
 
     // The webhook: every invoice (the sink's own URL) and every shipment (the route's URL).
     let wanted: Vec<i64> = invoices.iter().chain(&shipped).copied().collect();
-    let at_hook = hook.collector.wait_for_ids(&wanted, ARRIVAL).await;
+    let at_hook = hook.received(&wanted, ARRIVAL).await;
     for r in &at_hook {
         let id = r.event_id().expect("id");
         let row = &rows[&id];
@@ -661,6 +664,7 @@ async fn a_broker_away_at_start_up_is_waited_for_and_gets_every_event() {
             tokio::time::Instant::now() < deadline,
             "not every event was tried: {states:?}"
         );
+        // A poll of the table, which signals nothing; bounded by the deadline above.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(streams.collector.snapshot().is_empty());
@@ -677,7 +681,7 @@ async fn a_broker_away_at_start_up_is_waited_for_and_gets_every_event() {
         out.stderr
     );
     assert_all_processed(&pg).await;
-    let got = streams.collector.wait_for_ids(&ids, ARRIVAL).await;
+    let got = streams.received(&ids, ARRIVAL).await;
     assert_delivered(&got, &rows(&pg).await, &ids, |row| {
         format!("{}:{}", streams.prefix, row.event_type)
     });
@@ -800,7 +804,7 @@ async fn invalid_routes_stop_the_relay_naming_the_rule() {
 }
 
 /// The signing time a webhook request carries.
-fn signed_at(r: &crate::consumers::Received) -> u64 {
+fn signed_at(r: &Received) -> u64 {
     r.header("x-postbox-timestamp")
         .and_then(|t| t.parse().ok())
         .expect("a signed request carries its timestamp")

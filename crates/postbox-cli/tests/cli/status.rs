@@ -145,8 +145,14 @@ async fn a_relay_waits_for_a_database_that_is_not_up_yet() {
         .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port()));
     let mut cmd = pg.cmd(&["relay", "--drain", "--sink", "null"]);
     cmd.env("POSTBOX_DATABASE_URL", &url);
-    let relay = crate::support::Running::spawn(cmd);
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let mut relay = crate::support::Running::spawn(cmd);
+    // Away until the relay says it waits for the database.
+    let relay = tokio::task::spawn_blocking(move || {
+        relay.wait_for_stderr("the database does not answer yet", crate::support::DEADLINE);
+        relay
+    })
+    .await
+    .expect("relay");
     proxy.up();
     let out = tokio::task::spawn_blocking(move || relay.finish(crate::support::DEADLINE))
         .await

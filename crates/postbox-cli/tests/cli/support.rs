@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use postbox_testkit::TestDb;
@@ -141,11 +141,61 @@ pub(crate) fn run(cmd: Command) -> Finished {
     Running::spawn(cmd).finish(DEADLINE)
 }
 
-/// A running `postbox`, its output collected by reader threads.
+/// What a running process printed on one pipe so far, shared with the thread reading it.
+#[derive(Default)]
+struct Output {
+    lines: Vec<String>,
+    /// The pipe reached its end: the process exited.
+    closed: bool,
+}
+
+/// An [`Output`] and the signal of each line (and of the end) arriving.
+type Shared = Arc<(Mutex<Output>, Condvar)>;
+
+/// Reads `pipe` line by line into `into` on a thread of its own, signalling each line.
+fn read_lines(pipe: impl Read + Send + 'static, into: Shared) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let (output, arrived) = &*into;
+        let mut pipe = BufReader::new(pipe);
+        let mut line = Vec::new();
+        while pipe.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            let text = String::from_utf8_lossy(&line).into_owned();
+            output.lock().expect("lock").lines.push(text);
+            arrived.notify_all();
+            line.clear();
+        }
+        output.lock().expect("lock").closed = true;
+        arrived.notify_all();
+    })
+}
+
+/// Waits until `done` holds for `output` or its pipe is closed; returns whether `done` held.
+/// Panics after `within`, saying `what`.
+fn wait_on(shared: &Shared, within: Duration, what: &str, done: impl Fn(&Output) -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    let (output, arrived) = &**shared;
+    let mut out = output.lock().expect("lock");
+    loop {
+        if done(&out) {
+            return true;
+        }
+        if out.closed {
+            return false;
+        }
+        let now = Instant::now();
+        assert!(now < deadline, "{what} after {within:?}");
+        out = arrived.wait_timeout(out, deadline - now).expect("lock").0;
+    }
+}
+
+/// A running `postbox`, its output collected by reader threads as it arrives.
 pub(crate) struct Running {
     child: Child,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<String>>,
+    stdout: Shared,
+    stderr: Shared,
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -158,24 +208,11 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn postbox");
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let out_pipe = child.stdout.take().expect("stdout");
-        let err_pipe = child.stderr.take().expect("stderr");
-        let out = Arc::clone(&stdout);
-        let err = Arc::clone(&stderr);
+        let stdout = Shared::default();
+        let stderr = Shared::default();
         let readers = vec![
-            std::thread::spawn(move || {
-                for line in BufReader::new(out_pipe).lines() {
-                    let Ok(line) = line else { break };
-                    out.lock().expect("lock").push(line);
-                }
-            }),
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = BufReader::new(err_pipe).read_to_string(&mut text);
-                err.lock().expect("lock").push_str(&text);
-            }),
+            read_lines(child.stdout.take().expect("stdout"), Arc::clone(&stdout)),
+            read_lines(child.stderr.take().expect("stderr"), Arc::clone(&stderr)),
         ];
         Running {
             child,
@@ -190,24 +227,29 @@ impl Running {
         self.child.id()
     }
 
-    /// Waits until stdout has at least `n` lines; panics after `within`.
+    /// Waits until stdout has at least `n` lines; panics after `within`, or if the process
+    /// exits before printing them.
     pub(crate) fn wait_for_lines(&mut self, n: usize, within: Duration) {
-        let deadline = Instant::now() + within;
-        while self.stdout.lock().expect("lock").len() < n {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                // Let the reader catch up with what the process wrote before it exited.
-                std::thread::sleep(Duration::from_millis(100));
-                assert!(
-                    self.stdout.lock().expect("lock").len() >= n,
-                    "postbox exited ({status}) before printing {n} lines"
-                );
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "fewer than {n} lines after {within:?}"
+        let what = format!("fewer than {n} lines");
+        if !wait_on(&self.stdout, within, &what, |out| out.lines.len() >= n) {
+            let status = self.child.wait().expect("wait");
+            panic!("postbox exited ({status}) before printing {n} lines");
+        }
+    }
+
+    /// Waits until stderr has a line containing `needle`; panics after `within`, or if the
+    /// process exits without printing it.
+    pub(crate) fn wait_for_stderr(&mut self, needle: &str, within: Duration) {
+        let what = format!("no line of stderr contains {needle:?}");
+        let found = wait_on(&self.stderr, within, &what, |out| {
+            out.lines.iter().any(|l| l.contains(needle))
+        });
+        if !found {
+            let status = self.child.wait().expect("wait");
+            panic!(
+                "postbox exited ({status}) without printing {needle:?}; stderr:\n{}",
+                text(&self.stderr)
             );
-            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -238,20 +280,27 @@ impl Running {
                 let _ = self.child.wait();
                 panic!(
                     "postbox did not exit within {within:?}; stderr:\n{}",
-                    self.stderr.lock().expect("lock")
+                    text(&self.stderr)
                 );
             }
+            // A poll of the child's exit, which std signals only to a wait without a deadline;
+            // bounded by the deadline above.
             std::thread::sleep(Duration::from_millis(10));
         };
         for reader in self.readers.drain(..) {
             reader.join().expect("reader thread");
         }
-        let stdout = self.stdout.lock().expect("lock").join("\n");
-        let stderr = self.stderr.lock().expect("lock").clone();
+        let stdout = self.stdout.0.lock().expect("lock").lines.join("\n");
         Finished {
             status,
             stdout,
-            stderr,
+            stderr: text(&self.stderr),
         }
     }
+}
+
+/// The lines of `shared` so far, each ended by a newline.
+fn text(shared: &Shared) -> String {
+    let out = shared.0.lock().expect("lock");
+    out.lines.iter().map(|l| format!("{l}\n")).collect()
 }

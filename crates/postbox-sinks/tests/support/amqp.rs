@@ -1,35 +1,26 @@
-//! RabbitMQ harness: a topic exchange and a queue bound to everything on it, a consumer, a proxy
-//! in front of the broker.
+//! RabbitMQ harness: the testkit's queue and consumer, bound to a topic exchange of its own, a
+//! proxy in front of the broker.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
-    QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
-};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::options::ExchangeDeclareOptions;
+use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use postbox::OutboxEvent;
 use postbox_sinks::{AmqpConfig, AmqpSink};
-use tokio::task::JoinHandle;
+use postbox_testkit::consumers::AmqpQueue;
+pub(crate) use postbox_testkit::consumers::amqp::URL;
 
 use super::proxy::Proxy;
 use super::{Collector, Harness, Received};
 
 pub(crate) const BROKER: &str = "127.0.0.1:5672";
-pub(crate) const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 pub(crate) struct AmqpHarness {
     pub(crate) sink: AmqpSink,
-    pub(crate) connection: Connection,
-    pub(crate) channel: Channel,
+    pub(crate) consumer: AmqpQueue,
     pub(crate) exchange: String,
-    pub(crate) queue: String,
     pub(crate) proxy: Proxy,
-    collector: Arc<Collector>,
-    consumer: JoinHandle<()>,
 }
 
 /// A direct (unproxied) connection and channel for setting up and inspecting the broker.
@@ -67,99 +58,21 @@ pub(crate) fn sink_config(proxy: &Proxy, exchange: &str, publish_timeout: Durati
     config
 }
 
-fn text(value: &AMQPValue) -> String {
-    match value {
-        AMQPValue::LongString(s) => s.to_string(),
-        AMQPValue::ShortString(s) => s.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
 impl Harness for AmqpHarness {
     type Sink = AmqpSink;
 
     async fn start(publish_timeout: Duration) -> Self {
-        let name = format!("postbox_test_{}", super::suffix());
-        let (connection, channel) = admin().await;
-        declare_exchange(&channel, &name).await;
-        channel
-            .queue_declare(
-                name.as_str().into(),
-                // Durable (confirms then mean "on disk"), and gone with its consumer should a
-                // failed test skip its cleanup.
-                QueueDeclareOptions {
-                    durable: true,
-                    auto_delete: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .expect("declare queue");
-        channel
-            .queue_bind(
-                name.as_str().into(),
-                name.as_str().into(),
-                "#".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .expect("bind queue");
-        let mut deliveries = channel
-            .basic_consume(
-                name.as_str().into(),
-                "postbox-test".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .expect("consume");
-        let collector = Arc::new(Collector::default());
-        let sink_collector = collector.clone();
-        let consumer = tokio::spawn(async move {
-            while let Some(Ok(delivery)) = deliveries.next().await {
-                let props = &delivery.properties;
-                let mut received = Received {
-                    destination: delivery.routing_key.to_string(),
-                    body: serde_json::from_slice(&delivery.data).unwrap_or_default(),
-                    ..Received::default()
-                };
-                if let Some(headers) = props.headers() {
-                    for (name, value) in headers {
-                        received.headers.insert(name.to_string(), text(value));
-                    }
-                }
-                let extra = &mut received.extra;
-                if let Some(v) = props.message_id() {
-                    extra.insert("message_id".into(), v.to_string());
-                }
-                if let Some(v) = props.delivery_mode() {
-                    extra.insert("delivery_mode".into(), v.to_string());
-                }
-                if let Some(v) = props.content_type() {
-                    extra.insert("content_type".into(), v.to_string());
-                }
-                if let Some(v) = props.kind() {
-                    extra.insert("type".into(), v.to_string());
-                }
-                let _ = delivery.ack(BasicAckOptions::default()).await;
-                sink_collector.push(received);
-            }
-        });
+        let mut consumer = AmqpQueue::start().await;
+        let exchange = consumer.bind_exchange().await;
         let proxy = Proxy::start(BROKER.parse().expect("address")).await;
-        let sink = AmqpSink::connect(sink_config(&proxy, &name, publish_timeout))
+        let sink = AmqpSink::connect(sink_config(&proxy, &exchange, publish_timeout))
             .await
             .expect("connect sink");
         AmqpHarness {
             sink,
-            connection,
-            channel,
-            exchange: name.clone(),
-            queue: name,
-            proxy,
-            collector,
             consumer,
+            exchange,
+            proxy,
         }
     }
 
@@ -168,7 +81,7 @@ impl Harness for AmqpHarness {
     }
 
     fn collector(&self) -> &Collector {
-        &self.collector
+        &self.consumer.collector
     }
 
     fn expected_destination(&self, event: &OutboxEvent) -> String {
@@ -213,18 +126,6 @@ impl Harness for AmqpHarness {
     }
 
     async fn cleanup(self) {
-        self.consumer.abort();
-        let _ = self
-            .channel
-            .queue_delete(self.queue.as_str().into(), QueueDeleteOptions::default())
-            .await;
-        let _ = self
-            .channel
-            .exchange_delete(
-                self.exchange.as_str().into(),
-                ExchangeDeleteOptions::default(),
-            )
-            .await;
-        let _ = self.connection.close(200, "done".into()).await;
+        self.consumer.cleanup().await;
     }
 }

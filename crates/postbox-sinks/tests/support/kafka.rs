@@ -2,6 +2,9 @@
 //! the same cluster. "Broker down" sets the mock brokers down.
 //!
 //! The mock cluster handle is not `Send`, so it lives on a thread of its own that takes commands.
+//!
+//! Its consumer stays here rather than with the other brokers' in `postbox_testkit::consumers`:
+//! there it would drag rdkafka (librdkafka, built from source) into the testkit.
 
 use std::sync::{Arc, mpsc};
 use std::thread;
@@ -136,6 +139,8 @@ impl Harness for KafkaHarness {
                 let message = match consumer.recv().await {
                     Ok(message) => message,
                     Err(_) => {
+                        // A pause before asking again after an error (the mock brokers may be
+                        // down): nothing signals that they are back.
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     }

@@ -1,4 +1,6 @@
-//! The harness of each broker for the sink conformance suite (`postbox_testkit::sink_suite`).
+//! The harness of each broker for the sink conformance suite (`postbox_testkit::sink_suite`):
+//! the sink under test and a proxy in front of its broker, around a consumer of
+//! `postbox_testkit::consumers` (Kafka's consumer is here, see `kafka.rs`).
 
 #![allow(dead_code, reason = "each feature uses part of the support code")]
 

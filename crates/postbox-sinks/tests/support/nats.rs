@@ -1,27 +1,20 @@
-//! NATS JetStream harness: a stream of its own, a pull consumer, a proxy in front of the server.
+//! NATS JetStream harness: the testkit's stream and pull consumer, a proxy in front of the
+//! server.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, stream};
-use futures::StreamExt;
 use postbox::OutboxEvent;
 use postbox_sinks::{NatsConfig, NatsSink};
-use tokio::task::JoinHandle;
+use postbox_testkit::consumers::NatsStream;
+pub(crate) use postbox_testkit::consumers::nats::SERVER;
 
 use super::proxy::Proxy;
 use super::{Collector, Harness, Received};
 
-pub(crate) const SERVER: &str = "127.0.0.1:4222";
-
 pub(crate) struct NatsHarness {
     pub(crate) sink: NatsSink,
-    pub(crate) jetstream: jetstream::Context,
-    pub(crate) stream: String,
-    pub(crate) prefix: String,
+    pub(crate) consumer: NatsStream,
     pub(crate) proxy: Proxy,
-    collector: Arc<Collector>,
-    consumer: JoinHandle<()>,
 }
 
 impl NatsHarness {
@@ -39,12 +32,7 @@ impl NatsHarness {
     }
 
     pub(crate) async fn message_count(&self) -> u64 {
-        let mut stream = self
-            .jetstream
-            .get_stream(&self.stream)
-            .await
-            .expect("stream");
-        stream.info().await.expect("stream info").state.messages
+        self.consumer.message_count().await
     }
 }
 
@@ -52,61 +40,15 @@ impl Harness for NatsHarness {
     type Sink = NatsSink;
 
     async fn start(publish_timeout: Duration) -> Self {
-        let suffix = super::suffix();
-        let prefix = format!("postbox_test_{suffix}");
-        let stream_name = format!("POSTBOX_TEST_{suffix}");
-        let client = async_nats::connect(SERVER)
-            .await
-            .unwrap_or_else(|e| panic!("NATS is not reachable at {SERVER}: {e}"));
-        let jetstream = jetstream::new(client);
-        let stream = jetstream
-            .create_stream(stream::Config {
-                name: stream_name.clone(),
-                subjects: vec![format!("{prefix}.>")],
-                max_age: Duration::from_secs(600),
-                ..Default::default()
-            })
-            .await
-            .expect("create stream");
-        let consumer = stream
-            .create_consumer(consumer::pull::Config::default())
-            .await
-            .expect("create consumer");
-        let mut messages = consumer.messages().await.expect("consume");
-        let collector = Arc::new(Collector::default());
-        let sink_collector = collector.clone();
-        let consumer = tokio::spawn(async move {
-            while let Some(Ok(message)) = messages.next().await {
-                let mut received = Received {
-                    destination: message.subject.to_string(),
-                    body: serde_json::from_slice(&message.payload).unwrap_or_default(),
-                    ..Received::default()
-                };
-                if let Some(headers) = &message.headers {
-                    for (name, values) in headers.iter() {
-                        if let Some(value) = values.first() {
-                            received
-                                .headers
-                                .insert(name.to_string(), value.as_str().to_owned());
-                        }
-                    }
-                }
-                let _ = message.ack().await;
-                sink_collector.push(received);
-            }
-        });
+        let consumer = NatsStream::start().await;
         let proxy = Proxy::start(SERVER.parse().expect("address")).await;
-        let sink = NatsSink::connect(Self::config(&prefix, &proxy, publish_timeout))
+        let sink = NatsSink::connect(Self::config(&consumer.prefix, &proxy, publish_timeout))
             .await
             .expect("connect sink");
         NatsHarness {
             sink,
-            jetstream,
-            stream: stream_name,
-            prefix,
-            proxy,
-            collector,
             consumer,
+            proxy,
         }
     }
 
@@ -115,13 +57,13 @@ impl Harness for NatsHarness {
     }
 
     fn collector(&self) -> &Collector {
-        &self.collector
+        &self.consumer.collector
     }
 
     fn expected_destination(&self, event: &OutboxEvent) -> String {
         format!(
             "{}.{}.{}",
-            self.prefix,
+            self.consumer.prefix,
             event.aggregate_type.as_deref().unwrap_or_default(),
             event.event_type
         )
@@ -129,11 +71,10 @@ impl Harness for NatsHarness {
 
     fn other_destination(&self) -> (String, String) {
         (
-            format!("{}.routed.{{event_type}}", self.prefix),
-            format!("{}.routed.InvoiceCreated", self.prefix),
+            format!("{}.routed.{{event_type}}", self.consumer.prefix),
+            format!("{}.routed.InvoiceCreated", self.consumer.prefix),
         )
     }
-
     async fn broker_down(&self) {
         self.proxy.down();
     }
@@ -151,7 +92,6 @@ impl Harness for NatsHarness {
     }
 
     async fn cleanup(self) {
-        self.consumer.abort();
-        let _ = self.jetstream.delete_stream(&self.stream).await;
+        self.consumer.cleanup().await;
     }
 }

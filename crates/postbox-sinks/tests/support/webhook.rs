@@ -1,93 +1,17 @@
-//! Webhook harness: an axum server of its own on an ephemeral port that records every request
-//! and answers from a script (default 200), with a proxy in front of it.
+//! Webhook harness: the testkit's endpoint, which records every request and answers from a
+//! script (default 200), with a proxy in front of it.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::routing::post;
 use postbox::OutboxEvent;
 use postbox_sinks::webhook::sign;
 use postbox_sinks::{WebhookConfig, WebhookSink};
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use postbox_testkit::consumers::Webhook;
 
 use super::proxy::Proxy;
 use super::{Collector, Harness, Received};
 
 pub(crate) const SECRET: &str = "test-secret";
-
-/// The endpoint's behaviour: scripted answers, then 200.
-#[derive(Default)]
-pub(crate) struct Endpoint {
-    pub(crate) collector: Collector,
-    /// Answers to give, in order: (status, body, delay before answering).
-    pub(crate) script: Mutex<VecDeque<(u16, String, Duration)>>,
-}
-
-impl Endpoint {
-    pub(crate) fn answer(&self, status: u16, body: &str) {
-        self.answer_after(status, body, Duration::ZERO);
-    }
-
-    pub(crate) fn answer_after(&self, status: u16, body: &str, delay: Duration) {
-        self.script
-            .lock()
-            .expect("script")
-            .push_back((status, body.to_owned(), delay));
-    }
-}
-
-async fn hook(
-    State(endpoint): State<Arc<Endpoint>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> (StatusCode, String) {
-    let envelope: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-    let mut received = Received {
-        destination: uri.path().to_owned(),
-        body: envelope["payload"].clone(),
-        ..Received::default()
-    };
-    for (name, value) in &headers {
-        received.headers.insert(
-            name.as_str().to_owned(),
-            value.to_str().unwrap_or_default().to_owned(),
-        );
-    }
-    received.extra.insert(
-        "raw_body".into(),
-        String::from_utf8_lossy(&body).into_owned(),
-    );
-    let next = endpoint.script.lock().expect("script").pop_front();
-    endpoint.collector.push(received);
-    match next {
-        Some((status, text, delay)) => {
-            tokio::time::sleep(delay).await;
-            (StatusCode::from_u16(status).expect("status"), text)
-        }
-        None => (StatusCode::OK, "ok".to_owned()),
-    }
-}
-
-/// Starts an endpoint on an ephemeral port.
-pub(crate) async fn serve() -> (Arc<Endpoint>, std::net::SocketAddr, JoinHandle<()>) {
-    let endpoint = Arc::new(Endpoint::default());
-    let app = Router::new()
-        .route("/hooks/{*rest}", post(hook))
-        .with_state(endpoint.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address");
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (endpoint, addr, server)
-}
 
 pub(crate) fn sink_config(proxy: &Proxy, publish_timeout: Duration) -> WebhookConfig {
     let mut config = WebhookConfig::new(
@@ -109,23 +33,21 @@ pub(crate) fn sink_config(proxy: &Proxy, publish_timeout: Duration) -> WebhookCo
 
 pub(crate) struct WebhookHarness {
     pub(crate) sink: WebhookSink,
-    pub(crate) endpoint: Arc<Endpoint>,
+    pub(crate) endpoint: Webhook,
     pub(crate) proxy: Proxy,
-    server: JoinHandle<()>,
 }
 
 impl Harness for WebhookHarness {
     type Sink = WebhookSink;
 
     async fn start(publish_timeout: Duration) -> Self {
-        let (endpoint, addr, server) = serve().await;
-        let proxy = Proxy::start(addr).await;
+        let endpoint = Webhook::start().await;
+        let proxy = Proxy::start(endpoint.addr).await;
         let sink = WebhookSink::new(sink_config(&proxy, publish_timeout)).expect("sink");
         WebhookHarness {
             sink,
             endpoint,
             proxy,
-            server,
         }
     }
 
@@ -206,6 +128,6 @@ impl Harness for WebhookHarness {
     }
 
     async fn cleanup(self) {
-        self.server.abort();
+        self.endpoint.cleanup();
     }
 }
