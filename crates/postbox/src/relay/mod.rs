@@ -460,6 +460,11 @@ impl Relay {
             if pipeline.is_paused(&target) {
                 continue;
             }
+            if pipeline.waits_for_own(&target) {
+                // Claimed again as soon as this relay's events of it are recorded.
+                result.behind_own = true;
+                continue;
+            }
             match pipeline.claim(&target).await {
                 Ok(claimed) => {
                     served += 1;

@@ -91,6 +91,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         name: "outbox_0009_ordered_heads",
         sql: include_str!("../../sql/postgres/0009_ordered_heads.sql"),
     },
+    Migration {
+        name: "outbox_0010_ordered_backlog",
+        sql: include_str!("../../sql/postgres/0010_ordered_backlog.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.

@@ -186,7 +186,10 @@ impl Pipeline {
         // claim beside those says nothing of the backlog, and keeps its size for the claim
         // after them (else claims of few aggregates never grow past the first).
         let behind_own = ordered && !full && self.claims.values().any(|c| c.target == *target);
-        if !behind_own {
+        if behind_own {
+            self.behind_own.insert(target.schema.clone());
+        } else {
+            self.behind_own.remove(&target.schema);
             self.sizes
                 .insert(target.schema.clone(), next_size(cfg, size, count));
         }

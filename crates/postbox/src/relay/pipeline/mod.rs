@@ -18,7 +18,7 @@ mod claim;
 mod flush;
 mod outcomes;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,6 +91,9 @@ pub(super) struct Pipeline {
     /// The size of each target's next claim (see [`crate::RelayConfig::max_batch_size`]); back to
     /// `batch_size` when a destination is unavailable.
     sizes: HashMap<SchemaName, u32>,
+    /// Targets whose last ordered claim came back short beside this relay's own events in
+    /// flight: they are claimed again once those are recorded, not beside them.
+    behind_own: HashSet<SchemaName>,
     /// The last reason a destination gave for being down (redacted).
     last_unavailable: Option<String>,
     stats: RelayStats,
@@ -110,6 +113,7 @@ impl Pipeline {
             horizons: HashMap::new(),
             floors: HashMap::new(),
             sizes: HashMap::new(),
+            behind_own: HashSet::new(),
             last_unavailable: None,
             stats: RelayStats::default(),
         }
@@ -137,6 +141,15 @@ impl Pipeline {
     }
 
     /// Whether `target`'s claims are paused (its destinations were all down).
+    /// Whether `target`'s next claim waits until this relay's own events of it in flight are
+    /// recorded: its last ordered claim, made beside them, found their aggregates busy, and a
+    /// claim now would read the same rows to find the same (with few aggregates, every other
+    /// claim would be such a wasted one).
+    pub(super) fn waits_for_own(&self, target: &Target) -> bool {
+        self.behind_own.contains(&target.schema)
+            && self.claims.values().any(|c| c.target == *target)
+    }
+
     pub(super) fn is_paused(&mut self, target: &Target) -> bool {
         match self.paused.get(&target.schema) {
             Some(until) if *until > Instant::now() => true,
