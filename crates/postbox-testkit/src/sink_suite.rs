@@ -232,10 +232,10 @@ pub fn check_common(event: &OutboxEvent, got: &Received) {
 
 /// Publishes a marker behind `events` to each of their destinations and waits for the markers;
 /// returns what arrived, markers left out. A marker is a copy of an event under a new id, so it
-/// renders to the same subject, queue, topic, stream or path, with the same key (the Kafka
-/// harnesses' topics have one partition). A consumer of one destination receives in publish
-/// order on every broker here, so once the markers are in, anything more the sink sent for
-/// `events` (a repeat, a stray copy) is in too: no guess at how long a broker takes.
+/// renders to the same subject, queue, topic, stream or path, with the same key (so the same
+/// Kafka partition). A consumer of one destination (one partition) receives in publish order on
+/// every broker here, so once the markers are in, anything more the sink sent for `events` (a
+/// repeat, a stray copy) is in too: no guess at how long a broker takes.
 async fn received_behind_markers<H: Harness>(h: &H, events: &[&OutboxEvent]) -> Vec<Received> {
     let mut seen = HashSet::new();
     let mut markers = Vec::new();

@@ -436,12 +436,13 @@ impl Relay {
     }
 
     /// One claim from each target of the round, while the pipeline has room. Returns whether any
-    /// claim came back full (more work is waiting), whether any claimed an event, and whether
-    /// an ordered one came back short behind this relay's own events. A tenant whose claim fails is logged and
-    /// skipped, so it cannot hold up the others (one whose tables are gone waits for the next
-    /// registry read); a target whose destinations were all down waits for its pause. The
-    /// round fails when every target failed: with the default schema's error when that one
-    /// needs an operator (not migrated) — the relay then stops —, else as a transient error.
+    /// claim came back full (more work is waiting), whether any claimed an event, and whether an
+    /// ordered one came back short behind this relay's own events (or waits for them). A tenant
+    /// whose claim fails is logged and skipped, so it cannot hold up the others (one whose
+    /// tables are gone waits for the next registry read); a target whose destinations were all
+    /// down waits for its pause. The round fails when every target failed: with the default
+    /// schema's error when that one needs an operator (not migrated) — the relay then stops —,
+    /// else as a transient error.
     async fn round(
         &self,
         pipeline: &mut Pipeline,
