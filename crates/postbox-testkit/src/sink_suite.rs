@@ -164,7 +164,7 @@ impl Collector {
 }
 
 /// One sink under test, with a destination of its own, a real consumer, and a way to take the
-/// broker away from the sink (a [`proxy::Proxy`], or the Kafka mock cluster).
+/// broker away from the sink (a [`crate::proxy::Proxy`], or the Kafka mock cluster).
 #[allow(
     async_fn_in_trait,
     reason = "the suite awaits the harness on the test's own task"
