@@ -284,6 +284,22 @@ async fn ordered_claim_buffers(db: &TestDb, walk: i32) -> i64 {
     .await
 }
 
+/// Inserts `events` ordered events by plain SQL over `aggregates` aggregates
+/// (`{prefix}0`, `{prefix}1`, …) in round robin: ids of one aggregate are `aggregates` apart.
+async fn insert_round_robin(db: &TestDb, prefix: &str, aggregates: i32, events: i32) {
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         SELECT 'InvoiceChanged', 'Invoice', $1 || (g % $2), jsonb_build_object('n', g)
+         FROM generate_series(1, $3) g",
+    )
+    .bind(prefix)
+    .bind(aggregates)
+    .bind(events)
+    .execute(db.pool())
+    .await
+    .unwrap();
+}
+
 /// The buffers an `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` statement touched, in a transaction
 /// rolled back.
 async fn buffers(db: &TestDb, explain: &str) -> i64 {
@@ -304,14 +320,7 @@ async fn buffers(db: &TestDb, explain: &str) -> i64 {
 #[tokio::test]
 async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behind_others() {
     let (db, store) = pg().await;
-    sqlx::query(
-        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
-         SELECT 'InvoiceChanged', 'Invoice', 'busy-' || (g % 100), jsonb_build_object('n', g)
-         FROM generate_series(1, 20000) g",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
+    insert_round_robin(&db, "busy-", 100, 20_000).await;
     let target = default_target();
     let every = ["*".to_owned()];
     let walk = |n: u32| ClaimParams {
@@ -410,15 +419,8 @@ async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordered_claims_of_few_aggregates_grow_with_the_backlog() {
     let (db, store) = pg().await;
-    // 100 aggregates, 20 events each, in round robin: a claim of n takes n / 100 of each.
-    sqlx::query(
-        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
-         SELECT 'InvoiceChanged', 'Invoice', 'inv-' || (g % 100), jsonb_build_object('n', g)
-         FROM generate_series(1, 2000) g",
-    )
-    .execute(db.pool())
-    .await
-    .unwrap();
+    // 100 aggregates, 20 events each: a claim of n takes n / 100 of each.
+    insert_round_robin(&db, "inv-", 100, 2_000).await;
     let faulty = postbox_testkit::FaultyStore::new(store);
     let sink = RecordingSink::new();
     let cfg = ordered()
