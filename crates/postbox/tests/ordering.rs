@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -336,8 +336,34 @@ async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behi
             sweep: false,
         },
     };
-    let first = store.events_claim(&walk(100)).await.unwrap();
-    assert_eq!(first.events.len(), 100, "the head of each busy aggregate");
+    // Claims of 100 take runs of up to 16 events of 7 aggregates (migration
+    // 0011_ordered_runs.sql), until every busy aggregate is in flight.
+    let mut in_flight = HashSet::new();
+    let mut claims = 0;
+    loop {
+        let claim = store.events_claim(&walk(100)).await.unwrap();
+        if claim.events.is_empty() {
+            break;
+        }
+        claims += 1;
+        let aggregates: HashSet<String> = claim
+            .events
+            .iter()
+            .map(|e| e.aggregate_id.clone().unwrap())
+            .collect();
+        assert!(
+            aggregates.len() <= 7 && aggregates.is_disjoint(&in_flight),
+            "a claim of 100 takes runs of 7 aggregates that were not in flight: {aggregates:?}"
+        );
+        assert!(
+            claim.events.len() == 100 || aggregates.len() < 7,
+            "a full batch while 7 aggregates are left: {} events",
+            claim.events.len()
+        );
+        in_flight.extend(aggregates);
+    }
+    assert_eq!(in_flight.len(), 100, "every busy aggregate is in flight");
+    assert_eq!(claims, 15);
     // What a draining relay waits for now: the leases of the heads in flight, found from the
     // heads (migration 0010_ordered_backlog.sql), not by a probe of every waiting event.
     let backlog = store.backlog(&target, &every).await.unwrap();

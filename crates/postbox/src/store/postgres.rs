@@ -95,6 +95,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         name: "outbox_0010_ordered_backlog",
         sql: include_str!("../../sql/postgres/0010_ordered_backlog.sql"),
     },
+    Migration {
+        name: "outbox_0011_ordered_runs",
+        sql: include_str!("../../sql/postgres/0011_ordered_runs.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.
