@@ -10,29 +10,22 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Running, config, default_target, enqueue, events, pg};
+use common::{Running, config, default_target, enqueue, events, pg, table_buffers};
 use postbox::store::{ClaimParams, MarkProcessedParams};
 use postbox::{PgStore, Relay, Store};
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
-use sqlx::{Connection, Executor, Row};
+use sqlx::{Connection, Executor};
 
-/// Buffers one claim of 100 touches from `floor` (its work rolled back), as `EXPLAIN (ANALYZE,
-/// BUFFERS)` counts them.
+/// Buffers of the outbox one claim of 100 touches from `floor` (its work rolled back).
 async fn claim_buffers(db: &TestDb, floor: i64) -> i64 {
-    let mut tx = db.pool().begin().await.expect("begin");
-    let plan: serde_json::Value = sqlx::query(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-         SELECT * FROM postbox_claim(100, 30000, 'probe', gen_random_uuid(), ARRAY[]::text[], 0,
-                                     'lease expired', $1, 0, false)",
+    table_buffers(
+        db,
+        &format!(
+            "SELECT * FROM postbox_claim(100, 30000, 'probe', gen_random_uuid(), ARRAY[]::text[],
+                                         0, 'lease expired', {floor}, 0, false)"
+        ),
     )
-    .bind(floor)
-    .fetch_one(&mut *tx)
     .await
-    .expect("explain")
-    .get(0);
-    tx.rollback().await.expect("rollback");
-    let top = &plan[0]["Plan"];
-    top["Shared Hit Blocks"].as_i64().unwrap_or(0) + top["Shared Read Blocks"].as_i64().unwrap_or(0)
 }
 
 /// The commit horizon of the default schema, once every transaction writing to it has ended.

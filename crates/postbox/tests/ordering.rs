@@ -14,11 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{Running, config, count, default_target, enqueue, pg};
+use common::{Running, config, count, default_target, enqueue, pg, table_buffers};
 use postbox::store::{ClaimOrder, ClaimParams, Claimed, Store};
 use postbox::{Event, OutboxEvent, PgStore, PublishError, Relay, Sink};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
-use sqlx::Row;
 
 fn invoice(event_type: &str, id: &str, n: usize) -> Event {
     Event::new(event_type, &serde_json::json!({ "n": n }))
@@ -271,13 +270,12 @@ async fn claim_ordered(store: &PgStore, batch_size: u32, settled_through: i64) -
 
 /// Buffers one claim of 100 over every ordered aggregate touches (its work rolled back) when it
 /// reads `walk` due events in id order before it finds the ready aggregates' heads directly (0:
-/// it reads on to the end), as `EXPLAIN (ANALYZE, BUFFERS)` counts them.
+/// it reads on to the end).
 async fn ordered_claim_buffers(db: &TestDb, walk: i32) -> i64 {
-    buffers(
+    table_buffers(
         db,
         &format!(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
-             SELECT * FROM postbox_claim(100, 30000, 'probe', gen_random_uuid(), ARRAY['*'],
+            "SELECT * FROM postbox_claim(100, 30000, 'probe', gen_random_uuid(), ARRAY['*'],
                                          9223372036854775807, 'lease expired', 0, {walk}, false)"
         ),
     )
@@ -298,20 +296,6 @@ async fn insert_round_robin(db: &TestDb, prefix: &str, aggregates: i32, events: 
     .execute(db.pool())
     .await
     .unwrap();
-}
-
-/// The buffers an `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` statement touched, in a transaction
-/// rolled back.
-async fn buffers(db: &TestDb, explain: &str) -> i64 {
-    let mut tx = db.pool().begin().await.unwrap();
-    let plan: serde_json::Value = sqlx::query(sqlx::AssertSqlSafe(explain.to_owned()))
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap()
-        .get(0);
-    tx.rollback().await.unwrap();
-    let top = &plan[0]["Plan"];
-    top["Shared Hit Blocks"].as_i64().unwrap_or(0) + top["Shared Read Blocks"].as_i64().unwrap_or(0)
 }
 
 /// While every aggregate of a long backlog has an event in flight, a claim finds the aggregates
@@ -373,11 +357,7 @@ async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behi
             .is_some_and(|d| d > Duration::from_secs(20)),
         "{backlog:?}"
     );
-    let backlog_buffers = buffers(
-        &db,
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT postbox_backlog(ARRAY['*'])",
-    )
-    .await;
+    let backlog_buffers = table_buffers(&db, "SELECT postbox_backlog(ARRAY['*'])").await;
     // 100 aggregates that are ready, behind 19,900 events that wait for the ones in flight.
     sqlx::query(
         "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
@@ -402,9 +382,12 @@ async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behi
     );
     // Finding the heads: a descent for each of the 200 aggregates and one to its head (a few
     // buffers each), the walk of 100 with a probe each, and the 100 rows taken, each writing
-    // a new version and its index entries (about a dozen buffers).
+    // a new version and its index entries (about a dozen buffers): 5,300 buffers on a quiet
+    // server, up to 15 % more when other tests run beside it (what pruning and the killed index
+    // entries of the claims before it left depends on when those ran), against the 60,000 of
+    // reading on.
     assert!(
-        finding_heads < 60 * 100,
+        finding_heads < 80 * 100,
         "a claim of 100 that finds the heads touched {finding_heads} buffers"
     );
     assert!(

@@ -169,3 +169,31 @@ pub(crate) fn tally(ids: impl IntoIterator<Item = i64>) -> HashMap<i64, usize> {
     }
     seen
 }
+
+/// The buffers of `outbox_events` and its indexes that `sql` touches, run once in a transaction
+/// that is rolled back. Counted per relation (`pg_stat_get_xact_blocks_fetched`, hits and reads,
+/// before and after within the one transaction) rather than by `EXPLAIN (BUFFERS)`, which also
+/// counts the catalog pages a statement is planned from: those depend on the session's caches,
+/// which other databases' DDL on the same server can reset at any moment, not on the claim.
+pub(crate) async fn table_buffers(db: &TestDb, sql: &str) -> i64 {
+    const FETCHED: &str = "SELECT sum(pg_stat_get_xact_blocks_fetched(c.oid))::bigint
+                           FROM pg_class c
+                           WHERE c.oid = 'outbox_events'::regclass
+                              OR c.oid IN (SELECT i.indexrelid FROM pg_index i
+                                           WHERE i.indrelid = 'outbox_events'::regclass)";
+    let mut tx = db.pool().begin().await.expect("begin");
+    let before: i64 = sqlx::query_scalar(FETCHED)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("buffers before");
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let after: i64 = sqlx::query_scalar(FETCHED)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("buffers after");
+    tx.rollback().await.expect("rollback");
+    after - before
+}
