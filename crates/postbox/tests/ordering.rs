@@ -250,6 +250,40 @@ async fn a_second_claim_takes_nothing_of_an_aggregate_in_flight() {
     drop(db);
 }
 
+/// An aggregate's later event is not taken while its head, still `PENDING`, is held by another
+/// transaction at the moment of the claim (a claim of another relay under way): the claim's walk
+/// skips the locked head and must not take what follows it (migration
+/// `0012_inlined_probes.sql`: the rest of the batch takes only first unfinished events).
+#[tokio::test]
+async fn a_later_event_waits_while_its_head_is_locked_by_another_claim() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    // x's head, then seven other aggregates (the first events of a claim's runs), then x's
+    // second event, which a claim of 100 reaches past those runs.
+    let mut batch = vec![invoice("InvoiceEvent", "x", 0)];
+    batch.extend((1..=7).map(|i| invoice("InvoiceEvent", &format!("y{i}"), i)));
+    batch.push(invoice("InvoiceEvent", "x", 8));
+    let ids = enqueue(&db, &outbox, batch).await;
+    let mut other = db.pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM outbox_events WHERE id = $1 FOR UPDATE")
+        .bind(ids[0])
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let claim = claim_ordered(&store, 100, i64::MAX).await;
+    let taken: Vec<i64> = claim.events.iter().map(|e| e.id).collect();
+    assert_eq!(taken, ids[1..8], "x's second event waits for its head");
+    other.rollback().await.unwrap();
+    let next = claim_ordered(&store, 100, i64::MAX).await;
+    let taken: Vec<i64> = next.events.iter().map(|e| e.id).collect();
+    assert_eq!(
+        taken,
+        [ids[0], ids[8]],
+        "x's events go out in order once its head is free"
+    );
+    drop(db);
+}
+
 async fn claim_ordered(store: &PgStore, batch_size: u32, settled_through: i64) -> Claimed {
     store
         .events_claim(&ClaimParams {

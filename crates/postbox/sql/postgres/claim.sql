@@ -3,7 +3,8 @@
 -- The statement lives in the function postbox_claim (migration 0008_claim.sql), which pins its
 -- plan whatever the table's statistics say, and claims new work from the relay's floor ($8)
 -- (migration 0009_ordered_heads.sql: without walking what waits behind ordered aggregates;
--- 0011_ordered_runs.sql: runs of a few aggregates per claim).
+-- 0011_ordered_runs.sql: runs of a few aggregates per claim; 0012_inlined_probes.sql: the walk's
+-- order probes inlined).
 -- $1 batch size, $2 lease in ms, $3 relay id, $4 claim token, $5 the ordered aggregate types
 -- ('*' for all, empty for none: G6), $6 the commit horizon (ordered events above it are not
 -- claimed yet), $7 a stale event's last_error ({relay} for the relay that held it), $8 the

@@ -99,6 +99,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         name: "outbox_0011_ordered_runs",
         sql: include_str!("../../sql/postgres/0011_ordered_runs.sql"),
     },
+    Migration {
+        name: "outbox_0012_inlined_probes",
+        sql: include_str!("../../sql/postgres/0012_inlined_probes.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.
