@@ -60,6 +60,8 @@ pub(crate) struct TargetStatus {
     pub(crate) counts: Option<StatusCounts>,
     /// Ordered aggregates parked by a FAILED event (up to 1,000 heads read).
     pub(crate) parked_aggregates: i64,
+    /// The consumers of its inbox: messages recorded in the dedup window, repeats skipped.
+    pub(crate) inbox: Vec<postbox::inbox::InboxStats>,
     /// Why the counts could not be read, or why the tenant is not served.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) error: Option<String>,
@@ -96,6 +98,7 @@ pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
             tenant_status: t.tenant_status,
             counts: t.counts,
             parked_aggregates: t.parked_aggregates,
+            inbox: t.inbox,
             error: t.error,
             target: t.target,
         })

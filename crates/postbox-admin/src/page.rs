@@ -221,6 +221,15 @@ async fn build(shared: &Shared, notice: Option<String>) -> Result<Dashboard, Api
                 if t.parked_aggregates > 0 {
                     note.push(format!("{} parked aggregate(s)", t.parked_aggregates));
                 }
+                for i in &t.inbox {
+                    note.push(format!(
+                        "inbox {}: {}{} handled, {} duplicate(s) skipped",
+                        i.consumer,
+                        if i.messages_exact() { "" } else { "≥" },
+                        i.messages,
+                        i.duplicates
+                    ));
+                }
                 if let Some(status) = t.tenant_status.filter(|s| *s != TenantStatus::Active) {
                     note.push(status.to_string());
                 }

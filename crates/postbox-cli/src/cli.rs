@@ -607,7 +607,7 @@ pub(crate) struct ArchiveArgs {
 
 /// `postbox purge`.
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("what").required(true).args(["archive", "failed"]))]
+#[command(group = clap::ArgGroup::new("what").required(true).args(["archive", "failed", "inbox"]))]
 pub(crate) struct PurgeArgs {
     /// Delete archived events archived longer ago than --older-than
     #[arg(long)]
@@ -616,6 +616,11 @@ pub(crate) struct PurgeArgs {
     /// Delete FAILED events whose last try is older than --older-than
     #[arg(long)]
     pub(crate) failed: bool,
+
+    /// Delete inbox records received longer ago than --older-than (past the dedup window, a
+    /// repeat of their message is handled again)
+    #[arg(long)]
+    pub(crate) inbox: bool,
 
     /// The age past which events are deleted (required), e.g. 7d, 90days
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,

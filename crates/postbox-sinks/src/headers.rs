@@ -31,6 +31,49 @@ pub const EVENT_CLASS: &str = "postbox-event-class";
 /// `2026-04-24T10:00:00.000Z`.
 pub const CREATED_AT: &str = "postbox-created-at";
 
+/// The JetStream header that carries the dedup id (the NATS sink's); the stream drops a repeat
+/// within its duplicate window.
+pub const NATS_MSG_ID: &str = "Nats-Msg-Id";
+/// The HTTP header that carries the dedup id (the webhook sink's).
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// The dedup id of a received message, from its headers, for a consumer's
+/// [`Inbox`](postbox::Inbox): `postbox-dedup-id`, which every sink that has headers sends,
+/// else the broker's own dedup field (`Nats-Msg-Id`, `Idempotency-Key`); names compared
+/// case-insensitively, as HTTP does. `None` when the message has none of them.
+///
+/// Give it what the client library hands the consumer as name/value text: Kafka record headers,
+/// NATS headers, HTTP request headers, MQTT 5 user properties, Redis stream fields. A RabbitMQ
+/// message carries the dedup id in its `message_id` property instead (the AMQP sink sets it),
+/// and keeps the headers too.
+///
+/// ```
+/// use postbox_sinks::headers;
+///
+/// let received = [("content-type", "application/json"), ("Nats-Msg-Id", "Invoice:456:InvoiceCreated:2026-04-24")];
+/// assert_eq!(headers::dedup_id(received), Some("Invoice:456:InvoiceCreated:2026-04-24"));
+/// assert_eq!(headers::dedup_id([("postbox-dedup-id", "7"), ("Nats-Msg-Id", "7")]), Some("7"));
+/// assert_eq!(headers::dedup_id([("traceparent", "00-…")]), None);
+/// ```
+pub fn dedup_id<'a, I>(headers: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = (&'a str, &'a str)>,
+{
+    let mut fallback = None;
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case(DEDUP_ID) {
+            return Some(value);
+        }
+        if fallback.is_none()
+            && (name.eq_ignore_ascii_case(NATS_MSG_ID)
+                || name.eq_ignore_ascii_case(IDEMPOTENCY_KEY))
+        {
+            fallback = Some(value);
+        }
+    }
+    fallback
+}
+
 /// The Postbox metadata of `event`, by the names above (absent values are left out).
 ///
 /// ```

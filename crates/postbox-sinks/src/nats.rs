@@ -20,7 +20,7 @@ use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// The JetStream header that carries the dedup id; the stream drops a repeat within its
 /// duplicate window.
-pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+pub const MSG_ID_HEADER: &str = headers::NATS_MSG_ID;
 
 /// Configuration of a [`NatsSink`].
 ///

@@ -23,7 +23,7 @@ use crate::settings::{Secret, SinkSettings};
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 
 /// The header that carries the dedup id.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+pub const IDEMPOTENCY_KEY_HEADER: &str = headers::IDEMPOTENCY_KEY;
 
 /// The default signature header: `sha256=<hex HMAC-SHA256 of the body>`.
 pub const DEFAULT_SIGNATURE_HEADER: &str = "X-Postbox-Signature";

@@ -263,4 +263,11 @@ impl postbox::Store for FaultyStore {
     async fn wakeups(&self) -> postbox::Result<Option<Box<dyn Wakeups>>> {
         self.inner.wakeups().await
     }
+
+    async fn inbox_stats(
+        &self,
+        target: &postbox::Target,
+    ) -> postbox::Result<Vec<postbox::inbox::InboxStats>> {
+        self.inner.inbox_stats(target).await
+    }
 }

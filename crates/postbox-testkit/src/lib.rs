@@ -12,6 +12,7 @@
 pub mod consumers;
 mod event;
 mod faulty;
+mod inbox;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
@@ -28,6 +29,7 @@ mod wait;
 
 pub use event::{TestEvent, event};
 pub use faulty::{FaultyStore, StoreOp};
+pub use inbox::handle_message;
 #[cfg(feature = "mysql")]
 pub use mysql::{TestMySql, mysql_admin_url};
 #[cfg(feature = "postgres")]

@@ -392,4 +392,7 @@ impl Store for AnyStore {
     async fn oldest_transaction_age(&self) -> Result<Option<std::time::Duration>> {
         self.inner().oldest_transaction_age().await
     }
+    async fn inbox_stats(&self, target: &Target) -> Result<Vec<crate::inbox::InboxStats>> {
+        self.inner().inbox_stats(target).await
+    }
 }

@@ -44,6 +44,16 @@ pub enum Error {
         schema: String,
     },
 
+    /// A consumer name or message id given to an [`Inbox`](crate::inbox::Inbox) was refused
+    /// before anything was written (empty, or too long for `inbox_messages`).
+    #[error("invalid message: {field} {reason}")]
+    InvalidMessage {
+        /// `consumer` or `message_id`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A filter over events (list, replay) was refused before anything was read: a status
     /// that does not exist, a time range backwards, an empty value.
     #[error("invalid filter: {field} {reason}")]

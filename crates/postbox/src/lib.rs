@@ -11,6 +11,7 @@ mod error;
 mod event;
 mod glob;
 mod handlers;
+pub mod inbox;
 pub mod metrics;
 mod migrate;
 mod ordering;
@@ -34,6 +35,7 @@ pub use event::{
 };
 pub use glob::{Glob, GlobError};
 pub use handlers::{HandlerError, Handlers};
+pub use inbox::{Inbox, Received};
 pub use migrate::migrate;
 pub use outbox::{
     DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,

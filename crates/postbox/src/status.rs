@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::inbox::InboxStats;
 pub use crate::schema::DEFAULT_TENANT;
 use crate::schema::{Target, TenantId};
 use crate::store::{
@@ -97,7 +98,10 @@ pub struct TargetReport {
     /// [`PARKED_COUNT_LIMIT`] heads (`postbox events list --parked` lists them); 0 without
     /// `FAILED` events.
     pub parked_aggregates: i64,
-    /// Why the counts could not be read, or why the tenant is not served.
+    /// The consumers of its inbox ([`Inbox`](crate::Inbox)), by name: messages recorded in
+    /// the dedup window and repeats skipped.
+    pub inbox: Vec<InboxStats>,
+    /// Why the counts (or the inbox) could not be read, or why the tenant is not served.
     pub error: Option<String>,
 }
 
@@ -138,13 +142,21 @@ impl StatusReport {
                 Some(counts) => Ok(counts),
                 None => store.status_counts(&target).await,
             };
-            let (counts, parked_aggregates, error) = match counts {
+            let (counts, parked_aggregates, mut error) = match counts {
                 Ok(counts) if counts.failed > 0 => match parked_aggregates(store, &target).await {
                     Ok(parked) => (Some(counts), parked, None),
                     Err(e) => (Some(counts), 0, Some(e.to_string())),
                 },
                 Ok(counts) => (Some(counts), 0, None),
                 Err(e) => (None, 0, Some(e.to_string())),
+            };
+            let inbox = if counts.is_some() {
+                store.inbox_stats(&target).await.unwrap_or_else(|e| {
+                    error.get_or_insert_with(|| e.to_string());
+                    Vec::new()
+                })
+            } else {
+                Vec::new()
             };
             targets.push(TargetReport {
                 tenant: target.tenant.as_ref().map(ToString::to_string),
@@ -153,6 +165,7 @@ impl StatusReport {
                 tenant_status,
                 counts,
                 parked_aggregates,
+                inbox,
                 error,
             });
         }
@@ -164,6 +177,7 @@ impl StatusReport {
                 tenant_status: None,
                 counts: None,
                 parked_aggregates: 0,
+                inbox: Vec::new(),
                 error: Some(format!("not served: {}", rejected.reason)),
             });
         }

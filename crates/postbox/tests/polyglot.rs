@@ -39,7 +39,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use common::{Running, config, own_store, pg, tally};
-use postbox::{Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, Sink};
+use postbox::{Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, Sink, Store};
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::mpsc;
 
@@ -507,4 +507,70 @@ async fn java_and_python_producers_get_the_rust_producers_guarantees_and_latency
             "{who}: median {m:?} against Rust's {rust:?}"
         );
     }
+}
+
+/// The Python consumer (`tests/polyglot/consumer.py`), on the same line protocol.
+fn python_consumer(db: &TestDb) -> Producer {
+    let mut command = Command::new("python3");
+    command.arg(format!("{SOURCES}/consumer.py")).arg(db.url());
+    Producer::spawn("Python consumer", command)
+}
+
+/// A Python consumer applies each message's effect once through `postbox_inbox_receive`: a
+/// repeat is skipped; a consumer killed (SIGKILL) with its transaction open leaves neither the
+/// record nor the effect, and the next instance handles the message; the records are the ones
+/// a Rust `Inbox` of the same consumer name reads.
+#[tokio::test]
+async fn a_python_consumer_applies_each_message_once_through_the_sql_inbox() {
+    let (db, store) = pg().await;
+    sqlx::query("CREATE TABLE ledger (message_id text NOT NULL, amount bigint, consumer text)")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let mut consumer = python_consumer(&db);
+    assert_eq!(
+        consumer.ask("handle Invoice:1:InvoiceCreated 100").await,
+        "new"
+    );
+    assert_eq!(
+        consumer.ask("handle Invoice:1:InvoiceCreated 100").await,
+        "duplicate"
+    );
+    assert_eq!(consumer.ask("handle 42 7").await, "new");
+    // A crash between the effect and the commit.
+    assert_eq!(consumer.ask("hold 43 5").await, "held new");
+    consumer.child.kill().unwrap();
+    consumer.child.wait().unwrap();
+    // Its successor: the message comes again and is handled (its call waits, if need be, until
+    // the server has rolled the dead session's transaction back).
+    let mut consumer = python_consumer(&db);
+    assert_eq!(consumer.ask("handle 43 5").await, "new");
+    assert_eq!(consumer.ask("handle 43 5").await, "duplicate");
+    consumer.quit();
+
+    // A Rust consumer of the same name shares the records.
+    let inbox = store.inbox("python-ledger").unwrap();
+    let mut tx = db.pool().begin().await.unwrap();
+    assert_eq!(
+        inbox.receive(&mut tx, "42").await.unwrap(),
+        postbox::Received::Duplicate
+    );
+    assert_eq!(
+        inbox.receive(&mut tx, "44").await.unwrap(),
+        postbox::Received::New
+    );
+    tx.commit().await.unwrap();
+
+    let ledger: Vec<(String, i64)> =
+        sqlx::query_as("SELECT message_id, amount FROM ledger ORDER BY message_id")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    let expected = [("42", 7), ("43", 5), ("Invoice:1:InvoiceCreated", 100)]
+        .map(|(id, amount)| (id.to_owned(), amount));
+    assert_eq!(ledger, expected, "each message's effect once");
+    let target = postbox::Target::default_schema(store.default_schema());
+    let stats = store.inbox_stats(&target).await.unwrap();
+    assert_eq!(stats.len(), 1);
+    assert_eq!((stats[0].messages, stats[0].duplicates), (4, 3));
 }

@@ -56,7 +56,11 @@ async fn relays_archive_and_purge_while_they_publish() {
         "UPDATE outbox_events SET status = 'FAILED', last_error = 'boom' WHERE id <= 10;
          INSERT INTO outbox_events_archive (id, event_type, payload, status, archived_at)
          SELECT 1000000 + g, 'Ancient', '{}', 'PROCESSED', now() - interval '100 days'
-         FROM generate_series(1, 300) AS g;",
+         FROM generate_series(1, 300) AS g;
+         INSERT INTO inbox_messages (consumer, message_id, received_at)
+         SELECT 'billing', 'm-' || g, now() - interval '8 days' - g * interval '1 second'
+         FROM generate_series(1, 1500) AS g;
+         INSERT INTO inbox_messages (consumer, message_id) VALUES ('billing', 'fresh');",
     )
     .await;
     let fresh = common::enqueue(&db, &db.outbox(), common::events("New", 2_000)).await;
@@ -103,8 +107,23 @@ async fn relays_archive_and_purge_while_they_publish() {
         },
     )
     .await;
+    // The inbox's records past its dedup window (7 days by default) go in the same runs.
+    wait_until(
+        "the inbox's old records are purged",
+        Duration::from_secs(30),
+        || async { scalar(&db, "SELECT count(*) FROM inbox_messages").await == 1 },
+    )
+    .await;
     a.stop().await;
     b.stop().await;
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT count(*) FROM inbox_messages WHERE message_id = 'fresh'"
+        )
+        .await,
+        1
+    );
     assert_eq!(
         scalar(
             &db,

@@ -1150,3 +1150,78 @@ async fn a_rolled_back_sql_event_is_never_published_while_a_relay_runs() {
         Some(3)
     );
 }
+
+/// `postbox_inbox_receive` answers as the Rust `Inbox` does (they share the records), and
+/// refuses a consumer name or message id that is NULL, empty or too long with SQLSTATE 22023
+/// and a hint, writing nothing.
+#[tokio::test]
+async fn the_sql_inbox_answers_as_the_rust_inbox_and_refuses_bad_ids_by_name() {
+    let (db, store) = pg().await;
+    let mut conn = db.pool().acquire().await.unwrap();
+    let receive = |consumer: Option<String>, id: Option<String>| {
+        sqlx::query_scalar::<_, bool>("SELECT postbox_inbox_receive($1, $2)")
+            .bind(consumer)
+            .bind(id)
+    };
+    let some = |s: &str| Some(s.to_owned());
+    assert!(
+        receive(some("billing"), some("m-1"))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !receive(some("billing"), some("m-1"))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap()
+    );
+    // Named arguments, as the docs call it.
+    let named: bool = sqlx::query_scalar(
+        "SELECT postbox_inbox_receive(consumer => 'shipping', message_id => 'm-1')",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert!(named);
+    // The Rust inbox reads the same records.
+    let mut tx = db.pool().begin().await.unwrap();
+    let billing = store.inbox("billing").unwrap();
+    assert_eq!(
+        billing.receive(&mut tx, "m-1").await.unwrap(),
+        postbox::Received::Duplicate
+    );
+    tx.commit().await.unwrap();
+
+    let cases = [
+        (None, some("m"), "consumer"),
+        (some(""), some("m"), "consumer"),
+        (Some("c".repeat(101)), some("m"), "consumer"),
+        (some("billing"), None, "message_id"),
+        (some("billing"), some(""), "message_id"),
+        (some("billing"), Some("x".repeat(256)), "message_id"),
+    ];
+    for (consumer, id, named) in cases {
+        let err = sql_error(
+            receive(consumer, id)
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(err.code, "22023", "{err:?}");
+        assert!(err.message.contains(named), "{err:?}");
+        assert!(err.hint.is_some(), "{err:?}");
+    }
+    // The longest name and id fit, in characters.
+    assert!(
+        receive(Some("é".repeat(100)), Some("ü".repeat(255)))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap()
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_messages")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(rows, 3, "the refused calls wrote nothing");
+}

@@ -1,4 +1,4 @@
-//! `postbox purge`: archived events, or FAILED events, past an age are deleted.
+//! `postbox purge`: archived events, FAILED events or inbox records past an age are deleted.
 
 use std::process::ExitCode;
 
@@ -10,8 +10,8 @@ use crate::commands::progress::Progress;
 use crate::config::{Config, show};
 use crate::database::{Create, Database};
 
-/// Purges (or with `--dry-run` counts) the archived or FAILED events of each target older than
-/// `--older-than`.
+/// Purges (or with `--dry-run` counts) the archived or FAILED events, or the inbox records, of
+/// each target older than `--older-than`.
 pub(crate) async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<ExitCode> {
     // clap requires it; an age is what keeps a purge from emptying a table by mistake.
     let older_than = args
@@ -19,6 +19,8 @@ pub(crate) async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<Exi
         .context("--older-than is required: say how old the events to delete must be")?;
     let (kind, what) = if args.failed {
         (PurgeKind::Failed, "FAILED event(s) whose last try is")
+    } else if args.inbox {
+        (PurgeKind::Inbox, "inbox record(s) received")
     } else {
         (PurgeKind::Archive, "archived event(s) archived")
     };
@@ -52,7 +54,7 @@ pub(crate) async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<Exi
         );
     }
     if args.dry_run {
-        println!("dry run: {total} event(s) in all; nothing was deleted");
+        println!("dry run: {total} row(s) in all; nothing was deleted");
     }
     Ok(ExitCode::SUCCESS)
 }

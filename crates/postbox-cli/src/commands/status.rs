@@ -25,9 +25,24 @@ struct TargetStatus {
     /// The counts, if they could be read.
     #[serde(flatten)]
     counts: Option<Counts>,
+    /// The consumers of its inbox: messages recorded in the dedup window, repeats skipped.
+    inbox: Vec<InboxLine>,
     /// Why the counts could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// One consumer of an inbox, as printed.
+#[derive(Debug, Serialize)]
+struct InboxLine {
+    /// The consumer's name.
+    consumer: String,
+    /// Messages it recorded, within the dedup window (`inbox_retention`).
+    messages: i64,
+    /// Whether `messages` is exact; past 100,000 it is "at least".
+    messages_exact: bool,
+    /// Repeats it skipped.
+    duplicates: i64,
 }
 
 /// Counts by status, as printed.
@@ -189,6 +204,16 @@ async fn report(config: &Config, location: &crate::database::Location) -> anyhow
                 counts.parked_aggregates = t.parked_aggregates;
                 counts
             }),
+            inbox: t
+                .inbox
+                .iter()
+                .map(|i| InboxLine {
+                    consumer: i.consumer.clone(),
+                    messages: i.messages,
+                    messages_exact: i.messages_exact(),
+                    duplicates: i.duplicates,
+                })
+                .collect(),
             error: t.error,
         })
         .collect();
@@ -297,6 +322,26 @@ fn table(report: &Report) -> String {
             ));
         }
     }
+    let mut inboxes = report
+        .targets
+        .iter()
+        .filter(|t| !t.inbox.is_empty())
+        .peekable();
+    if inboxes.peek().is_some() {
+        out.push('\n');
+    }
+    for t in inboxes {
+        for i in &t.inbox {
+            out.push_str(&format!(
+                "inbox {} of {}: {}{} message(s) handled, {} duplicate(s) skipped\n",
+                i.consumer,
+                t.tenant.as_deref().unwrap_or("(default)"),
+                if i.messages_exact { "" } else { "at least " },
+                i.messages,
+                i.duplicates
+            ));
+        }
+    }
     if let Some(secs) = report.oldest_transaction_age_secs {
         out.push_str(&format!(
             "\noldest open transaction: {}{}\n",
@@ -350,6 +395,12 @@ mod tests {
                         oldest_pending_age_secs: Some(65.2),
                         dead_tuples: Some(4200),
                     }),
+                    inbox: vec![InboxLine {
+                        consumer: "billing".to_owned(),
+                        messages: 100_000,
+                        messages_exact: false,
+                        duplicates: 3,
+                    }],
                     error: None,
                 },
                 TargetStatus {
@@ -366,6 +417,7 @@ mod tests {
                         oldest_pending_age_secs: None,
                         dead_tuples: None,
                     }),
+                    inbox: Vec::new(),
                     error: None,
                 },
             ],
@@ -381,6 +433,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("(default)"), "{text}");
+        assert!(
+            text.contains(
+                "inbox billing of (default): at least 100000 message(s) handled, 3 duplicate(s) skipped"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("DEAD ROWS") && text.contains("4200"),
             "{text}"

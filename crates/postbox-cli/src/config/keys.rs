@@ -150,6 +150,14 @@ pub(crate) const KEYS: &[KeyDoc] = &[
                 the archive forever.",
     },
     KeyDoc {
+        key: "inbox_retention",
+        default: "\"7days\"",
+        flag: None,
+        about: "The inbox's dedup window: age (from receipt) past which relays delete the \
+                records of messages consumers handled; a repeat arriving later is handled \
+                again. \"0s\" keeps every record.",
+    },
+    KeyDoc {
         key: "drain_patience",
         default: "\"60s\"",
         flag: None,

@@ -102,6 +102,9 @@ pub(crate) struct Config {
     /// Age past which archived events are deleted; zero: never.
     #[serde(with = "humantime_serde")]
     pub(crate) archive_retention: Duration,
+    /// The inbox's dedup window: age past which inbox records are deleted; zero: never.
+    #[serde(with = "humantime_serde")]
+    pub(crate) inbox_retention: Duration,
     /// The `dead_letter_*` keys configure the slow lane (FAILED is the dead-letter state): how
     /// long after its last try a FAILED event gets a slow-lane try; zero: never.
     #[serde(with = "humantime_serde")]
@@ -230,6 +233,7 @@ impl Default for Config {
             drain_patience: relay.drain_patience,
             retention: relay.retention.unwrap_or_default(),
             archive_retention: relay.archive_retention.unwrap_or_default(),
+            inbox_retention: relay.inbox_retention.unwrap_or_default(),
             dead_letter_retry_interval: relay.dead_letter_retry_interval.unwrap_or_default(),
             dead_letter_max_retries: relay.dead_letter_max_retries,
             ordered_aggregate_types: relay.ordered_aggregate_types,
@@ -281,6 +285,7 @@ impl Config {
             .archive_retention(
                 (!self.archive_retention.is_zero()).then_some(self.archive_retention),
             )
+            .inbox_retention((!self.inbox_retention.is_zero()).then_some(self.inbox_retention))
             .dead_letter_retry_interval(
                 (!self.dead_letter_retry_interval.is_zero())
                     .then_some(self.dead_letter_retry_interval),

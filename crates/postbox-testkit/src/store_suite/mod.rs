@@ -27,6 +27,7 @@
 
 use std::time::Duration;
 
+use postbox::inbox::{Inbox, Received};
 use postbox::store::{
     ClaimParams, Claimed, FailedTry, MarkFailedParams, MarkProcessedParams, RenewParams,
 };
@@ -37,6 +38,7 @@ use uuid::Uuid;
 use crate::wait_until;
 
 mod horizon;
+mod inbox;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
@@ -51,6 +53,11 @@ pub use horizon::{
     an_id_rolled_back_does_not_hold_the_commit_horizon_back,
     the_commit_horizon_settles_committed_ids_and_never_one_still_open,
     the_head_of_the_outbox_moves_with_every_id_handed_out,
+};
+pub use inbox::{
+    a_concurrent_delivery_waits_for_the_first_and_never_runs_twice,
+    an_inbox_handles_each_message_once_per_consumer,
+    inbox_records_past_the_dedup_window_are_purged,
 };
 pub use sink_health::sink_reports_keep_each_relays_latest;
 pub use tenants::tenants_are_served_or_plainly_unsupported;
@@ -154,6 +161,25 @@ pub trait StoreHarness: Sized {
     async fn commit_open(&self, open: Self::Open);
     /// Rolls back a transaction of [`StoreHarness::open_enqueue`].
     async fn rollback_open(&self, open: Self::Open);
+    /// Handles message `message_id` as a consumer does, in one transaction of its own:
+    /// [`handle_message`](crate::handle_message), then a commit, or a rollback without `commit`.
+    async fn inbox_handle(
+        &self,
+        inbox: &Inbox,
+        outbox: &Outbox,
+        message_id: &str,
+        commit: bool,
+    ) -> postbox::Result<Received>;
+    /// The same, with the transaction left open (for [`StoreHarness::commit_open`] or
+    /// [`StoreHarness::rollback_open`]).
+    async fn inbox_open(
+        &self,
+        inbox: &Inbox,
+        outbox: &Outbox,
+        message_id: &str,
+    ) -> (Received, Self::Open);
+    /// Sets `received_at` of the inbox records of `message_id` to `days` days ago.
+    async fn backdate_inbox(&self, message_id: &str, days: u32);
 }
 
 pub(crate) fn row_view<R: Row>(r: &R) -> RowView
@@ -2039,6 +2065,9 @@ macro_rules! __store_suite_cases {
             wakeups_come_with_commits_or_the_store_has_none,
             marks_leave_dead_rows_that_a_vacuum_removes,
             the_oldest_open_transaction_is_seen_where_the_database_tells,
+            an_inbox_handles_each_message_once_per_consumer,
+            a_concurrent_delivery_waits_for_the_first_and_never_runs_twice,
+            inbox_records_past_the_dedup_window_are_purged,
         ] }
     };
 }

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, reason = "a test suite fails loudly")]
 
+use postbox::inbox::{Inbox, Received};
 use postbox::{Enqueued, Event, Outbox, Store};
 
 use super::{RowView, StoreHarness, row_view};
@@ -151,5 +152,44 @@ impl StoreHarness for SqliteHarness {
 
     async fn rollback_open(&self, open: Self::Open) {
         open.rollback().await.expect("rollback");
+    }
+
+    async fn inbox_handle(
+        &self,
+        inbox: &Inbox,
+        outbox: &Outbox,
+        message_id: &str,
+        commit: bool,
+    ) -> postbox::Result<Received> {
+        let mut tx = self.store.pool().begin().await?;
+        let received = crate::handle_message(&mut tx, inbox, outbox, message_id).await?;
+        if commit {
+            tx.commit().await?;
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(received)
+    }
+
+    async fn inbox_open(
+        &self,
+        inbox: &Inbox,
+        outbox: &Outbox,
+        message_id: &str,
+    ) -> (Received, Self::Open) {
+        let mut tx = self.store.pool().begin().await.expect("begin");
+        let received = crate::handle_message(&mut tx, inbox, outbox, message_id)
+            .await
+            .expect("handle");
+        (received, tx)
+    }
+
+    async fn backdate_inbox(&self, message_id: &str, days: u32) {
+        sqlx::query("UPDATE inbox_messages SET received_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ?1 || ' days') WHERE message_id = ?2")
+            .bind(days)
+            .bind(message_id)
+            .execute(self.store.pool())
+            .await
+            .expect("backdate the inbox");
     }
 }

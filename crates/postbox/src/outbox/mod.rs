@@ -363,7 +363,7 @@ impl OutboxBuilder {
 }
 
 mod sealed {
-    /// A connection [`super::Outbox`] can write through.
+    /// A connection [`super::Outbox`] (and an [`Inbox`](crate::Inbox)) can write through.
     pub enum Conn<'a> {
         /// PostgreSQL.
         #[cfg(feature = "postgres")]
@@ -381,7 +381,8 @@ mod sealed {
     }
 }
 
-use sealed::{Conn, Sealed};
+pub(crate) use sealed::Conn;
+use sealed::Sealed;
 
 /// A connection or transaction that [`Outbox::enqueue`] can write through: a PostgreSQL, SQLite
 /// or MySQL connection, pooled connection or transaction. Sealed.

@@ -92,6 +92,11 @@ pub struct RelayConfig {
     /// Age past which archived events are deleted (counted from their archiving); `None` keeps
     /// the archive forever.
     pub archive_retention: Option<Duration>,
+    /// The inbox's dedup window ([`Inbox`](crate::Inbox)): records of handled messages older
+    /// than this (counted from their receipt) are deleted, in the same runs and batches as the
+    /// archive's. A repeat of a message arrives within it to be skipped; after it, it is handled
+    /// again. `None` keeps every record.
+    pub inbox_retention: Option<Duration>,
     /// The slow lane of `FAILED` events (the dead-letter state): this long after its last try,
     /// a `FAILED` event gets one more try, up to
     /// [`dead_letter_max_retries`](Self::dead_letter_max_retries) times, before it waits for an
@@ -130,6 +135,7 @@ impl Default for RelayConfig {
             head_poll_interval: Some(Duration::from_millis(10)),
             retention: Some(Duration::from_secs(30 * 86_400)),
             archive_retention: Some(Duration::from_secs(90 * 86_400)),
+            inbox_retention: Some(Duration::from_secs(7 * 86_400)),
             dead_letter_retry_interval: Some(Duration::from_secs(3600)),
             dead_letter_max_retries: 24,
             retry_policies: Vec::new(),
@@ -159,6 +165,12 @@ impl RelayConfig {
     /// [`archive_retention`](Self::archive_retention)).
     pub fn archive_retention(mut self, archive_retention: Option<Duration>) -> Self {
         self.archive_retention = archive_retention;
+        self
+    }
+
+    /// Sets the inbox's dedup window (field [`inbox_retention`](Self::inbox_retention)).
+    pub fn inbox_retention(mut self, inbox_retention: Option<Duration>) -> Self {
+        self.inbox_retention = inbox_retention;
         self
     }
 
@@ -433,6 +445,12 @@ impl RelayConfig {
                 "must be above zero (or unset, to keep the archive forever)".into(),
             );
         }
+        if self.inbox_retention.is_some_and(|r| r.is_zero()) {
+            return bad(
+                "inbox_retention",
+                "must be above zero (or unset, to keep every inbox record)".into(),
+            );
+        }
         if self.vacuum_threshold == Some(0) {
             return bad(
                 "vacuum_threshold",
@@ -519,6 +537,7 @@ mod tests {
                 ),
                 "retry_policies",
             ),
+            (d().inbox_retention(Some(Duration::ZERO)), "inbox_retention"),
             (d().ordered_aggregate_types([""]), "ordered_aggregate_types"),
             (
                 d().ordered_aggregate_types(["bad\ntype"]),

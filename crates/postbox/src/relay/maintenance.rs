@@ -46,7 +46,7 @@ impl Maintenance {
     pub(super) fn new(cfg: &crate::relay::RelayConfig, rounds: Arc<Tracker>) -> Self {
         Maintenance {
             vacuum: Vacuum::new(cfg.vacuum_threshold),
-            retention: Retention::new(cfg.retention, cfg.archive_retention),
+            retention: Retention::new(cfg.retention, cfg.archive_retention, cfg.inbox_retention),
             slow_lane: SlowLane::new(
                 cfg.dead_letter_retry_interval,
                 cfg.dead_letter_max_retries,
@@ -196,20 +196,35 @@ const RETENTION_EVERY: Duration = Duration::from_secs(60);
 const RETENTION_BATCH: u32 = 1_000;
 
 /// Retention, run by the relays: every minute, `PROCESSED` events past `retention` move to the
-/// archive and archived events past `archive_retention` are deleted, in short batches (see
-/// [`Store::events_archive`]). One relay at a time works on a table; the others skip it.
+/// archive, archived events past `archive_retention` and inbox records past `inbox_retention`
+/// are deleted, in short batches (see [`Store::events_archive`]). One relay at a time works on a
+/// table; the others skip it.
 pub(super) struct Retention {
-    retention: Option<Duration>,
-    archive_retention: Option<Duration>,
+    ages: Ages,
     last_run: Option<Instant>,
     task: Option<JoinHandle<()>>,
 }
 
+/// The ages of [`Retention`], from the relay's configuration.
+#[derive(Clone, Copy)]
+struct Ages {
+    retention: Option<Duration>,
+    archive_retention: Option<Duration>,
+    inbox_retention: Option<Duration>,
+}
+
 impl Retention {
-    pub(super) fn new(retention: Option<Duration>, archive_retention: Option<Duration>) -> Self {
+    pub(super) fn new(
+        retention: Option<Duration>,
+        archive_retention: Option<Duration>,
+        inbox_retention: Option<Duration>,
+    ) -> Self {
         Retention {
-            retention,
-            archive_retention,
+            ages: Ages {
+                retention,
+                archive_retention,
+                inbox_retention,
+            },
             last_run: None,
             task: None,
         }
@@ -217,7 +232,10 @@ impl Retention {
 
     /// Starts a retention run unless one ran lately or is still running.
     pub(super) fn tick(&mut self, store: &Arc<dyn Store>, targets: &[Target]) {
-        if (self.retention.is_none() && self.archive_retention.is_none())
+        let ages = self.ages;
+        if (ages.retention.is_none()
+            && ages.archive_retention.is_none()
+            && ages.inbox_retention.is_none())
             || self
                 .last_run
                 .is_some_and(|at| at.elapsed() < RETENTION_EVERY)
@@ -229,10 +247,9 @@ impl Retention {
         self.last_run = Some(Instant::now());
         let store = Arc::clone(store);
         let targets = targets.to_vec();
-        let (retention, archive_retention) = (self.retention, self.archive_retention);
         self.task = Some(tokio::spawn(async move {
             for target in &targets {
-                retain(&*store, target, retention, archive_retention).await;
+                retain(&*store, target, ages).await;
             }
         }));
     }
@@ -246,14 +263,9 @@ impl Retention {
     }
 }
 
-async fn retain(
-    store: &dyn Store,
-    target: &Target,
-    retention: Option<Duration>,
-    archive_retention: Option<Duration>,
-) {
+async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
     let tenant = target.label();
-    if let Some(older_than) = retention {
+    if let Some(older_than) = ages.retention {
         let params = ArchiveParams {
             target,
             older_than,
@@ -275,7 +287,7 @@ async fn retain(
                 "archiving failed; processed events stay in the outbox table until the next run"),
         }
     }
-    if let Some(older_than) = archive_retention {
+    if let Some(older_than) = ages.archive_retention {
         let params = PurgeParams {
             target,
             kind: PurgeKind::Archive,
@@ -295,6 +307,25 @@ async fn retain(
             ),
             Err(e) => {
                 warn!(tenant, error = %e, "purging the archive failed; trying again at the next run")
+            }
+        }
+    }
+    if let Some(older_than) = ages.inbox_retention {
+        let params = PurgeParams {
+            target,
+            kind: PurgeKind::Inbox,
+            older_than,
+            batch_size: RETENTION_BATCH,
+            dry_run: false,
+        };
+        match purge_all(store, params, false, |_| {}).await {
+            Ok(Some(0) | None) => {}
+            Ok(Some(purged)) => info!(
+                tenant,
+                purged, "purged inbox records past inbox_retention (the dedup window)"
+            ),
+            Err(e) => {
+                warn!(tenant, error = %e, "purging the inbox failed; trying again at the next run")
             }
         }
     }

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::error::Result;
 use crate::event::OutboxEvent;
+use crate::inbox::{INBOX_COUNT_LIMIT, Inbox, InboxStats};
 use crate::outbox::{Outbox, OutboxBuilder};
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
@@ -364,6 +365,13 @@ pub struct ReportedSink {
 /// seconds since the report.
 pub(crate) type ReportedRow = (String, String, bool, DateTime<Utc>, Option<String>, f64);
 
+/// The consumers of [`Store::inbox_stats`] from their rows (consumer, messages, duplicates).
+pub(crate) fn inbox_stats(rows: Vec<(String, i64, i64)>) -> Vec<InboxStats> {
+    rows.into_iter()
+        .map(|(consumer, messages, duplicates)| InboxStats::new(consumer, messages, duplicates))
+        .collect()
+}
+
 /// The reports of [`Store::sinks_reported`] from their rows.
 pub(crate) fn reported_sinks(rows: Vec<ReportedRow>) -> Vec<ReportedSink> {
     rows.into_iter()
@@ -466,6 +474,13 @@ pub trait Store: Send + Sync + 'static {
     /// The settings of such a producer (payload limit, notifications, a tenant's outbox).
     fn outbox_builder(&self) -> OutboxBuilder {
         OutboxBuilder::new(self.default_schema())
+    }
+
+    /// The inbox of `consumer` in this store's default schema: where the consumer records, in
+    /// its own transactions, the messages it has handled ([`Inbox::receive`]). Refuses an empty
+    /// name or one over [`MAX_CONSUMER_LEN`](crate::inbox::MAX_CONSUMER_LEN) characters.
+    fn inbox(&self, consumer: &str) -> Result<Inbox> {
+        Inbox::new(consumer, self.default_schema())
     }
 
     /// Claims due events in one short transaction (DESIGN §3, "Claim").
@@ -647,6 +662,12 @@ pub trait Store: Send + Sync + 'static {
     /// What every relay last reported of its sinks, oldest reports included (see
     /// [`ReportedSink::reported_ago`]).
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
+        Ok(Vec::new())
+    }
+
+    /// The consumers of `target`'s inbox ([`Inbox`]): each one's messages recorded and
+    /// repeats skipped, by consumer name. Stores without an inbox answer none.
+    async fn inbox_stats(&self, _target: &Target) -> Result<Vec<InboxStats>> {
         Ok(Vec::new())
     }
 

@@ -46,6 +46,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
+use crate::inbox::InboxStats;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
@@ -61,6 +62,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         name: "outbox_0003_retry_index",
         sql: include_str!("../../sql/mysql/0003_retry_index.sql"),
+    },
+    Migration {
+        name: "outbox_0004_inbox",
+        sql: include_str!("../../sql/mysql/0004_inbox.sql"),
     },
 ];
 
@@ -721,6 +726,10 @@ impl Store for MySqlStore {
                 include_str!("../../sql/mysql/purge_failed.sql"),
                 include_str!("../../sql/mysql/purge_failed_count.sql"),
             ),
+            PurgeKind::Inbox => (
+                include_str!("../../sql/mysql/inbox_purge.sql"),
+                include_str!("../../sql/mysql/inbox_purge_count.sql"),
+            ),
         };
         if p.dry_run {
             let n: i64 = sqlx::query_scalar(count)
@@ -943,6 +952,17 @@ impl Store for MySqlStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn inbox_stats(&self, target: &Target) -> Result<Vec<InboxStats>> {
+        Self::check_target(target)?;
+        let rows: Vec<(String, i64, i64)> =
+            sqlx::query_as(include_str!("../../sql/mysql/inbox_stats.sql"))
+                .bind(super::INBOX_COUNT_LIMIT)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| self.missing(e))?;
+        Ok(super::inbox_stats(rows))
     }
 
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {

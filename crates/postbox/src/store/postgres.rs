@@ -41,6 +41,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
+use crate::inbox::InboxStats;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 use crate::sql::{PerSchema, render, safe};
@@ -103,6 +104,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
         name: "outbox_0012_inlined_probes",
         sql: include_str!("../../sql/postgres/0012_inlined_probes.sql"),
     },
+    Migration {
+        name: "outbox_0013_inbox",
+        sql: include_str!("../../sql/postgres/0013_inbox.sql"),
+    },
 ];
 
 /// Migrations of the default schema only.
@@ -142,6 +147,9 @@ struct PgSql {
     archive_purge: std::sync::Arc<str>,
     purge_failed: std::sync::Arc<str>,
     purge_failed_count: std::sync::Arc<str>,
+    inbox_purge: std::sync::Arc<str>,
+    inbox_purge_count: std::sync::Arc<str>,
+    inbox_stats: std::sync::Arc<str>,
     tenant_list: std::sync::Arc<str>,
     tenant_add: std::sync::Arc<str>,
     tenant_set_status: std::sync::Arc<str>,
@@ -188,6 +196,12 @@ impl PgSql {
                 include_str!("../../sql/postgres/purge_failed_count.sql"),
                 schema,
             ),
+            inbox_purge: render(include_str!("../../sql/postgres/inbox_purge.sql"), schema),
+            inbox_purge_count: render(
+                include_str!("../../sql/postgres/inbox_purge_count.sql"),
+                schema,
+            ),
+            inbox_stats: render(include_str!("../../sql/postgres/inbox_stats.sql"), schema),
             tenant_list: render(include_str!("../../sql/postgres/tenant_list.sql"), schema),
             tenant_add: render(include_str!("../../sql/postgres/tenant_add.sql"), schema),
             tenant_set_status: render(
@@ -688,18 +702,28 @@ impl Store for PgStore {
                     done: dry_run || rest < u64::from(p.batch_size),
                 }
             }
-            (PurgeKind::Failed, true) => PurgeBatch {
-                purged: count(
-                    sqlx::query_scalar(safe(&sql.purge_failed_count))
-                        .bind(age)
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err(|e| map_missing_table(e, schema))?,
-                ),
-                done: true,
-            },
-            (PurgeKind::Failed, false) => {
-                let gone = sqlx::query(safe(&sql.purge_failed))
+            (kind @ (PurgeKind::Failed | PurgeKind::Inbox), true) => {
+                let statement = match kind {
+                    PurgeKind::Inbox => &sql.inbox_purge_count,
+                    _ => &sql.purge_failed_count,
+                };
+                PurgeBatch {
+                    purged: count(
+                        sqlx::query_scalar(safe(statement))
+                            .bind(age)
+                            .fetch_one(&mut *tx)
+                            .await
+                            .map_err(|e| map_missing_table(e, schema))?,
+                    ),
+                    done: true,
+                }
+            }
+            (kind @ (PurgeKind::Failed | PurgeKind::Inbox), false) => {
+                let delete = match kind {
+                    PurgeKind::Inbox => &sql.inbox_purge,
+                    _ => &sql.purge_failed,
+                };
+                let gone = sqlx::query(safe(delete))
                     .bind(age)
                     .bind(i64::from(p.batch_size))
                     .execute(&mut *tx)
@@ -874,6 +898,16 @@ impl Store for PgStore {
             .await
             .map_err(|e| map_missing_table(e, &self.default_schema))?;
         Ok(super::reported_sinks(rows))
+    }
+
+    async fn inbox_stats(&self, target: &Target) -> Result<Vec<InboxStats>> {
+        let sql = self.sql.get(&target.schema);
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(safe(&sql.inbox_stats))
+            .bind(super::INBOX_COUNT_LIMIT)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(super::inbox_stats(rows))
     }
 
     async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {

@@ -56,6 +56,9 @@ pub enum PurgeKind {
     /// `FAILED` events whose last try is more than `older_than` ago (an operator's decision:
     /// relays never purge them).
     Failed,
+    /// Inbox records ([`Inbox`](crate::Inbox)) received more than `older_than` ago: past the
+    /// dedup window, a repeat of their message is handled again.
+    Inbox,
 }
 
 /// Parameters of [`Store::events_purge`](super::Store::events_purge).

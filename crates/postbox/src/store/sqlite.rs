@@ -22,6 +22,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
+use crate::inbox::InboxStats;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
@@ -41,6 +42,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         name: "outbox_0004_ordering",
         sql: include_str!("../../sql/sqlite/0004_ordering.sql"),
+    },
+    Migration {
+        name: "outbox_0005_inbox",
+        sql: include_str!("../../sql/sqlite/0005_inbox.sql"),
     },
 ];
 
@@ -410,6 +415,10 @@ impl Store for SqliteStore {
                 include_str!("../../sql/sqlite/purge_failed.sql"),
                 include_str!("../../sql/sqlite/purge_failed_count.sql"),
             ),
+            PurgeKind::Inbox => (
+                include_str!("../../sql/sqlite/inbox_purge.sql"),
+                include_str!("../../sql/sqlite/inbox_purge_count.sql"),
+            ),
         };
         if p.dry_run {
             let n: i64 = sqlx::query_scalar(count)
@@ -515,6 +524,17 @@ impl Store for SqliteStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn inbox_stats(&self, target: &Target) -> Result<Vec<InboxStats>> {
+        Self::check_target(target)?;
+        let rows: Vec<(String, i64, i64)> =
+            sqlx::query_as(include_str!("../../sql/sqlite/inbox_stats.sql"))
+                .bind(super::INBOX_COUNT_LIMIT)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_missing_table)?;
+        Ok(super::inbox_stats(rows))
     }
 
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
