@@ -22,3 +22,43 @@ where
     }
     Ok(received)
 }
+
+/// [`handle_message`] in a transaction of its own on `pool`, then a commit, or a rollback
+/// without `commit`: what every store harness's `inbox_handle` does.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) async fn handle_in_transaction<DB>(
+    pool: &sqlx::Pool<DB>,
+    inbox: &Inbox,
+    outbox: &Outbox,
+    message_id: &str,
+    commit: bool,
+) -> postbox::Result<Received>
+where
+    DB: sqlx::Database,
+    sqlx::Transaction<'static, DB>: postbox::OutboxConnection,
+{
+    let (received, tx) = handle_in_open_transaction(pool, inbox, outbox, message_id).await?;
+    if commit {
+        tx.commit().await?;
+    } else {
+        tx.rollback().await?;
+    }
+    Ok(received)
+}
+
+/// [`handle_message`] in a transaction of its own on `pool`, left open.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) async fn handle_in_open_transaction<DB>(
+    pool: &sqlx::Pool<DB>,
+    inbox: &Inbox,
+    outbox: &Outbox,
+    message_id: &str,
+) -> postbox::Result<(Received, sqlx::Transaction<'static, DB>)>
+where
+    DB: sqlx::Database,
+    sqlx::Transaction<'static, DB>: postbox::OutboxConnection,
+{
+    let mut tx = pool.begin().await?;
+    let received = handle_message(&mut tx, inbox, outbox, message_id).await?;
+    Ok((received, tx))
+}

@@ -6,6 +6,7 @@ mod admin;
 mod config;
 mod demo;
 mod events;
+mod inbox;
 mod mysql;
 mod relay;
 mod retention;

@@ -175,14 +175,7 @@ impl StoreHarness for PgHarness {
         message_id: &str,
         commit: bool,
     ) -> postbox::Result<Received> {
-        let mut tx = self.db.pool().begin().await?;
-        let received = crate::handle_message(&mut tx, inbox, outbox, message_id).await?;
-        if commit {
-            tx.commit().await?;
-        } else {
-            tx.rollback().await?;
-        }
-        Ok(received)
+        crate::inbox::handle_in_transaction(self.db.pool(), inbox, outbox, message_id, commit).await
     }
 
     async fn inbox_open(
@@ -191,11 +184,9 @@ impl StoreHarness for PgHarness {
         outbox: &Outbox,
         message_id: &str,
     ) -> (Received, Self::Open) {
-        let mut tx = self.db.pool().begin().await.expect("begin");
-        let received = crate::handle_message(&mut tx, inbox, outbox, message_id)
+        crate::inbox::handle_in_open_transaction(self.db.pool(), inbox, outbox, message_id)
             .await
-            .expect("handle");
-        (received, tx)
+            .expect("handle")
     }
 
     async fn backdate_inbox(&self, message_id: &str, days: u32) {

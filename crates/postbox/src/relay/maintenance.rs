@@ -288,18 +288,10 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
         }
     }
     if let Some(older_than) = ages.archive_retention {
-        let params = PurgeParams {
-            target,
-            kind: PurgeKind::Archive,
-            older_than,
-            batch_size: RETENTION_BATCH,
-            dry_run: false,
-        };
-        match purge_all(store, params, false, |n| {
+        let purged = purge_past(store, target, PurgeKind::Archive, older_than, |n| {
             metrics::counter!(metric::EVENTS_PURGED, "tenant" => tenant.to_owned()).increment(n);
-        })
-        .await
-        {
+        });
+        match purged.await {
             Ok(Some(0) | None) => {}
             Ok(Some(purged)) => info!(
                 tenant,
@@ -311,14 +303,7 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
         }
     }
     if let Some(older_than) = ages.inbox_retention {
-        let params = PurgeParams {
-            target,
-            kind: PurgeKind::Inbox,
-            older_than,
-            batch_size: RETENTION_BATCH,
-            dry_run: false,
-        };
-        match purge_all(store, params, false, |_| {}).await {
+        match purge_past(store, target, PurgeKind::Inbox, older_than, |_| {}).await {
             Ok(Some(0) | None) => {}
             Ok(Some(purged)) => info!(
                 tenant,
@@ -329,6 +314,25 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
             }
         }
     }
+}
+
+/// One relay's purge of `kind` past `older_than` in `target`, in retention batches; `None` when
+/// another relay holds the table's retention lock.
+async fn purge_past(
+    store: &dyn Store,
+    target: &Target,
+    kind: PurgeKind,
+    older_than: Duration,
+    progress: impl FnMut(u64) + Send,
+) -> crate::Result<Option<u64>> {
+    let params = PurgeParams {
+        target,
+        kind,
+        older_than,
+        batch_size: RETENTION_BATCH,
+        dry_run: false,
+    };
+    purge_all(store, params, false, progress).await
 }
 
 /// How often sink health is reported while unchanged (so `postbox status` can tell a live report
