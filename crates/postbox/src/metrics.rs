@@ -59,6 +59,10 @@ pub const EVENTS_ARCHIVED: &str = "postbox_events_archived_total";
 /// Counter `{tenant}`: archived events deleted by the relays (`archive_retention`).
 pub const EVENTS_PURGED: &str = "postbox_events_purged_total";
 
+/// Counter `{tenant}`: inbox records deleted by the relays past the dedup window
+/// (`inbox_retention`).
+pub const INBOX_PURGED: &str = "postbox_inbox_purged_total";
+
 /// Counter `{tenant}`: `FAILED` events given one more try by the slow lane
 /// (`dead_letter_retry_interval`).
 pub const SLOW_LANE_RETRIES: &str = "postbox_slow_lane_retries_total";
@@ -228,6 +232,13 @@ pub const ALL: &[Metric] = &[
         Relay,
     ),
     metric(EVENTS_PURGED, Counter, &["tenant"], "Events purged", Relay),
+    metric(
+        INBOX_PURGED,
+        Counter,
+        &["tenant"],
+        "Inbox records purged past inbox_retention",
+        Relay,
+    ),
     metric(
         SLOW_LANE_RETRIES,
         Counter,

@@ -111,14 +111,16 @@ async fn the_relay_records_exactly_the_listed_metrics_with_their_labels() {
     metrics::set_global_recorder(NameRecorder(seen.clone())).expect("the only recorder");
     let (db, store) = pg().await;
 
-    // For retention: a PROCESSED event of 40 days ago (archived) and an event archived 100 days
-    // ago (purged). Neither is claimable.
+    // For retention: a PROCESSED event of 40 days ago (archived), an event archived 100 days
+    // ago (purged) and an inbox record past the dedup window (purged). None is claimable.
     sql(
         &db,
         "INSERT INTO outbox_events (event_type, payload, status, processed_at, created_at)
          VALUES ('Old', '{}', 'PROCESSED', now() - interval '39 days', now() - interval '40 days');
          INSERT INTO outbox_events_archive (id, event_type, payload, status, archived_at)
-         VALUES (1000000, 'Ancient', '{}', 'PROCESSED', now() - interval '100 days');",
+         VALUES (1000000, 'Ancient', '{}', 'PROCESSED', now() - interval '100 days');
+         INSERT INTO inbox_messages (consumer, message_id, received_at)
+         VALUES ('billing', 'm-1', now() - interval '8 days');",
     )
     .await;
     // A stale claim: taken by a relay that is gone, its lease already over.

@@ -303,7 +303,10 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
         }
     }
     if let Some(older_than) = ages.inbox_retention {
-        match purge_past(store, target, PurgeKind::Inbox, older_than, |_| {}).await {
+        let purged = purge_past(store, target, PurgeKind::Inbox, older_than, |n| {
+            metrics::counter!(metric::INBOX_PURGED, "tenant" => tenant.to_owned()).increment(n);
+        });
+        match purged.await {
             Ok(Some(0) | None) => {}
             Ok(Some(purged)) => info!(
                 tenant,
