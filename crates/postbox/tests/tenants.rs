@@ -457,6 +457,14 @@ async fn one_resolver_and_one_status_report_for_every_view() {
     .await
     .unwrap();
 
+    // Acme's inbox: a consumer that handled one message and skipped its repeat.
+    let inbox = store.inbox("billing").unwrap().tenant(&acme);
+    for _ in 0..2 {
+        let mut tx = db.pool().begin().await.unwrap();
+        let _ = inbox.receive(&mut tx, "m-1").await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
     // A report held open elsewhere.
     let mut held = db.pool().begin().await.unwrap();
     sqlx::raw_sql(
@@ -486,6 +494,21 @@ async fn one_resolver_and_one_status_report_for_every_view() {
     );
     let acme_counts = report.targets[1].counts.as_ref().unwrap();
     assert_eq!((acme_counts.pending, acme_counts.failed), (2, 1));
+    let inboxes: Vec<Vec<(&str, i64, i64)>> = report
+        .targets
+        .iter()
+        .map(|t| {
+            t.inbox
+                .iter()
+                .map(|i| (i.consumer.as_str(), i.messages, i.duplicates))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        inboxes,
+        [vec![], vec![("billing", 1, 1)], vec![]],
+        "acme's inbox, acme's alone"
+    );
     assert!(report.targets[2].counts.is_none());
     assert!(
         report.targets[2]

@@ -23,7 +23,8 @@ const LEASE: &str = "3s";
 const PUBLISH_TIMEOUT: &str = "2s";
 
 /// Polls `done` every 100 ms until it holds; panics after `within`. A poll of the database or
-/// the broker, which signal nothing.
+/// the broker, which signal nothing; `postbox_testkit::wait_until` looks every 5 ms, and each
+/// look here counts a table of up to 100,000 rows beside the consumer it waits for.
 async fn until<F, Fut>(what: &str, within: Duration, mut done: F)
 where
     F: FnMut() -> Fut,

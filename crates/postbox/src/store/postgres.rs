@@ -218,6 +218,18 @@ impl PgSql {
     }
 }
 
+impl PgSql {
+    /// The delete and its dry-run count of a purge that deletes rows (`FAILED` events, inbox
+    /// records); `None` for the archive's, one function that drops whole weeks too.
+    fn row_purge(&self, kind: PurgeKind) -> Option<(&std::sync::Arc<str>, &std::sync::Arc<str>)> {
+        match kind {
+            PurgeKind::Archive => None,
+            PurgeKind::Failed => Some((&self.purge_failed, &self.purge_failed_count)),
+            PurgeKind::Inbox => Some((&self.inbox_purge, &self.inbox_purge_count)),
+        }
+    }
+}
+
 /// A [`Store`] on PostgreSQL.
 ///
 /// ```no_run
@@ -687,42 +699,32 @@ impl Store for PgStore {
             return Ok(None);
         }
         let age = p.older_than.as_secs_f64();
-        let batch = match (p.kind, p.dry_run) {
-            (PurgeKind::Archive, dry_run) => {
+        let batch = match sql.row_purge(p.kind) {
+            None => {
                 let row = sqlx::query(safe(&sql.archive_purge))
                     .bind(age)
                     .bind(batch_size(p.batch_size))
-                    .bind(dry_run)
+                    .bind(p.dry_run)
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(|e| map_missing_table(e, schema))?;
                 let rest = count(row.try_get(1)?);
                 PurgeBatch {
                     purged: count(row.try_get(0)?),
-                    done: dry_run || rest < u64::from(p.batch_size),
+                    done: p.dry_run || rest < u64::from(p.batch_size),
                 }
             }
-            (kind @ (PurgeKind::Failed | PurgeKind::Inbox), true) => {
-                let statement = match kind {
-                    PurgeKind::Inbox => &sql.inbox_purge_count,
-                    _ => &sql.purge_failed_count,
-                };
-                PurgeBatch {
-                    purged: count(
-                        sqlx::query_scalar(safe(statement))
-                            .bind(age)
-                            .fetch_one(&mut *tx)
-                            .await
-                            .map_err(|e| map_missing_table(e, schema))?,
-                    ),
-                    done: true,
-                }
-            }
-            (kind @ (PurgeKind::Failed | PurgeKind::Inbox), false) => {
-                let delete = match kind {
-                    PurgeKind::Inbox => &sql.inbox_purge,
-                    _ => &sql.purge_failed,
-                };
+            Some((_, counting)) if p.dry_run => PurgeBatch {
+                purged: count(
+                    sqlx::query_scalar(safe(counting))
+                        .bind(age)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(|e| map_missing_table(e, schema))?,
+                ),
+                done: true,
+            },
+            Some((delete, _)) => {
                 let gone = sqlx::query(safe(delete))
                     .bind(age)
                     .bind(i64::from(p.batch_size))
