@@ -239,6 +239,70 @@ async fn an_event_whose_transaction_commits_late_is_not_passed_by_the_floor() {
     relay.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_runs_out_behind_a_relay_claiming_past_its_last_claim_is_taken_over() {
+    let (db, store) = pg().await;
+    let total: i64 = 20_000;
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload)
+         SELECT 'InvoiceCreated', jsonb_build_object('i', g) FROM generate_series(1, $1) g",
+    )
+    .bind(total)
+    .execute(db.pool())
+    .await
+    .expect("insert");
+    let first: i64 = sqlx::query_scalar("SELECT min(id) FROM outbox_events")
+        .fetch_one(db.pool())
+        .await
+        .expect("min id");
+    // A relay that crashed with 100 events claimed a little way in: its lease runs out after
+    // the relay below has claimed past them from its cursor (its claims come back full).
+    let target = default_target();
+    let crashed = store
+        .events_claim(&ClaimParams {
+            target: &target,
+            batch_size: 100,
+            lease: Duration::from_secs(3),
+            relay_id: "crashed",
+            order: Default::default(),
+            floor: first + 1_000,
+        })
+        .await
+        .expect("claim");
+    let held: Vec<i64> = crashed.events.iter().map(|e| e.id).collect();
+    assert_eq!(held.len(), 100);
+    let sink = RecordingSink::new();
+    let relay = Running::start(Relay::new(store, sink.clone(), config()).expect("relay"));
+    wait_until(
+        "every event is published, the crashed relay's too",
+        Duration::from_secs(60),
+        || async { sink.published_ids().len() as i64 >= total },
+    )
+    .await;
+    relay.stop().await;
+    let published = sink.published_ids();
+    assert!(held.iter().all(|id| published.contains(id)));
+    let taken_over: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events
+         WHERE id = ANY($1) AND status = 'PROCESSED' AND retry_count = 1
+           AND last_error LIKE '%crashed%'",
+    )
+    .bind(&held)
+    .fetch_one(db.pool())
+    .await
+    .expect("count");
+    assert_eq!(
+        taken_over, 100,
+        "each held event is taken over once, as a failed try"
+    );
+    let unfinished: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status <> 'PROCESSED'")
+            .fetch_one(db.pool())
+            .await
+            .expect("count");
+    assert_eq!(unfinished, 0);
+}
+
 #[tokio::test]
 async fn an_outbox_of_the_previous_release_is_upgraded_while_its_relays_still_claim() {
     // The outbox as the previous release left it: migrations 0001-0007 and their history, with

@@ -39,6 +39,11 @@ pub(super) struct FloorState {
     floor: i64,
     /// When the floor last started again from 0.
     swept: Option<Instant>,
+    /// The id after the last event of this relay's last claim, while its claims come back full
+    /// (relays without ordered aggregate types): where the next claim takes new work from.
+    cursor: Option<i64>,
+    /// When a claim last started from the floor.
+    floor_claimed: Option<Instant>,
     /// When a claim last was a sweep (see [`ClaimOrder::sweep`]).
     ordered_swept: Option<Instant>,
 }
@@ -48,6 +53,15 @@ pub(super) struct FloorState {
 /// does not mark it (an operator's hand-written `UPDATE`, say). Every path of Postbox's own
 /// marks it.
 const FLOOR_SWEEP: Duration = Duration::from_secs(60);
+
+/// How often a relay's claims start from the floor while they come back full and could start
+/// past the last event claimed (its cursor). Between the floor and the cursor lie this relay's
+/// events in flight, those other relays claimed at the same moment, and what the marks left
+/// behind, which a snapshot held open keeps (every claim from the floor walks those entries):
+/// what a claim from the cursor passes over and the floor finds is an event whose relay's lease
+/// ran out, or one a concurrent claim locked and then let go. Both are taken at the latest this
+/// long after they became claimable, or at once when a claim comes back short.
+const FLOOR_CLAIM: Duration = Duration::from_secs(5);
 
 /// How often an ordered relay's claim is a sweep (see [`ClaimOrder::sweep`]): the longest an
 /// event that is not ordered, or a ready aggregate past the first few hundred, waits behind
@@ -116,6 +130,25 @@ impl Pipeline {
         Ok(state.floor)
     }
 
+    /// Where `target`'s next claim takes new work from: past its last claim (its cursor) while
+    /// its claims come back full, never above the commit horizon `settled` + 1, so that a
+    /// transaction that commits late is still found; else, and every [`FLOOR_CLAIM`], from the
+    /// floor. Ordered relays always claim from the floor: an event that waited for its
+    /// aggregate stays behind, below where the claims went on.
+    async fn claim_start(&mut self, target: &Target, settled: i64, ordered: bool) -> Result<i64> {
+        let state = self.floors.entry(target.schema.clone()).or_default();
+        if !ordered
+            && let Some(cursor) = state.cursor
+            && state
+                .floor_claimed
+                .is_some_and(|at| at.elapsed() < FLOOR_CLAIM)
+        {
+            return Ok(cursor.min(settled.saturating_add(1)).max(state.floor));
+        }
+        state.floor_claimed = Some(Instant::now());
+        self.floor(target, settled).await
+    }
+
     /// Whether `target`'s next claim is a sweep (see [`ClaimOrder::sweep`]): once every
     /// [`ORDERED_SWEEP`].
     fn sweep(&mut self, target: &Target) -> bool {
@@ -145,7 +178,7 @@ impl Pipeline {
             0
         };
         let floor = if floors {
-            self.floor(target, settled_through).await?
+            self.claim_start(target, settled_through, ordered).await?
         } else {
             0
         };
@@ -182,6 +215,17 @@ impl Pipeline {
         };
         let count = claimed.events.len() + claimed.exhausted.len() + claimed.undecodable.len();
         let full = count >= size as usize;
+        if floors && let Some(state) = self.floors.get_mut(&target.schema) {
+            // A full claim: more new work waits past it. A short one: the claims start from the
+            // floor again (and find whatever the cursor passed over).
+            let last = (claimed.events.iter().map(|e| e.id))
+                .chain(claimed.exhausted.iter().map(|e| e.id))
+                .chain(claimed.undecodable.iter().map(|u| u.id))
+                .max();
+            state.cursor = last
+                .filter(|_| full && !ordered)
+                .map(|id| id.saturating_add(1));
+        }
         // Ordered events wait for this relay's own events of their aggregates in flight: a
         // claim beside those says nothing of the backlog, and keeps its size for the claim
         // after them (else claims of few aggregates never grow past the first).
