@@ -229,7 +229,9 @@ pub(crate) enum Command {
                       soak (a large backlog, events/s per window, last/first \
                       ratio, peak RSS); history (PostgreSQL: first one relay drains an --events \
                       backlog of plain-SQL events, ANALYZEd while pending, on the empty table \
-                      and again on the table with its history, events/s and claims of each; \
+                      and again on the table with its history, each quiet and with a snapshot \
+                      held open, after a CHECKPOINT (a superuser or pg_checkpoint), events/s \
+                      and claims of each; \
                       then a table that starts with \
                       --history-rows processed events written by plain SQL and VACUUM ANALYZEd, \
                       retention a third of --history-duration so archiving runs all along, \

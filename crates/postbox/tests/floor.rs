@@ -28,6 +28,18 @@ async fn claim_buffers(db: &TestDb, floor: i64) -> i64 {
     .await
 }
 
+/// `events` pending events, written by plain SQL in one statement.
+async fn insert_pending(db: &TestDb, events: i64) {
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload)
+         SELECT 'InvoiceCreated', jsonb_build_object('i', g) FROM generate_series(1, $1) g",
+    )
+    .bind(events)
+    .execute(db.pool())
+    .await
+    .expect("insert");
+}
+
 /// The commit horizon of the default schema, once every transaction writing to it has ended.
 async fn settled(store: &PgStore) -> i64 {
     let target = default_target();
@@ -43,15 +55,8 @@ async fn settled(store: &PgStore) -> i64 {
 #[tokio::test]
 async fn claims_from_the_floor_do_not_walk_the_dead_rows_a_held_snapshot_keeps() {
     let (db, store) = pg().await;
-    let events = 20_000;
-    sqlx::query(
-        "INSERT INTO outbox_events (event_type, payload)
-         SELECT 'InvoiceCreated', jsonb_build_object('i', g) FROM generate_series(1, $1) g",
-    )
-    .bind(events)
-    .execute(db.pool())
-    .await
-    .expect("insert");
+    let events: i32 = 20_000;
+    insert_pending(&db, events.into()).await;
     // A report that stays open: its snapshot keeps every row version the marks below replace.
     let mut report = sqlx::PgConnection::connect(db.url())
         .await
@@ -97,13 +102,7 @@ async fn claims_from_the_floor_do_not_walk_the_dead_rows_a_held_snapshot_keeps()
             .expect("mark");
     }
     assert_eq!(common::count(&db, "PROCESSED").await, i64::from(events));
-    sqlx::query(
-        "INSERT INTO outbox_events (event_type, payload)
-         SELECT 'InvoiceCreated', '{}' FROM generate_series(1, 100)",
-    )
-    .execute(db.pool())
-    .await
-    .expect("insert");
+    insert_pending(&db, 100).await;
     let floor = store
         .claim_floor(&target, floor, settled(&store).await)
         .await
@@ -136,14 +135,7 @@ async fn claims_from_the_floor_do_not_walk_the_dead_rows_a_held_snapshot_keeps()
 async fn a_relay_drains_while_analyze_runs_and_its_claims_stay_a_batch_wide() {
     let (db, store) = pg().await;
     let events: i32 = 20_000;
-    sqlx::query(
-        "INSERT INTO outbox_events (event_type, payload)
-         SELECT 'InvoiceCreated', jsonb_build_object('i', g) FROM generate_series(1, $1) g",
-    )
-    .bind(events)
-    .execute(db.pool())
-    .await
-    .expect("insert");
+    insert_pending(&db, events.into()).await;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let analyzer = tokio::spawn({
         let done = std::sync::Arc::clone(&done);
@@ -178,13 +170,7 @@ async fn a_relay_drains_while_analyze_runs_and_its_claims_stay_a_batch_wide() {
             .await
             .expect("statistics");
     assert!(reltuples > 0.0, "ANALYZE counted the table's rows");
-    sqlx::query(
-        "INSERT INTO outbox_events (event_type, payload)
-         SELECT 'InvoiceCreated', '{}' FROM generate_series(1, 100)",
-    )
-    .execute(db.pool())
-    .await
-    .expect("insert");
+    insert_pending(&db, 100).await;
     let floor = store
         .claim_floor(&default_target(), 0, settled(&store).await)
         .await
@@ -243,14 +229,7 @@ async fn an_event_whose_transaction_commits_late_is_not_passed_by_the_floor() {
 async fn a_lease_that_runs_out_behind_a_relay_claiming_past_its_last_claim_is_taken_over() {
     let (db, store) = pg().await;
     let total: i64 = 20_000;
-    sqlx::query(
-        "INSERT INTO outbox_events (event_type, payload)
-         SELECT 'InvoiceCreated', jsonb_build_object('i', g) FROM generate_series(1, $1) g",
-    )
-    .bind(total)
-    .execute(db.pool())
-    .await
-    .expect("insert");
+    insert_pending(&db, total).await;
     let first: i64 = sqlx::query_scalar("SELECT min(id) FROM outbox_events")
         .fetch_one(db.pool())
         .await

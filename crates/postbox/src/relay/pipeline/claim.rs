@@ -218,13 +218,15 @@ impl Pipeline {
         if floors && let Some(state) = self.floors.get_mut(&target.schema) {
             // A full claim: more new work waits past it. A short one: the claims start from the
             // floor again (and find whatever the cursor passed over).
-            let last = (claimed.events.iter().map(|e| e.id))
-                .chain(claimed.exhausted.iter().map(|e| e.id))
-                .chain(claimed.undecodable.iter().map(|u| u.id))
-                .max();
-            state.cursor = last
-                .filter(|_| full && !ordered)
-                .map(|id| id.saturating_add(1));
+            state.cursor = if full && !ordered {
+                (claimed.events.iter().map(|e| e.id))
+                    .chain(claimed.exhausted.iter().map(|e| e.id))
+                    .chain(claimed.undecodable.iter().map(|u| u.id))
+                    .max()
+                    .map(|id| id.saturating_add(1))
+            } else {
+                None
+            };
         }
         // Ordered events wait for this relay's own events of their aggregates in flight: a
         // claim beside those says nothing of the backlog, and keeps its size for the claim
