@@ -320,7 +320,7 @@ pub(crate) struct SinkArgs {
 
     /// Destination template, required for brokers: the NATS subject, the AMQP routing key, the
     /// Kafka topic, the Redis stream key or the MQTT topic, e.g. 'billing.{aggregate_type}.{event_type}'.
-    /// Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant} [config: topic]
+    /// Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant}, {schema_version} [config: topic]
     #[arg(long, value_name = "TEMPLATE")]
     pub(crate) topic: Option<String>,
 
@@ -328,6 +328,11 @@ pub(crate) struct SinkArgs {
     /// delivers to the queue named by the routing key]
     #[arg(long, value_name = "NAME")]
     pub(crate) exchange: Option<String>,
+
+    /// How the sink writes each event: postbox, or cloudevents (CloudEvents 1.0, binary mode)
+    /// [config: sink_format; default: postbox]
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) sink_format: Option<String>,
 }
 
 /// Relay settings that also exist as configuration keys.
@@ -771,6 +776,7 @@ impl Cli {
             o.sink_url = s.sink_url.clone();
             o.topic = s.topic.clone();
             o.exchange = s.exchange.clone();
+            o.sink_format = s.sink_format.clone();
         }
         if let Some(t) = tuning {
             o.batch_size = t.batch_size;

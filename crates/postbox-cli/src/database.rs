@@ -90,6 +90,33 @@ impl Location {
         }
     }
 
+    /// The database and schema of the default outbox, for the CloudEvents `source` of the
+    /// sinks (`/postbox/{database}/{schema}`): PostgreSQL's database (the user's name when the
+    /// URL names none) and `schema`; MySQL's database, which is its schema too; SQLite's file
+    /// name without its extension (`memory` in memory) and `main`.
+    pub(crate) fn origin(
+        &self,
+        schema: &postbox::SchemaName,
+    ) -> postbox_sinks::cloudevents::Origin {
+        let (database, schema) = match self {
+            Location::Postgres(o, _) => (
+                o.get_database().unwrap_or(o.get_username()).to_owned(),
+                schema.to_string(),
+            ),
+            Location::MySql(o, _) => {
+                let database = o.get_database().unwrap_or_default().to_owned();
+                (database.clone(), database)
+            }
+            Location::Sqlite { file, .. } => (
+                file.as_deref()
+                    .and_then(|f| f.file_stem())
+                    .map_or_else(|| "memory".to_owned(), |s| s.to_string_lossy().into_owned()),
+                "main".to_owned(),
+            ),
+        };
+        postbox_sinks::cloudevents::Origin { database, schema }
+    }
+
     /// An SQLite database file at `path`.
     fn sqlite_file(path: &str) -> Location {
         Location::Sqlite {

@@ -13,10 +13,11 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
+use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format, Message};
 use crate::open::Shared;
 use crate::router::no_destination;
 use crate::settings::SinkSettings;
-use crate::{Error, Result, RoutableSink, Template, defaults, headers};
+use crate::{Error, Result, RoutableSink, Template, defaults};
 
 /// Configuration of an [`AmqpSink`].
 ///
@@ -63,6 +64,13 @@ pub struct AmqpConfig {
     /// Longest wait between reconnection attempts (they start at 50 ms and double). Default 2 s.
     #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `cloudEvents:*` headers, the content type in `content_type`; see
+    /// [`crate::cloudevents`]).
+    #[serde(default)]
+    pub format: Format,
+    /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
 }
 
 fn default_url() -> String {
@@ -85,6 +93,8 @@ impl AmqpConfig {
             publish_timeout: defaults::publish_timeout(),
             connect_timeout: defaults::connect_timeout(),
             reconnect_max_delay: defaults::reconnect_max_delay(),
+            format: Format::default(),
+            cloudevents: CloudEventsConfig::default(),
         }
     }
 }
@@ -95,7 +105,9 @@ impl AmqpConfig {
 /// Messages are persistent (`delivery_mode` 2), so a durable queue keeps them across a broker
 /// restart once confirmed. Properties: `message_id` = dedup id, `type` = event type,
 /// `content_type` = `application/json`, `timestamp` = enqueue time, `app_id` = `postbox`;
-/// headers: the [`headers`] metadata and the event's own headers. The body is the event payload.
+/// headers: the [`crate::headers`] metadata and the event's own headers. The body is the event
+/// payload. With `format = "cloudevents"`, a CloudEvent of the AMQP binding
+/// ([`crate::cloudevents`]; `content_type` is `application/cloudevents+json` in structured mode).
 ///
 /// One connection and one confirm-mode channel are shared by all publishes; when either breaks,
 /// the next publish opens new ones, waiting for the broker up to `publish_timeout`. A publish
@@ -113,6 +125,7 @@ impl AmqpConfig {
 /// ```
 pub struct AmqpSink {
     config: AmqpConfig,
+    encoder: Encoder,
     exchange: ShortString,
     link: Mutex<Option<Link>>,
 }
@@ -151,6 +164,7 @@ impl AmqpSink {
             })?
             .map_err(|e| Error::connect("RabbitMQ", &address, e))?;
         Ok(AmqpSink {
+            encoder: Encoder::new(config.format, &config.cloudevents),
             exchange,
             config,
             link: Mutex::new(Some(link)),
@@ -212,9 +226,13 @@ impl AmqpSink {
         )))
     }
 
-    fn properties(&self, event: &OutboxEvent) -> Result<BasicProperties, PublishError> {
+    fn properties(
+        &self,
+        event: &OutboxEvent,
+        message: &Message<'_>,
+    ) -> Result<BasicProperties, PublishError> {
         let mut table = FieldTable::default();
-        for (name, value) in headers::all(event) {
+        for (name, value) in message.headers.iter().cloned() {
             let key = ShortString::try_new(name).map_err(|e| {
                 PublishError::permanent(format!("RabbitMQ: an event header name is too long: {e}"))
             })?;
@@ -229,7 +247,7 @@ impl AmqpSink {
         })?;
         let mut props = BasicProperties::default()
             .with_delivery_mode(2)
-            .with_content_type("application/json".into())
+            .with_content_type(message.content_type.into())
             .with_message_id(message_id)
             .with_app_id("postbox".into())
             .with_timestamp(u64::try_from(event.created_at.timestamp()).unwrap_or(0))
@@ -246,7 +264,8 @@ impl AmqpSink {
         routing_key: &ShortString,
         deadline: Instant,
     ) -> Result<(), PublishError> {
-        let properties = self.properties(event)?;
+        let message = self.encoder.encode(event, Binding::Amqp)?;
+        let properties = self.properties(event, &message)?;
         let options = BasicPublishOptions {
             mandatory: self.config.mandatory,
             immediate: false,
@@ -259,7 +278,7 @@ impl AmqpSink {
                     self.exchange.clone(),
                     routing_key.clone(),
                     options,
-                    event.payload.get().as_bytes(),
+                    &message.body,
                     properties.clone(),
                 )
                 .await;
@@ -387,6 +406,8 @@ impl std::fmt::Debug for AmqpConfig {
             .field("publish_timeout", &self.publish_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .field("format", &self.format)
+            .field("cloudevents", &self.cloudevents)
             .finish()
     }
 }
@@ -417,7 +438,9 @@ impl SinkSettings for AmqpConfig {
         Some(self.reconnect_max_delay)
     }
 
-    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
-        Ok(Arc::new(AmqpSink::connect(self.clone()).await?))
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        let mut config = self.clone();
+        config.cloudevents.set_origin(shared.origin());
+        Ok(Arc::new(AmqpSink::connect(config).await?))
     }
 }

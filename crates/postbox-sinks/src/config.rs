@@ -20,6 +20,7 @@ use postbox::redact::redact;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::cloudevents::{CloudEventsConfig, Format};
 pub use crate::error::ConfigError;
 use crate::open::{Reconnecting, Shared};
 pub use crate::settings::{Secret, SinkSettings, default_publish_timeout};
@@ -313,6 +314,7 @@ impl SinkConfig {
         {
             return Err(ConfigError::new(key, e.to_string()));
         }
+        check_format(&map)?;
         let explicit_timeout = map.contains_key("publish_timeout");
         let mut config: SinkConfig = serde_json::from_value(Value::Object(map))
             .map_err(|e| ConfigError::new("", e.to_string()))?;
@@ -341,8 +343,8 @@ impl SinkConfig {
     }
 
     /// The sink of the single-sink keys (`sink`, `sink_url`, `topic`, `exchange`,
-    /// `webhook_secret`): the table `{kind, url: sink_url, <destination key>: topic, exchange,
-    /// secret: webhook_secret}`. The caller checks first that each key given applies to the
+    /// `webhook_secret`, `sink_format`): the table `{kind, url: sink_url, <destination key>:
+    /// topic, exchange, secret: webhook_secret, format: sink_format}`. The caller checks first that each key given applies to the
     /// kind (it knows how to name them). An error's [`ConfigError::at`] is the single-sink key
     /// it is about (`sink_url`, `topic`, `exchange`, `webhook_secret`), or `sink`.
     pub fn from_single(single: &SingleSink<'_>) -> std::result::Result<SinkConfig, ConfigError> {
@@ -363,11 +365,18 @@ impl SinkConfig {
         if let Some(secret) = single.webhook_secret {
             table.insert("secret".into(), secret.into());
         }
+        if let Some(format) = single.format {
+            table.insert(
+                "format".into(),
+                serde_json::to_value(format).unwrap_or(Value::Null),
+            );
+        }
         Self::from_table(&Value::Object(table), single.relay_publish_timeout).map_err(|e| {
             let at = match e.at.as_str() {
                 "url" => "sink_url",
                 "secret" => "webhook_secret",
                 "exchange" => "exchange",
+                "format" => "sink_format",
                 key if Some(key) == kind.destination_key() => "topic",
                 _ => "sink",
             };
@@ -440,6 +449,35 @@ impl SinkConfig {
     }
 }
 
+/// Checks `format` and the `cloudevents` table before the table is deserialized, so that each
+/// mistake is named by its key: a `cloudevents` table without `format = "cloudevents"` (it would
+/// change nothing), and a `source` that is no URI-reference.
+fn check_format(table: &Map<String, Value>) -> std::result::Result<(), ConfigError> {
+    let cloudevents = match table.get("format") {
+        None => false,
+        Some(value) => {
+            serde_json::from_value::<Format>(value.clone()).map_err(|e| {
+                ConfigError::new(
+                    "format",
+                    format!("{e}; write format = \"postbox\" (the default) or \"cloudevents\""),
+                )
+            })? == Format::Cloudevents
+        }
+    };
+    if let Some(settings) = table.get("cloudevents") {
+        if !cloudevents {
+            return Err(ConfigError::new(
+                "cloudevents",
+                "is only used with format = \"cloudevents\"; add that, or leave the table out",
+            ));
+        }
+        let settings: CloudEventsConfig = serde_json::from_value(settings.clone())
+            .map_err(|e| ConfigError::new("cloudevents", e.to_string()))?;
+        settings.check()?;
+    }
+    Ok(())
+}
+
 /// The single-sink keys, for [`SinkConfig::from_single`].
 #[derive(Clone, Copy, Debug)]
 pub struct SingleSink<'a> {
@@ -453,6 +491,8 @@ pub struct SingleSink<'a> {
     pub exchange: Option<&'a str>,
     /// `webhook_secret`.
     pub webhook_secret: Option<&'a str>,
+    /// `sink_format`: the sink's `format` (`postbox` when `None`).
+    pub format: Option<Format>,
     /// The relay's `publish_timeout`.
     pub relay_publish_timeout: Duration,
 }
@@ -552,12 +592,63 @@ mod tests {
             topic: None,
             exchange: None,
             webhook_secret: None,
+            format: None,
             relay_publish_timeout: RELAY,
         }
     }
 
     fn table(value: serde_json::Value) -> std::result::Result<SinkConfig, String> {
         SinkConfig::from_table(&value, RELAY).map_err(|e| e.to_string())
+    }
+
+    #[cfg(feature = "kafka")]
+    #[test]
+    fn cloudevents_settings_are_checked_by_key() {
+        let kafka = |extra: serde_json::Value| {
+            let mut t = serde_json::json!({"kind": "kafka", "topic": "billing"});
+            t.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            table(t)
+        };
+        let config = SinkConfig::from_table(
+            &serde_json::json!({"kind": "kafka", "topic": "billing", "format": "cloudevents",
+                                "cloudevents": {"mode": "structured", "source": "/billing"}}),
+            RELAY,
+        )
+        .unwrap();
+        let SinkConfig::Kafka(c) = config else {
+            panic!("kafka")
+        };
+        assert_eq!(c.format, Format::Cloudevents);
+        assert_eq!(c.cloudevents.mode, crate::cloudevents::Mode::Structured);
+        assert_eq!(c.cloudevents.source.as_deref(), Some("/billing"));
+
+        let err = kafka(serde_json::json!({"cloudevents": {"mode": "binary"}})).unwrap_err();
+        assert!(
+            err.starts_with("cloudevents:") && err.contains("format = \"cloudevents\""),
+            "{err}"
+        );
+        let err = kafka(serde_json::json!({"format": "cloud-events"})).unwrap_err();
+        assert!(
+            err.starts_with("format:") && err.contains("cloud-events"),
+            "{err}"
+        );
+        let err =
+            kafka(serde_json::json!({"format": "cloudevents", "cloudevents": {"source": ""}}))
+                .unwrap_err();
+        assert!(err.contains("cloudevents.source"), "{err}");
+        let err =
+            kafka(serde_json::json!({"format": "cloudevents", "cloudevents": {"mod": "binary"}}))
+                .unwrap_err();
+        assert!(
+            err.starts_with("cloudevents:") && err.contains("mod"),
+            "{err}"
+        );
+        let err = kafka(serde_json::json!({"format": "cloudevents",
+                                           "cloudevents": {"dataschema": "https://x/{schema}"}}))
+        .unwrap_err();
+        assert!(err.contains("{schema}"), "{err}");
     }
 
     #[test]

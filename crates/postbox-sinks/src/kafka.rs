@@ -17,11 +17,12 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::error::ConfigError;
 use crate::open::Shared;
 use crate::router::no_destination;
 use crate::settings::SinkSettings;
-use crate::{Error, Result, RoutableSink, Template, defaults, headers};
+use crate::{Error, Result, RoutableSink, Template, defaults};
 
 /// librdkafka settings Postbox fixes, because the acknowledgement means nothing without them.
 const FIXED: [(&str, &str); 2] = [("acks", "all"), ("enable.idempotence", "true")];
@@ -65,6 +66,13 @@ pub struct KafkaConfig {
     /// reachable. Default 5 s.
     #[serde(default = "defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce_*`
+    /// headers and `content-type`; see [`crate::cloudevents`]).
+    #[serde(default)]
+    pub format: Format,
+    /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
 }
 
 impl KafkaConfig {
@@ -77,6 +85,8 @@ impl KafkaConfig {
             properties: BTreeMap::new(),
             publish_timeout: defaults::publish_timeout(),
             connect_timeout: defaults::connect_timeout(),
+            format: Format::default(),
+            cloudevents: CloudEventsConfig::default(),
         }
     }
 
@@ -117,9 +127,10 @@ impl KafkaConfig {
 ///
 /// The producer is idempotent (`enable.idempotence=true`: no duplicates or reordering from its
 /// own retries). Key: the aggregate id (so one aggregate's events share a partition), none when
-/// the event has no aggregate. Headers: the [`headers`] metadata, `postbox-dedup-id` among them,
-/// and the event's own headers. The value is the event payload. librdkafka reconnects by itself;
-/// a producer that hits a fatal error is replaced by a new one.
+/// the event has no aggregate. Headers: the [`crate::headers`] metadata, `postbox-dedup-id`
+/// among them, and the event's own headers. The value is the event payload. With
+/// `format = "cloudevents"` the record is a CloudEvent of the Kafka binding ([`crate::cloudevents`]).
+/// librdkafka reconnects by itself; a producer that hits a fatal error is replaced by a new one.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -134,6 +145,7 @@ pub struct KafkaSink {
     producer: RwLock<FutureProducer>,
     topic: Option<Template>,
     publish_timeout: Duration,
+    encoder: Encoder,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -162,6 +174,7 @@ impl KafkaSink {
         Ok(KafkaSink {
             client_config,
             producer: RwLock::new(producer),
+            encoder: Encoder::new(config.format, &config.cloudevents),
             topic: config.topic,
             publish_timeout: config.publish_timeout,
         })
@@ -224,15 +237,16 @@ impl RoutableSink for KafkaSink {
                 event.id
             )));
         }
+        let message = self.encoder.encode(event, Binding::Kafka)?;
         let mut message_headers = OwnedHeaders::new();
-        for (key, value) in headers::all(event) {
+        for (key, value) in &message.headers {
             message_headers = message_headers.insert(Header {
-                key: &key,
+                key,
                 value: Some(value.as_str()),
             });
         }
         let mut record = FutureRecord::to(&topic)
-            .payload(event.payload.get())
+            .payload(message.body.as_ref())
             .headers(message_headers);
         if let Some(key) = &event.aggregate_id {
             record = record.key(key.as_str());
@@ -290,6 +304,8 @@ impl std::fmt::Debug for KafkaConfig {
             .field("properties", &crate::settings::debug_map(&self.properties))
             .field("publish_timeout", &self.publish_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("format", &self.format)
+            .field("cloudevents", &self.cloudevents)
             .finish()
     }
 }
@@ -344,8 +360,10 @@ impl SinkSettings for KafkaConfig {
         Some(crate::defaults::reconnect_max_delay())
     }
 
-    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
-        Ok(Arc::new(KafkaSink::connect(self.clone()).await?))
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        let mut config = self.clone();
+        config.cloudevents.set_origin(shared.origin());
+        Ok(Arc::new(KafkaSink::connect(config).await?))
     }
 }
 

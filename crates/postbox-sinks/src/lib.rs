@@ -43,6 +43,7 @@
 //! ```
 
 mod breaker;
+pub mod cloudevents;
 pub mod config;
 mod error;
 pub mod headers;

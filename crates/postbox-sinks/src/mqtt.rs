@@ -27,10 +27,11 @@ use tokio::time::Instant;
 
 use serde_json::{Map, Value};
 
+use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::error::ConfigError;
 use crate::router::no_destination;
 use crate::settings::{Secret, SinkSettings, percent_decode};
-use crate::{Error, Result, RoutableSink, Template, defaults, headers};
+use crate::{Error, Result, RoutableSink, Template, defaults};
 
 /// Configuration of an [`MqttSink`].
 ///
@@ -87,6 +88,13 @@ pub struct MqttConfig {
     /// Longest wait between reconnection attempts (they start at 50 ms and double). Default 2 s.
     #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: user properties named `id`, `source`, …, the content type in its property; see
+    /// [`crate::cloudevents`]).
+    #[serde(default)]
+    pub format: Format,
+    /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
 }
 
 fn default_host() -> String {
@@ -121,6 +129,8 @@ impl MqttConfig {
             publish_timeout: defaults::publish_timeout(),
             connect_timeout: defaults::connect_timeout(),
             reconnect_max_delay: defaults::reconnect_max_delay(),
+            format: Format::default(),
+            cloudevents: CloudEventsConfig::default(),
         }
     }
 
@@ -175,8 +185,9 @@ fn generated_client_id() -> String {
 /// broker's `PUBACK` for that very message arrives with a success reason.
 ///
 /// The payload is the event payload (JSON, with content type `application/json` and payload
-/// format indicator UTF-8); the [`headers`] metadata and the event's own headers go as MQTT 5
-/// user properties. A `PUBACK` means the broker took responsibility for the message: it reaches
+/// format indicator UTF-8); the [`crate::headers`] metadata and the event's own headers go as
+/// MQTT 5 user properties. With `format = "cloudevents"`, a CloudEvent of the MQTT 5 binding
+/// ([`crate::cloudevents`]). A `PUBACK` means the broker took responsibility for the message: it reaches
 /// the subscribers that are connected or have persistent sessions, not ones that subscribe
 /// later (unless `retain` is set, which keeps only the last message per topic).
 ///
@@ -198,6 +209,7 @@ pub struct MqttSink {
     topic: Option<Template>,
     retain: bool,
     publish_timeout: Duration,
+    encoder: Encoder,
     tasks: [JoinHandle<()>; 2],
 }
 
@@ -298,6 +310,7 @@ impl MqttSink {
             topic: config.topic,
             retain: config.retain,
             publish_timeout: config.publish_timeout,
+            encoder: Encoder::new(config.format, &config.cloudevents),
             tasks: [driver, dispatcher],
         };
         let first = tokio::time::timeout(config.connect_timeout + Duration::from_secs(1), first_rx)
@@ -361,11 +374,12 @@ impl RoutableSink for MqttSink {
                  NUL); check the topic template and the event's values"
             )));
         }
-        let payload = Bytes::copy_from_slice(event.payload.get().as_bytes());
+        let message = self.encoder.encode(event, Binding::Mqtt)?;
+        let payload = Bytes::copy_from_slice(&message.body);
         let properties = PublishProperties {
             payload_format_indicator: Some(1),
-            content_type: Some("application/json".to_owned()),
-            user_properties: headers::all(event),
+            content_type: Some(message.content_type.to_owned()),
+            user_properties: message.headers,
             ..PublishProperties::default()
         };
         let publish = self.publish_until_sent(|reply| Request {
@@ -602,8 +616,10 @@ impl SinkSettings for MqttConfig {
         Some(self.reconnect_max_delay)
     }
 
-    async fn connect(&self, _: &crate::open::Shared) -> Result<Arc<dyn RoutableSink>> {
-        Ok(Arc::new(MqttSink::connect(self.clone()).await?))
+    async fn connect(&self, shared: &crate::open::Shared) -> Result<Arc<dyn RoutableSink>> {
+        let mut config = self.clone();
+        config.cloudevents.set_origin(shared.origin());
+        Ok(Arc::new(MqttSink::connect(config).await?))
     }
 }
 

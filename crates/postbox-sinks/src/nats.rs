@@ -12,6 +12,7 @@ use postbox::{OutboxEvent, PublishError, Sink};
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::error::ConfigError;
 use crate::open::Shared;
 use crate::router::no_destination;
@@ -73,6 +74,13 @@ pub struct NatsConfig {
     /// Longest wait between reconnection attempts (they start at 100 ms and double). Default 2 s.
     #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce-*` headers and `content-type`; see
+    /// [`crate::cloudevents`]).
+    #[serde(default)]
+    pub format: Format,
+    /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
 }
 
 fn default_url() -> String {
@@ -94,6 +102,8 @@ impl NatsConfig {
             publish_timeout: defaults::publish_timeout(),
             connect_timeout: defaults::connect_timeout(),
             reconnect_max_delay: defaults::reconnect_max_delay(),
+            format: Format::default(),
+            cloudevents: CloudEventsConfig::default(),
         }
     }
 }
@@ -102,8 +112,9 @@ impl NatsConfig {
 /// arrives.
 ///
 /// The body is the event payload (JSON). Headers: `Nats-Msg-Id` = the dedup id (JetStream
-/// drops a repeat within the stream's duplicate window), the [`headers`] metadata and the
-/// event's own headers. While the server is away the client reconnects by itself; a publish made
+/// drops a repeat within the stream's duplicate window), the [`crate::headers`] metadata and
+/// the event's own headers; with `format = "cloudevents"`, a CloudEvent of the NATS binding
+/// ([`crate::cloudevents`]). While the server is away the client reconnects by itself; a publish made
 /// meanwhile waits for it up to `publish_timeout`, then fails as retryable. A publish whose
 /// connection drops before its `PubAck` arrives is sent again on the next connection (same
 /// `Nats-Msg-Id`, so the stream stores it once).
@@ -123,6 +134,7 @@ pub struct NatsSink {
     subject: Option<Template>,
     expected_stream: Option<HeaderValue>,
     publish_timeout: Duration,
+    encoder: Encoder,
 }
 
 impl NatsSink {
@@ -189,6 +201,7 @@ impl NatsSink {
         let mut jetstream = jetstream::new(client);
         jetstream.set_timeout(config.publish_timeout);
         Ok(NatsSink {
+            encoder: Encoder::new(config.format, &config.cloudevents),
             jetstream,
             disconnects,
             subject: config.subject,
@@ -197,10 +210,14 @@ impl NatsSink {
         })
     }
 
-    fn message_headers(&self, event: &OutboxEvent) -> Result<HeaderMap, PublishError> {
+    fn message_headers(
+        &self,
+        event: &OutboxEvent,
+        headers: &[(String, String)],
+    ) -> Result<HeaderMap, PublishError> {
         let mut map = HeaderMap::new();
-        for (name, value) in headers::all(event) {
-            map.insert(header_name(&name)?, header_value(&name, &value)?);
+        for (name, value) in headers {
+            map.insert(header_name(name)?, header_value(name, value)?);
         }
         map.insert(
             header_name(MSG_ID_HEADER)?,
@@ -233,9 +250,10 @@ impl RoutableSink for NatsSink {
             .ok_or_else(|| no_destination("NATS", "subject"))?;
         let subject = template.render(event)?;
         check_subject(&subject)?;
+        let encoded = self.encoder.encode(event, Binding::Nats)?;
         let message = jetstream::message::PublishMessage::build()
-            .payload(Bytes::copy_from_slice(event.payload.get().as_bytes()))
-            .headers(self.message_headers(event)?);
+            .payload(Bytes::copy_from_slice(&encoded.body))
+            .headers(self.message_headers(event, &encoded.headers)?);
         let publish = async {
             let mut disconnects = self.disconnects.subscribe();
             loop {
@@ -337,6 +355,8 @@ impl std::fmt::Debug for NatsConfig {
             .field("publish_timeout", &self.publish_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .field("format", &self.format)
+            .field("cloudevents", &self.cloudevents)
             .finish()
     }
 }
@@ -370,8 +390,10 @@ impl SinkSettings for NatsConfig {
         Some(self.reconnect_max_delay)
     }
 
-    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
-        Ok(Arc::new(NatsSink::connect(self.clone()).await?))
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        let mut config = self.clone();
+        config.cloudevents.set_origin(shared.origin());
+        Ok(Arc::new(NatsSink::connect(config).await?))
     }
 }
 

@@ -15,16 +15,33 @@ use postbox::{Backoff, OutboxEvent, PublishError, Sink};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::cloudevents::Origin;
 use crate::stdout::StdoutSink;
 use crate::{Error, Result, RoutableSink, Template};
 
-/// What the sinks opened together share: one stdout writer, however many sinks write to it.
+/// What the sinks opened together share: one stdout writer, however many sinks write to it, and
+/// where the events come from (the default CloudEvents `source`).
 #[derive(Default)]
 pub struct Shared {
     stdout: OnceLock<Arc<StdoutSink>>,
+    origin: Option<Origin>,
 }
 
 impl Shared {
+    /// Sinks opened for the outbox of `origin` (its database and schema name the CloudEvents
+    /// `source` of sinks that do not set one).
+    pub fn with_origin(origin: Option<Origin>) -> Shared {
+        Shared {
+            origin,
+            ..Shared::default()
+        }
+    }
+
+    /// Where the events come from, if known.
+    pub fn origin(&self) -> Option<Origin> {
+        self.origin.clone()
+    }
+
     /// The stdout writer, started on first use.
     pub(crate) fn stdout(&self) -> Result<Arc<StdoutSink>> {
         if let Some(s) = self.stdout.get() {

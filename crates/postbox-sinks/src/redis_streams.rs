@@ -11,10 +11,11 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
+use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::open::Shared;
 use crate::router::no_destination;
 use crate::settings::SinkSettings;
-use crate::{Error, Result, RoutableSink, Template, defaults, headers};
+use crate::{Error, Result, RoutableSink, Template, defaults};
 
 /// The stream field that holds the event payload (JSON).
 pub const PAYLOAD_FIELD: &str = "payload";
@@ -57,6 +58,13 @@ pub struct RedisConfig {
     /// Longest wait between reconnection attempts. Default 2 s.
     #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce_*` fields and `content-type`, as Kafka headers; see
+    /// [`crate::cloudevents`]).
+    #[serde(default)]
+    pub format: Format,
+    /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
 }
 
 fn default_url() -> String {
@@ -73,6 +81,8 @@ impl RedisConfig {
             publish_timeout: defaults::publish_timeout(),
             connect_timeout: defaults::connect_timeout(),
             reconnect_max_delay: defaults::reconnect_max_delay(),
+            format: Format::default(),
+            cloudevents: CloudEventsConfig::default(),
         }
     }
 }
@@ -80,9 +90,11 @@ impl RedisConfig {
 /// Appends events to Redis streams; an event counts as published when `XADD` answers with the
 /// new entry's id.
 ///
-/// Each entry has the field `payload` (the event payload, JSON), the [`headers`] metadata as
-/// fields (`postbox-event-id`, `postbox-dedup-id`, …) and the event's own headers as fields
-/// (one named `payload` is left out). How long an acknowledged entry survives depends on the
+/// Each entry has the field `payload` (the event payload, JSON), the [`crate::headers`] metadata
+/// as fields (`postbox-event-id`, `postbox-dedup-id`, …) and the event's own headers as fields
+/// (one named `payload` is left out). With `format = "cloudevents"`, the entry is a CloudEvent
+/// with `ce_*` fields (binary mode; `payload` the data) or the whole event in `payload`
+/// (structured mode), and `content-type` ([`crate::cloudevents`]). How long an acknowledged entry survives depends on the
 /// server's persistence (`appendonly yes` with `appendfsync always` or `everysec`) and on
 /// replication; see `docs/sinks.md`.
 ///
@@ -100,6 +112,7 @@ impl RedisConfig {
 pub struct RedisSink {
     connection: ConnectionManager,
     config: RedisConfig,
+    encoder: Encoder,
 }
 
 impl std::fmt::Debug for RedisSink {
@@ -137,23 +150,28 @@ impl RedisSink {
             )
         })?
         .map_err(|e| Error::connect("Redis", &address, e))?;
-        Ok(RedisSink { connection, config })
+        Ok(RedisSink {
+            connection,
+            encoder: Encoder::new(config.format, &config.cloudevents),
+            config,
+        })
     }
 
-    fn command(&self, key: &str, event: &OutboxEvent) -> ::redis::Cmd {
+    fn command(&self, key: &str, event: &OutboxEvent) -> Result<::redis::Cmd, PublishError> {
+        let message = self.encoder.encode(event, Binding::Redis)?;
         let mut cmd = ::redis::cmd("XADD");
         cmd.arg(key);
         if let Some(n) = self.config.maxlen {
             cmd.arg("MAXLEN").arg("~").arg(n);
         }
         cmd.arg("*");
-        for (name, value) in headers::all(event) {
+        for (name, value) in &message.headers {
             if name != PAYLOAD_FIELD {
                 cmd.arg(name).arg(value);
             }
         }
-        cmd.arg(PAYLOAD_FIELD).arg(event.payload.get());
-        cmd
+        cmd.arg(PAYLOAD_FIELD).arg(message.body.as_ref());
+        Ok(cmd)
     }
 
     async fn add(
@@ -209,7 +227,7 @@ impl RoutableSink for RedisSink {
             .or(self.config.stream.as_ref())
             .ok_or_else(|| no_destination("Redis", "stream"))?;
         let key = template.render(event)?;
-        let cmd = self.command(&key, event);
+        let cmd = self.command(&key, event)?;
         let deadline = Instant::now() + self.config.publish_timeout;
         match tokio::time::timeout_at(deadline, self.add(&cmd, &key, deadline)).await {
             Ok(result) => result,
@@ -245,6 +263,8 @@ impl std::fmt::Debug for RedisConfig {
             .field("publish_timeout", &self.publish_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .field("format", &self.format)
+            .field("cloudevents", &self.cloudevents)
             .finish()
     }
 }
@@ -275,7 +295,9 @@ impl SinkSettings for RedisConfig {
         Some(self.reconnect_max_delay)
     }
 
-    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
-        Ok(Arc::new(RedisSink::connect(self.clone()).await?))
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        let mut config = self.clone();
+        config.cloudevents.set_origin(shared.origin());
+        Ok(Arc::new(RedisSink::connect(config).await?))
     }
 }

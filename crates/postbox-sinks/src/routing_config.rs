@@ -30,6 +30,7 @@ use postbox::redact::redact;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::cloudevents::Origin;
 use crate::config::{ConfigError, SinkConfig};
 use crate::open::{OwnDestination, Shared};
 use crate::stdout::StdoutSink;
@@ -368,7 +369,13 @@ impl SinkSetup {
 
     /// Opens the sink, or every sink some route uses.
     pub async fn open(self) -> Result<Opened> {
-        let shared = Shared::default();
+        self.open_for(None).await
+    }
+
+    /// Opens the sink, or every sink some route uses, for the outbox of `origin`: its database
+    /// and schema make the default CloudEvents `source` (see [`crate::cloudevents`]).
+    pub async fn open_for(self, origin: Option<Origin>) -> Result<Opened> {
+        let shared = Shared::with_origin(origin);
         let sink: Arc<dyn postbox::Sink> = match self {
             SinkSetup::Single(config) => {
                 let name = config.kind().name();

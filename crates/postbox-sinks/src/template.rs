@@ -1,5 +1,6 @@
 //! Topic templates: a destination name with placeholders, parsed once and rendered per event.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -8,7 +9,8 @@ use postbox::{OutboxEvent, PublishError};
 /// A destination name (subject, routing key, topic, stream key, URL) with placeholders filled in
 /// from each event.
 ///
-/// Placeholders: `{event_type}`, `{aggregate_type}`, `{aggregate_id}`, `{tenant}`. Write `{{` and
+/// Placeholders: `{event_type}`, `{aggregate_type}`, `{aggregate_id}`, `{tenant}`,
+/// `{schema_version}`. Write `{{` and
 /// `}}` for literal braces. The template is parsed once, when the sink's configuration is read;
 /// an unknown placeholder or an unclosed brace is refused then, with an error naming it.
 ///
@@ -45,14 +47,16 @@ enum Field {
     AggregateType,
     AggregateId,
     Tenant,
+    SchemaVersion,
 }
 
 impl Field {
-    const ALL: [Field; 4] = [
+    const ALL: [Field; 5] = [
         Field::EventType,
         Field::AggregateType,
         Field::AggregateId,
         Field::Tenant,
+        Field::SchemaVersion,
     ];
 
     fn name(self) -> &'static str {
@@ -61,15 +65,17 @@ impl Field {
             Field::AggregateType => "aggregate_type",
             Field::AggregateId => "aggregate_id",
             Field::Tenant => "tenant",
+            Field::SchemaVersion => "schema_version",
         }
     }
 
-    fn value(self, event: &OutboxEvent) -> Option<&str> {
+    fn value(self, event: &OutboxEvent) -> Option<Cow<'_, str>> {
         match self {
-            Field::EventType => Some(&event.event_type),
-            Field::AggregateType => event.aggregate_type.as_deref(),
-            Field::AggregateId => event.aggregate_id.as_deref(),
-            Field::Tenant => event.tenant.as_deref(),
+            Field::EventType => Some(Cow::Borrowed(&event.event_type)),
+            Field::AggregateType => event.aggregate_type.as_deref().map(Cow::Borrowed),
+            Field::AggregateId => event.aggregate_id.as_deref().map(Cow::Borrowed),
+            Field::Tenant => event.tenant.as_deref().map(Cow::Borrowed),
+            Field::SchemaVersion => Some(Cow::Owned(event.schema_version.to_string())),
         }
     }
 }
@@ -81,7 +87,7 @@ pub enum TemplateError {
     /// A placeholder names no known field.
     #[error(
         "template {template:?} has an unknown placeholder {{{name}}}; the known ones are \
-         {{event_type}}, {{aggregate_type}}, {{aggregate_id}} and {{tenant}}"
+         {{event_type}}, {{aggregate_type}}, {{aggregate_id}}, {{tenant}} and {{schema_version}}"
     )]
     UnknownPlaceholder {
         /// The template as written.
@@ -245,7 +251,7 @@ impl Template {
                         placeholder: field.name(),
                         template: self.source.clone(),
                     })?;
-                    encode(value, &mut out);
+                    encode(&value, &mut out);
                 }
             }
         }

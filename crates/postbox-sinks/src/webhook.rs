@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use std::sync::Arc;
 
+use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::error::ConfigError;
 use crate::open::Shared;
 use crate::router::no_destination;
@@ -72,6 +73,13 @@ pub struct WebhookConfig {
     /// 504).
     #[serde(default = "default_unavailable_statuses")]
     pub unavailable_statuses: Vec<u16>,
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce-*` headers and the payload as the body; structured mode: `application/cloudevents+json`; see
+    /// [`crate::cloudevents`]).
+    #[serde(default)]
+    pub format: Format,
+    /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
+    #[serde(default)]
+    pub cloudevents: CloudEventsConfig,
 }
 
 impl std::fmt::Debug for WebhookConfig {
@@ -84,6 +92,8 @@ impl std::fmt::Debug for WebhookConfig {
             .field("publish_timeout", &self.publish_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("unavailable_statuses", &self.unavailable_statuses)
+            .field("format", &self.format)
+            .field("cloudevents", &self.cloudevents)
             .finish()
     }
 }
@@ -103,6 +113,8 @@ impl WebhookConfig {
             publish_timeout: defaults::publish_timeout(),
             connect_timeout: defaults::connect_timeout(),
             unavailable_statuses: default_unavailable_statuses(),
+            format: Format::default(),
+            cloudevents: CloudEventsConfig::default(),
         }
     }
 }
@@ -203,8 +215,12 @@ pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 /// 2xx.
 ///
 /// The body is an [`Envelope`] (JSON). Headers: `Content-Type: application/json`,
-/// `Idempotency-Key` = the dedup id, the signature header (with a `secret`), the [`headers`]
-/// metadata, the event's own headers (`traceparent`, …) and the configured ones.
+/// `Idempotency-Key` = the dedup id, the signature header (with a `secret`), the
+/// [`crate::headers`] metadata, the event's own headers (`traceparent`, …) and the configured
+/// ones. With `format = "cloudevents"` the request is a CloudEvent of the HTTP binding
+/// ([`crate::cloudevents`]): `ce-*` headers and the payload as the body (binary mode), or the
+/// whole event as `application/cloudevents+json` (structured mode); the signature covers the
+/// body sent, and `Idempotency-Key` is still set.
 ///
 /// Answers: 2xx acknowledges. The statuses of `unavailable_statuses` (by default 401, 403, 408,
 /// 429, 502, 503 and 504) and timeouts and connection errors say the destination is down: the
@@ -232,6 +248,7 @@ pub struct WebhookSink {
     signature_header: HeaderName,
     publish_timeout: Duration,
     unavailable_statuses: Vec<u16>,
+    encoder: Encoder,
 }
 
 impl std::fmt::Debug for WebhookSink {
@@ -271,6 +288,7 @@ impl WebhookSink {
             .map_err(|e| Error::config("url", format!("cannot build the HTTP client: {e}")))?;
         Ok(WebhookSink {
             client,
+            encoder: Encoder::new(config.format, &config.cloudevents),
             url: config.url,
             fixed_url,
             secret: config.secret.map(|s| s.expose().as_bytes().to_vec()),
@@ -316,22 +334,43 @@ impl WebhookSink {
         parse_url(&rendered).map_err(|e| PublishError::permanent(format!("webhook: {e}")))
     }
 
-    fn request_headers(&self, event: &OutboxEvent, body: &[u8]) -> Result<HeaderMap, PublishError> {
+    /// The body and headers of `event`'s request: the [`Envelope`] and the Postbox headers, or a
+    /// CloudEvent of the HTTP binding.
+    fn request(&self, event: &OutboxEvent) -> Result<(HeaderMap, Vec<u8>), PublishError> {
+        let message = self.encoder.encode(event, Binding::Http)?;
+        let body = if self.encoder.is_cloudevents() {
+            message.body.into_owned()
+        } else {
+            serde_json::to_vec(&Envelope::of(event)).map_err(|e| {
+                PublishError::permanent(format!("webhook: cannot encode event: {e}"))
+            })?
+        };
+        let headers = self.request_headers(event, &message.headers, message.content_type, &body)?;
+        Ok((headers, body))
+    }
+
+    fn request_headers(
+        &self,
+        event: &OutboxEvent,
+        headers: &[(String, String)],
+        content_type: &'static str,
+        body: &[u8],
+    ) -> Result<HeaderMap, PublishError> {
         let mut map = HeaderMap::new();
-        for (name, value) in headers::all(event) {
+        for (name, value) in headers {
             let header = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
                 PublishError::permanent(format!(
                     "webhook: event header {name:?} is not a valid HTTP header name ({e})"
                 ))
             })?;
-            let value = HeaderValue::from_str(&value).map_err(|e| {
+            let value = HeaderValue::from_str(value).map_err(|e| {
                 PublishError::permanent(format!(
                     "webhook: the value of event header {name:?} is not a valid HTTP header value ({e})"
                 ))
             })?;
             map.insert(header, value);
         }
-        map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        map.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
         let dedup = HeaderValue::from_str(&event.dedup_id()).map_err(|e| {
             PublishError::permanent(format!(
                 "webhook: the dedup id of event {} is not a valid header value ({e})",
@@ -398,9 +437,7 @@ impl RoutableSink for WebhookSink {
         destination: Option<&Template>,
     ) -> Result<(), PublishError> {
         let url = self.url(event, destination)?;
-        let body = serde_json::to_vec(&Envelope::of(event))
-            .map_err(|e| PublishError::permanent(format!("webhook: cannot encode event: {e}")))?;
-        let headers = self.request_headers(event, &body)?;
+        let (headers, body) = self.request(event)?;
         let body = bytes::Bytes::from(body);
         let deadline = Instant::now() + self.publish_timeout;
         let mut attempt = 0;
@@ -604,8 +641,10 @@ impl SinkSettings for WebhookConfig {
         self.connect_timeout = self.connect_timeout.min(timeout);
     }
 
-    async fn connect(&self, _: &Shared) -> Result<Arc<dyn RoutableSink>> {
-        Ok(Arc::new(WebhookSink::new(self.clone())?))
+    async fn connect(&self, shared: &Shared) -> Result<Arc<dyn RoutableSink>> {
+        let mut config = self.clone();
+        config.cloudevents.set_origin(shared.origin());
+        Ok(Arc::new(WebhookSink::new(config)?))
     }
 }
 

@@ -41,7 +41,7 @@ pub(super) async fn run(
     }
     let plan = sinks::plan(config).map_err(|e| anyhow!("invalid sink configuration: {e:?}"))?;
     let sink_description = describe(config, &plan);
-    let opened = sinks::open(plan).await?;
+    let opened = sinks::open(plan, None).await?;
     // One stop for every database: a signal, or stdout that can no longer be written.
     let (stop_tx, stop_rx) = watch::channel(false);
     let (stop, broken_rx) = stop_when(&shutdown, opened.stdout.map(|s| s.broken()));

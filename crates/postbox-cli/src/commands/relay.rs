@@ -43,7 +43,7 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
     // Checked when the configuration loaded; an error here would be a bug.
     let plan = sinks::plan(config).map_err(|e| anyhow!("invalid sink configuration: {e:?}"))?;
     let sink_description = describe(config, &plan);
-    let opened = sinks::open(plan).await?;
+    let opened = sinks::open(plan, Some(location.origin(&config.schema))).await?;
     let stdout_broken = opened.stdout.map(|s| s.broken());
     let relay = Relay::from_parts(Arc::clone(&db.store), opened.sink, config.relay_config())?;
     // Before the migrations are checked, so that /readyz can say they are missing.

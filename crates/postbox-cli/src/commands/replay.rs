@@ -43,7 +43,8 @@ pub(crate) async fn run(config: &Config, args: &ReplayArgs) -> anyhow::Result<Ex
         bail!("--rate {rate} is not a rate: give events per second above zero");
     }
     let filter = Replay::filter(&chosen)?;
-    let db = Database::connect(&config.location()?, config.schema.clone(), Create::Never).await?;
+    let location = config.location()?;
+    let db = Database::connect(&location, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
     let target = db.target(f.tenant.as_deref()).await?;
     let mut options = ReplayOptions::default()
@@ -84,7 +85,7 @@ pub(crate) async fn run(config: &Config, args: &ReplayArgs) -> anyhow::Result<Ex
     }
 
     let plan = sinks::plan(config).map_err(|e| anyhow!("invalid sink configuration: {e:?}"))?;
-    let opened = sinks::open(plan).await?;
+    let opened = sinks::open(plan, Some(location.origin(&config.schema))).await?;
     let replay = Replay::new(db.store.clone(), opened.sink, options);
     let progress = Progress::start(format!("{}: replayed", target.label()));
     let report = replay.run(&target, &filter, |n| progress.add(n)).await?;

@@ -231,7 +231,7 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         flag: Some("--topic"),
         about: "Destination template: NATS subject, AMQP routing key, Kafka topic, Redis stream \
                 key or MQTT topic, e.g. \"billing.{aggregate_type}.{event_type}\". \
-                Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant}.",
+                Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant}, {schema_version}.",
     },
     KeyDoc {
         key: "exchange",
@@ -239,6 +239,14 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         flag: Some("--exchange"),
         about: "The AMQP exchange the amqp sink publishes to (it must exist). The default \
                 exchange delivers to the queue named by the routing key.",
+    },
+    KeyDoc {
+        key: "sink_format",
+        default: "(none: \"postbox\", Postbox's own shape)",
+        flag: Some("--sink-format"),
+        about: "How the sink writes each event: postbox (the payload as the body, Postbox \
+                headers) or cloudevents (a CloudEvents 1.0 event in binary mode; see \
+                docs/sinks.md). Not for stdout and null.",
     },
     KeyDoc {
         key: "webhook_secret",

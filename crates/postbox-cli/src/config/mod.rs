@@ -133,6 +133,9 @@ pub(crate) struct Config {
     /// The AMQP exchange.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) exchange: Option<String>,
+    /// The single sink's message format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sink_format: Option<postbox_sinks::cloudevents::Format>,
     /// The webhook signing key; never serialized (so never shown).
     #[serde(default, skip_serializing)]
     pub(crate) webhook_secret: Option<Secret>,
@@ -244,6 +247,7 @@ impl Default for Config {
             sink_url: None,
             topic: None,
             exchange: None,
+            sink_format: None,
             webhook_secret: None,
             sinks: BTreeMap::new(),
             routes: Vec::new(),
@@ -421,6 +425,9 @@ pub(crate) struct Overrides {
     /// `--exchange`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) exchange: Option<String>,
+    /// `--sink-format`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sink_format: Option<String>,
 }
 
 impl Provider for Overrides {

@@ -4,6 +4,7 @@
 //! into them and names, in every error, the key, table or rule it is about.
 
 use anyhow::{Context, anyhow};
+use postbox_sinks::cloudevents::Origin;
 use postbox_sinks::{ConfigError, Opened, RoutingConfig, SingleSink, SinkConfig, SinkSetup};
 
 use crate::config::{Config, Loaded, SinkKind};
@@ -68,6 +69,7 @@ fn unchecked_plan(config: &Config) -> Result<SinkPlan, PlanError> {
         ("sink_url", config.sink_url.is_some(), "`url`"),
         ("topic", config.topic.is_some(), "each route's `topic`"),
         ("exchange", config.exchange.is_some(), "`exchange`"),
+        ("sink_format", config.sink_format.is_some(), "`format`"),
         (
             "webhook_secret",
             config.webhook_secret.is_some(),
@@ -108,6 +110,9 @@ fn single(config: &Config) -> Result<SinkConfig, PlanError> {
     if config.webhook_secret.is_some() && kind.name() != "webhook" {
         unused("webhook_secret", "only the webhook sink signs its requests")?;
     }
+    if config.sink_format.is_some() && !takes_destinations {
+        unused("sink_format", "it writes its own shape")?;
+    }
     if config.sink_url.is_some() && !takes_destinations {
         unused("sink_url", "it has no address")?;
     }
@@ -145,18 +150,20 @@ fn single(config: &Config) -> Result<SinkConfig, PlanError> {
         topic: config.topic.as_ref().map(|t| t.as_str()),
         exchange: config.exchange.as_deref(),
         webhook_secret: config.webhook_secret.as_ref().map(|s| s.expose()),
+        format: config.sink_format,
         relay_publish_timeout: config.publish_timeout,
     })
     .map_err(PlanError::from)
 }
 
-/// Opens the planned sinks.
-pub(crate) async fn open(plan: SinkPlan) -> anyhow::Result<Opened> {
+/// Opens the planned sinks, for the outbox of `origin` (the default CloudEvents `source`; none
+/// when they serve several databases).
+pub(crate) async fn open(plan: SinkPlan, origin: Option<Origin>) -> anyhow::Result<Opened> {
     let kind = match &plan {
         SinkSetup::Single(config) => format!("the {} sink", config.kind()),
         _ => "the sinks".to_owned(),
     };
-    plan.open()
+    plan.open_for(origin)
         .await
         .with_context(|| format!("cannot start {kind}"))
 }

@@ -304,6 +304,77 @@ async fn redis_appends_every_event_to_its_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_format_cloudevents_writes_cloudevents_named_after_the_database() {
+    let pg = migrated().await;
+    let streams = RedisStreams::start().await;
+    let ids = insert(&pg, "InvoiceCreated", "Invoice", 5, 5).await;
+    let topic = format!("{}:{{aggregate_type}}", streams.prefix);
+    postbox_ok(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "redis",
+            "--topic",
+            &topic,
+            "--sink-format",
+            "cloudevents",
+        ],
+        &[],
+    )
+    .await;
+    let got = streams.received(&ids, ARRIVAL).await;
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(pg.db.pool())
+        .await
+        .expect("database name");
+    let rows = rows(&pg).await;
+    assert_eq!(got.len(), ids.len(), "{got:?}");
+    for r in &got {
+        let id = r
+            .event_id()
+            .expect("postbox-event-id beside the attributes");
+        let row = &rows[&id];
+        let expect = |name: &str, value: &str| {
+            assert_eq!(r.header(name), Some(value), "{name} of event {id}: {r:?}");
+        };
+        expect("ce_specversion", "1.0");
+        expect("ce_id", &row.idempotency_key);
+        expect("ce_source", &format!("/postbox/{database}/public"));
+        expect("ce_type", &row.event_type);
+        expect("ce_subject", &format!("Invoice/{}", row.aggregate_id));
+        expect("ce_traceparent", TRACEPARENT);
+        expect("content-type", "application/json");
+        let payload: serde_json::Value =
+            serde_json::from_str(&r.extra["payload"]).expect("the payload field is the data");
+        assert_eq!(payload, row.payload);
+    }
+    assert_all_processed(&pg).await;
+
+    let refused = postbox(
+        &pg,
+        &[
+            "relay",
+            "--drain",
+            "--sink",
+            "stdout",
+            "--sink-format",
+            "cloudevents",
+        ],
+        &[],
+    )
+    .await;
+    assert!(!refused.status.success());
+    assert!(
+        refused.stderr.contains("sink_format") && refused.stderr.contains("stdout"),
+        "{}",
+        refused.stderr
+    );
+    streams.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_publishes_every_event_at_qos_1() {
     let pg = migrated().await;
     let topics = MqttTopics::start().await;
