@@ -25,6 +25,7 @@ mod sinks;
 mod sqlite;
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub mod store_suite;
+pub mod tansu;
 mod wait;
 
 pub use event::{TestEvent, event};

@@ -374,6 +374,155 @@ async fn sink_format_cloudevents_writes_cloudevents_named_after_the_database() {
     streams.cleanup().await;
 }
 
+/// Reads `topic` back with Python's `kafka-python` until it has `expected` events; the records.
+async fn read_with_kafka_python(
+    bootstrap: &str,
+    topic: &str,
+    expected: i64,
+) -> Vec<serde_json::Value> {
+    let args = [
+        bootstrap.to_owned(),
+        topic.to_owned(),
+        expected.to_string(),
+        "60".to_owned(),
+    ];
+    let reader = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/cli/kafka_reader.py"
+            ))
+            .args(&args)
+            .output()
+            .expect("python3 runs (scripts/install-deps installs kafka-python)")
+    })
+    .await
+    .expect("reader");
+    assert!(
+        reader.status.success(),
+        "kafka-python: {}",
+        String::from_utf8_lossy(&reader.stderr)
+    );
+    serde_json::from_slice(&reader.stdout).expect("the reader's JSON")
+}
+
+/// Checks that `records` hold every event of `ids`, each with its headers, key and payload.
+fn assert_read_back(records: &[serde_json::Value], rows: &HashMap<i64, Row>, ids: &[i64]) {
+    let mut seen = HashMap::new();
+    for r in records {
+        let headers = &r["headers"];
+        let id: i64 = headers["postbox-event-id"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("a record without postbox-event-id: {r}"));
+        let row = &rows[&id];
+        assert_eq!(
+            headers["postbox-dedup-id"],
+            row.idempotency_key.as_str(),
+            "{r}"
+        );
+        assert_eq!(headers["traceparent"], TRACEPARENT, "{r}");
+        assert_eq!(
+            r["key"],
+            row.aggregate_id.as_str(),
+            "key = aggregate id: {r}"
+        );
+        let value: serde_json::Value =
+            serde_json::from_str(r["value"].as_str().expect("value")).expect("JSON value");
+        assert_eq!(value, row.payload, "{r}");
+        *seen.entry(id).or_insert(0) += 1;
+    }
+    let missing: Vec<&i64> = ids.iter().filter(|id| !seen.contains_key(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} committed events never read back (first: {:?}); {} records read",
+        missing.len(),
+        ids.len(),
+        missing.first(),
+        records.len()
+    );
+}
+
+/// `--sink kafka` without `--sink-url` publishes to the broker on 127.0.0.1:9092 (the one
+/// scripts/services starts); Python's `kafka-python` reads every event back with its headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_publishes_to_the_broker_on_127_0_0_1_by_default() {
+    let pg = migrated().await;
+    let topic = format!("billing_{}", postbox_testkit::consumers::suffix());
+    postbox_testkit::tansu::create_topic(postbox_testkit::tansu::SHARED, &topic, 1);
+    let ids = insert(&pg, "InvoiceCreated", "Invoice", 20, 5).await;
+    postbox_ok(
+        &pg,
+        &["relay", "--drain", "--sink", "kafka", "--topic", &topic],
+        &[],
+    )
+    .await;
+    assert_all_processed(&pg).await;
+    let records = read_with_kafka_python(postbox_testkit::tansu::SHARED, &topic, 20).await;
+    assert_read_back(&records, &rows(&pg).await, &ids);
+}
+
+/// `postbox relay --drain` to a real Kafka-protocol broker (a tansu process of the test's own,
+/// `postbox_testkit::tansu`) killed and started again a third of the way through: a Kafka client
+/// not written here (Python `kafka-python`) reads every committed event back, each with its
+/// headers (the dedup id among them), its key and its payload; none is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_broker_restarted_mid_drain_loses_nothing_read_back_by_kafka_python() {
+    const EVENTS: i64 = 3_000;
+    let pg = migrated().await;
+    let mut broker = postbox_testkit::tansu::Tansu::start().await;
+    let topic = format!("billing_{}", postbox_testkit::consumers::suffix());
+    broker.create_topic(&topic, 3);
+    let ids = insert(&pg, "InvoiceCreated", "Invoice", EVENTS, 5).await;
+    let url = format!("kafka://{}", broker.bootstrap());
+    let relay = Running::spawn(pg.cmd(&[
+        "relay",
+        "--drain",
+        "--sink",
+        "kafka",
+        "--sink-url",
+        &url,
+        "--topic",
+        &topic,
+    ]));
+    let processed = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED'",
+        )
+        .fetch_one(pg.db.pool())
+        .await
+        .expect("count")
+    };
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while processed().await < EVENTS / 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay did not get a third of the way"
+        );
+        // Polling the table: the relay says nothing per batch.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.restart().await;
+    let at_restart = processed().await;
+    assert!(
+        at_restart < EVENTS,
+        "the drain was over before the broker restarted; nothing was tested"
+    );
+    let done = tokio::task::spawn_blocking(move || relay.finish(DEADLINE))
+        .await
+        .expect("relay");
+    assert!(
+        done.status.success(),
+        "relay: {}\nbroker:\n{}",
+        done.stderr,
+        broker.log()
+    );
+    assert_all_processed(&pg).await;
+
+    let records = read_with_kafka_python(&broker.bootstrap(), &topic, EVENTS).await;
+    assert_read_back(&records, &rows(&pg).await, &ids);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mqtt_publishes_every_event_at_qos_1() {
     let pg = migrated().await;
