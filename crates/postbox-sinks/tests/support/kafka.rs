@@ -119,6 +119,23 @@ fn topics(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// The topic `event` goes to under the harnesses' template.
+fn destination(prefix: &str, event: &OutboxEvent) -> String {
+    format!(
+        "{prefix}.{}.{}",
+        event.aggregate_type.as_deref().unwrap_or_default(),
+        event.event_type
+    )
+}
+
+/// The other topic the consumer reads, as a route's template and as rendered.
+fn other_destination(prefix: &str) -> (String, String) {
+    (
+        format!("{prefix}.{{aggregate_type}}.InvoicePaid"),
+        format!("{prefix}.Invoice.InvoicePaid"),
+    )
+}
+
 /// A consumer of `topics` (partition 0, from the beginning) on `bootstrap`, collecting what it
 /// reads; it keeps asking while the brokers are away.
 fn consume(bootstrap: &str, prefix: &str, topics: &[String]) -> (Arc<Collector>, JoinHandle<()>) {
@@ -201,20 +218,11 @@ impl Harness for KafkaHarness {
     }
 
     fn expected_destination(&self, event: &OutboxEvent) -> String {
-        format!(
-            "{}.{}.{}",
-            self.prefix,
-            event.aggregate_type.as_deref().unwrap_or_default(),
-            event.event_type
-        )
+        destination(&self.prefix, event)
     }
 
     fn other_destination(&self) -> (String, String) {
-        // The mock cluster's consumer reads two topics; the other one.
-        (
-            format!("{}.{{aggregate_type}}.InvoicePaid", self.prefix),
-            format!("{}.Invoice.InvoicePaid", self.prefix),
-        )
+        other_destination(&self.prefix)
     }
 
     async fn broker_down(&self) {
@@ -283,19 +291,11 @@ impl Harness for TansuHarness {
     }
 
     fn expected_destination(&self, event: &OutboxEvent) -> String {
-        format!(
-            "{}.{}.{}",
-            self.prefix,
-            event.aggregate_type.as_deref().unwrap_or_default(),
-            event.event_type
-        )
+        destination(&self.prefix, event)
     }
 
     fn other_destination(&self) -> (String, String) {
-        (
-            format!("{}.{{aggregate_type}}.InvoicePaid", self.prefix),
-            format!("{}.Invoice.InvoicePaid", self.prefix),
-        )
+        other_destination(&self.prefix)
     }
 
     async fn broker_down(&self) {
