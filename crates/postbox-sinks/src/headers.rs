@@ -39,8 +39,10 @@ pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
 /// The dedup id of a received message, from its headers, for a consumer's
 /// [`Inbox`](postbox::Inbox): `postbox-dedup-id`, which every sink that has headers sends,
-/// else the broker's own dedup field (`Nats-Msg-Id`, `Idempotency-Key`); names compared
-/// case-insensitively, as HTTP does. `None` when the message has none of them.
+/// else the broker's own dedup field (`Nats-Msg-Id`, `Idempotency-Key`), else a CloudEvent's
+/// `id` in binary mode (`ce-id`, `ce_id`, `cloudEvents:id`, `cloudEvents_id`; see
+/// [`crate::cloudevents`]); names compared case-insensitively, as HTTP does. `None` when the
+/// message has none of them.
 ///
 /// Give it what the client library hands the consumer as name/value text: Kafka record headers,
 /// NATS headers, HTTP request headers, MQTT 5 user properties, Redis stream fields. A RabbitMQ
@@ -53,6 +55,7 @@ pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 /// let received = [("content-type", "application/json"), ("Nats-Msg-Id", "Invoice:456:InvoiceCreated:2026-04-24")];
 /// assert_eq!(headers::dedup_id(received), Some("Invoice:456:InvoiceCreated:2026-04-24"));
 /// assert_eq!(headers::dedup_id([("postbox-dedup-id", "7"), ("Nats-Msg-Id", "7")]), Some("7"));
+/// assert_eq!(headers::dedup_id([("ce_id", "Invoice:456"), ("content-type", "application/json")]), Some("Invoice:456"));
 /// assert_eq!(headers::dedup_id([("traceparent", "00-…")]), None);
 /// ```
 pub fn dedup_id<'a, I>(headers: I) -> Option<&'a str>
@@ -64,15 +67,25 @@ where
         if name.eq_ignore_ascii_case(DEDUP_ID) {
             return Some(value);
         }
-        if fallback.is_none()
-            && (name.eq_ignore_ascii_case(NATS_MSG_ID)
-                || name.eq_ignore_ascii_case(IDEMPOTENCY_KEY))
+        let rank = if name.eq_ignore_ascii_case(NATS_MSG_ID)
+            || name.eq_ignore_ascii_case(IDEMPOTENCY_KEY)
         {
-            fallback = Some(value);
+            1
+        } else if CLOUDEVENTS_ID.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+            2
+        } else {
+            continue;
+        };
+        if fallback.is_none_or(|(best, _)| rank < best) {
+            fallback = Some((rank, value));
         }
     }
-    fallback
+    fallback.map(|(_, value)| value)
 }
+
+/// The names a CloudEvent's `id` has in binary mode: HTTP and NATS, Kafka and Redis, AMQP (and
+/// its JMS-safe spelling).
+const CLOUDEVENTS_ID: [&str; 4] = ["ce-id", "ce_id", "cloudEvents:id", "cloudEvents_id"];
 
 /// The Postbox metadata of `event`, by the names above (absent values are left out).
 ///

@@ -1,6 +1,7 @@
-//! The consumer's end of the wire: a consumer in another language (`inbox_consumer.py`: Python,
-//! psycopg 3, redis-py) reads what `postbox relay` publishes to a Redis stream and applies each
-//! event's effect once through the SQL inbox (`postbox_inbox_receive`), while the test kills the
+//! The consumer's end of the wire: a consumer reads what `postbox relay` publishes to a Redis
+//! stream and applies each event's effect once — in another language (`inbox_consumer.py`:
+//! Python, psycopg 3, redis-py) through the SQL inbox (`postbox_inbox_receive`), and in Rust
+//! (`examples/inbox_consumer.rs`) through `postbox::Inbox` — while the test kills the
 //! consumer 20 times (SIGKILL, mid-batch or between its commit and its acknowledgement), kills
 //! the relay mid-drain (its claims are taken over and published again) and replays events with
 //! their original dedup ids.
@@ -72,8 +73,53 @@ async fn group_info(
     out
 }
 
+/// The Python consumer: `inbox_consumer.py`, through the SQL function.
+fn python_consumer(url: &str, stream: &str) -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/cli/inbox_consumer.py"
+    ))
+    .args([url, stream, "ledger"]);
+    cmd
+}
+
+/// The Rust consumer: `examples/inbox_consumer.rs`, through `postbox::Inbox`. `cargo test`
+/// builds the package's examples beside its tests, in `examples/` next to `deps/`.
+fn rust_consumer(url: &str, stream: &str) -> Command {
+    let exe = std::env::current_exe().expect("the test's path");
+    let built = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples").join("inbox_consumer"))
+        .filter(|path| path.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "the inbox_consumer example is not built beside {}: run the whole package's \
+                 tests (cargo test -p postbox-cli), or cargo build -p postbox-cli --example \
+                 inbox_consumer",
+                exe.display()
+            )
+        });
+    let mut cmd = Command::new(built);
+    cmd.args([url, stream, "ledger"]);
+    cmd
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_consumer_killed_20_times_applies_every_event_once_through_the_sql_inbox() {
+async fn a_python_consumer_killed_20_times_applies_every_event_once_through_the_sql_inbox() {
+    consumer_killed_20_times(python_consumer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_consumer_killed_20_times_applies_every_event_once_through_its_inbox() {
+    consumer_killed_20_times(rust_consumer).await;
+}
+
+/// Runs the consumer `consumer(database url, stream)` gives through 100,000 events, killing it
+/// 20 times, a relay mid-drain, and replaying 5,000 events with their dedup ids; every event's
+/// effect must be in `ledger` once.
+async fn consumer_killed_20_times(consumer: fn(&str, &str) -> Command) {
     let pg = Pg::new().await;
     pg.ok(&["migrate"]);
     pg.sql(
@@ -99,15 +145,7 @@ async fn a_consumer_killed_20_times_applies_every_event_once_through_the_sql_inb
             .env("POSTBOX_PUBLISH_TIMEOUT", PUBLISH_TIMEOUT);
         Running::spawn(cmd)
     };
-    let consumer = || {
-        let mut cmd = Command::new("python3");
-        cmd.arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/cli/inbox_consumer.py"
-        ))
-        .args([pg.db.url(), stream.as_str(), "ledger"]);
-        Running::spawn(cmd)
-    };
+    let consumer = || Running::spawn(consumer(pg.db.url(), &stream));
     let processed = || {
         scalar(
             &pg,
