@@ -331,7 +331,7 @@ pub(crate) struct SinkArgs {
 
     /// How the sink writes each event: postbox, or cloudevents (CloudEvents 1.0, binary mode)
     /// [config: sink_format; default: postbox]
-    #[arg(long, value_name = "FORMAT")]
+    #[arg(long, value_name = "FORMAT", value_parser = ["postbox", "cloudevents"])]
     pub(crate) sink_format: Option<String>,
 }
 
