@@ -66,10 +66,12 @@ pub(crate) const LEASE_EXPIRED: &str =
 
 /// What an operator's retry writes to `last_error` when it is empty: below a relay's floor a
 /// retried event is found by its `last_error` (every store's claim). Bound into each store's
-/// statement, one text for every store.
+/// statement, one text for every store that claims from a floor (SQLite claims without one).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const RETRIED_BY_OPERATOR: &str = "retried by an operator";
 
-/// What the slow lane writes to `last_error` when it is empty (see [`RETRIED_BY_OPERATOR`]).
+/// What the slow lane writes to `last_error` when it is empty (see `RETRIED_BY_OPERATOR`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const RETRIED_BY_SLOW_LANE: &str = "retried by the slow lane";
 
 /// Parameters of [`Store::events_claim`].
