@@ -30,7 +30,8 @@
 //! The Postbox headers ([`crate::headers`], `postbox-dedup-id` among them) and the event's own
 //! headers still travel beside the attributes, so a consumer that reads either finds what it
 //! needs, and the broker's own dedup field (`Nats-Msg-Id`, AMQP `message_id`, `Idempotency-Key`)
-//! is still set.
+//! is still set — except in MQTT's binary mode, whose binding reads every user property as an
+//! attribute: its user properties are the attributes alone.
 //!
 //! ```
 //! use postbox_sinks::cloudevents::{CloudEventsConfig, Format, Mode};
@@ -274,10 +275,14 @@ impl Encoder {
         if let Some(header) = binding.content_type_header() {
             out.push((header.to_owned(), content_type.to_owned()));
         }
-        // The Postbox and event headers beside them, unless one has an attribute's name.
-        for (name, value) in headers::all(event) {
-            if !out.iter().any(|(n, _)| n.eq_ignore_ascii_case(&name)) {
-                out.push((name, value));
+        // The Postbox and event headers beside them, unless one has an attribute's name; but
+        // not among MQTT's binary-mode user properties, which its binding reads, every one, as
+        // an attribute (and `postbox-event-id` is no attribute name).
+        if !(binding == Binding::Mqtt && config.mode == Mode::Binary) {
+            for (name, value) in headers::all(event) {
+                if !out.iter().any(|(n, _)| n.eq_ignore_ascii_case(&name)) {
+                    out.push((name, value));
+                }
             }
         }
         Ok(Message {
@@ -454,14 +459,16 @@ mod tests {
 
         let mqtt = encoder.encode(&e, Binding::Mqtt).unwrap();
         assert_eq!(header(&mqtt, "type"), Some("InvoiceCreated"));
-        let traceparents = mqtt
-            .headers
-            .iter()
-            .filter(|(n, _)| n == "traceparent")
-            .count();
         assert_eq!(
-            traceparents, 1,
-            "the event header and the attribute share a name"
+            header(&mqtt, "traceparent"),
+            e.headers.get("traceparent").map(String::as_str)
+        );
+        assert!(
+            mqtt.headers.iter().all(|(n, _)| n
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())),
+            "MQTT binary mode has only attributes as user properties: {:?}",
+            mqtt.headers
         );
     }
 

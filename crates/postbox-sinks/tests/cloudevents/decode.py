@@ -7,8 +7,9 @@ Reads a JSON list of messages on stdin, each {"binding", "headers", "content_typ
 Bindings: "http" (the webhook; NATS too, whose binding names and encodes its headers as HTTP
 does), "kafka" (Kafka; Redis Streams too, which has no binding and uses Kafka's names), "amqp"
 (RabbitMQ headers as AMQP application properties) and "mqtt" (MQTT 5, which the SDK has no
-binding for: the user properties named as CloudEvents attributes are the attributes, and the
-SDK's event type checks them; structured messages go through the SDK's JSON format).
+binding for: as the MQTT binding says, every user property of a binary-mode message is an
+attribute, and the SDK's event type checks them; structured messages go through the SDK's JSON
+format).
 """
 
 import json
@@ -52,7 +53,10 @@ def decode(message):
     if binding == "mqtt":
         if message["content_type"].startswith("application/cloudevents"):
             return fmt.read(None, body)
-        attributes = {k: v for k, v in headers.items() if ATTRIBUTE.match(k)}
+        bad = [k for k in headers if not ATTRIBUTE.match(k)]
+        if bad:
+            raise SystemExit(f"MQTT user properties that are no attribute names: {bad}")
+        attributes = dict(headers)
         attributes["datacontenttype"] = message["content_type"]
         if "time" in attributes:
             attributes["time"] = isoparse(attributes["time"])
