@@ -12,7 +12,7 @@ use postbox::status::StatusReport;
 use postbox::store::{
     EventFilter, FilterText, ListParams, Order, RetryFailedParams, StatusCounts, StoredEvent,
 };
-use postbox::{SinkHealth, Target, TenantId, TenantStatus};
+use postbox::{SinkHealth, StoreExt, Target, TenantId, TenantStatus};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use postbox::StoreExt;
 use postbox::{Backoff, Event, PgStore, Relay, RelayConfig, RelayHandle, Store};
 use postbox_admin::alerts::{AlertConfig, Alerts};
 use postbox_admin::{Admin, AdminError, Token};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
+use postbox::StoreExt;
 use postbox::{Event, SqliteStore, Store};
 use postbox_admin::{Admin, Token};
 use tower::ServiceExt;

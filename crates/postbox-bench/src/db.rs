@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use postbox::{Enqueued, Event, Outbox, PgStore, SqliteStore, Store};
+use postbox::{AnyStore, Enqueued, Event, Outbox, PgStore, SqliteStore, Store};
 use sqlx::mysql::MySqlPool;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
@@ -16,7 +16,7 @@ pub(crate) enum Db {
     Pg(PgPool),
     Sqlite(SqlitePool),
     /// MySQL or MariaDB, with its store (made once: it reads the server's version).
-    MySql(MySqlPool, Arc<postbox::MySqlStore>),
+    MySql(MySqlPool, Arc<dyn Store>),
 }
 
 const CREATE_PG: &str = "CREATE TABLE IF NOT EXISTS public.bench_business (id BIGSERIAL PRIMARY KEY, data TEXT NOT NULL)";
@@ -74,12 +74,13 @@ pub(crate) fn event_of(i: u64, aggregates: Option<u64>) -> Result<Event, BenchEr
 }
 
 impl Db {
-    /// The store over this pool.
+    /// The store over this pool, as `postbox::connect` hands it to a service and to the
+    /// `postbox` binary (an [`AnyStore`]): the bench's relays run the path users run.
     pub(crate) fn store(&self) -> Arc<dyn Store> {
         match self {
-            Db::Pg(p) => Arc::new(PgStore::new(p.clone())),
-            Db::Sqlite(p) => Arc::new(SqliteStore::from_pool(p.clone())),
-            Db::MySql(_, store) => store.clone(),
+            Db::Pg(p) => Arc::new(AnyStore::Postgres(PgStore::new(p.clone()))),
+            Db::Sqlite(p) => Arc::new(AnyStore::Sqlite(SqliteStore::from_pool(p.clone()))),
+            Db::MySql(_, store) => Arc::clone(store),
         }
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::future::try_join_all;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
-use postbox::{OutboxEvent, PublishError, Relay, RelayConfig, Sink};
+use postbox::{OutboxEvent, PublishError, Relay, RelayConfig, Sink, StoreExt};
 use sqlx::PgPool;
 use tokio::time::Instant;
 

@@ -16,7 +16,7 @@ mod scratch;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use postbox::RelayConfig;
+use postbox::{RelayConfig, StoreExt};
 
 pub use report::{
     BenchReport, ClaimTimes, DrainCase, DrainRun, EnqueueOverhead, HeldDrain, HistoryDrain,

@@ -104,7 +104,10 @@ impl Scratch {
                     connections,
                 )
                 .await?;
-                Db::MySql(store.pool().clone(), std::sync::Arc::new(store))
+                Db::MySql(
+                    store.pool().clone(),
+                    std::sync::Arc::new(postbox::AnyStore::MySql(store)),
+                )
             }
         };
         postbox::migrate(&*db.store()).await?;

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use postbox::{Enqueued, Event, Outbox, PgStore, Store};
+use postbox::StoreExt;
+use postbox::{Enqueued, Event, Outbox, PgStore};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sqlx::{PgPool, Postgres, Transaction};

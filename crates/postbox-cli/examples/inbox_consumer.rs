@@ -14,7 +14,8 @@
 //! crates/postbox-cli/tests/cli/inbox.rs runs it and kills it 20 times.
 
 use anyhow::{Context, bail};
-use postbox::{PgStore, Received, Store};
+use postbox::StoreExt;
+use postbox::{PgStore, Received};
 use redis::AsyncCommands as _;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 

@@ -64,8 +64,8 @@ pub struct AmqpConfig {
     /// Longest wait between reconnection attempts (they start at 50 ms and double). Default 2 s.
     #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
-    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `cloudEvents:*` headers, the content type in `content_type`; see
-    /// [`crate::cloudevents`]).
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode:
+    /// `cloudEvents:*` headers, the content type in `content_type`; see [`crate::cloudevents`]).
     #[serde(default)]
     pub format: Format,
     /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
@@ -226,13 +226,16 @@ impl AmqpSink {
         )))
     }
 
+    /// The message's properties: its `headers` (taken, not copied) and content type, and the
+    /// event's.
     fn properties(
         &self,
         event: &OutboxEvent,
-        message: &Message<'_>,
+        headers: Vec<(String, String)>,
+        content_type: &str,
     ) -> Result<BasicProperties, PublishError> {
         let mut table = FieldTable::default();
-        for (name, value) in message.headers.iter().cloned() {
+        for (name, value) in headers {
             let key = ShortString::try_new(name).map_err(|e| {
                 PublishError::permanent(format!("RabbitMQ: an event header name is too long: {e}"))
             })?;
@@ -247,7 +250,7 @@ impl AmqpSink {
         })?;
         let mut props = BasicProperties::default()
             .with_delivery_mode(2)
-            .with_content_type(message.content_type.into())
+            .with_content_type(content_type.into())
             .with_message_id(message_id)
             .with_app_id("postbox".into())
             .with_timestamp(u64::try_from(event.created_at.timestamp()).unwrap_or(0))
@@ -264,8 +267,12 @@ impl AmqpSink {
         routing_key: &ShortString,
         deadline: Instant,
     ) -> Result<(), PublishError> {
-        let message = self.encoder.encode(event, Binding::Amqp)?;
-        let properties = self.properties(event, &message)?;
+        let Message {
+            headers,
+            content_type,
+            body,
+        } = self.encoder.encode(event, Binding::Amqp)?;
+        let properties = self.properties(event, headers, content_type)?;
         let options = BasicPublishOptions {
             mandatory: self.config.mandatory,
             immediate: false,
@@ -278,7 +285,7 @@ impl AmqpSink {
                     self.exchange.clone(),
                     routing_key.clone(),
                     options,
-                    &message.body,
+                    &body,
                     properties.clone(),
                 )
                 .await;

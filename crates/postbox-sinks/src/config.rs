@@ -342,11 +342,12 @@ impl SinkConfig {
         Ok(config)
     }
 
-    /// The sink of the single-sink keys (`sink`, `sink_url`, `topic`, `exchange`,
-    /// `webhook_secret`, `sink_format`): the table `{kind, url: sink_url, <destination key>:
-    /// topic, exchange, secret: webhook_secret, format: sink_format}`. The caller checks first that each key given applies to the
-    /// kind (it knows how to name them). An error's [`ConfigError::at`] is the single-sink key
-    /// it is about (`sink_url`, `topic`, `exchange`, `webhook_secret`), or `sink`.
+    /// The sink of the single-sink keys (`sink`, `sink_url`, `topic`, `exchange`, `webhook_secret`,
+    /// `sink_format`): the table `{kind, url: sink_url, <destination key>: topic, exchange, secret:
+    /// webhook_secret, format: sink_format}`. The caller checks first that each key given applies
+    /// to the kind (it knows how to name them). An error's [`ConfigError::at`] is the single-sink
+    /// key it is about (`sink_url`, `topic`, `exchange`, `webhook_secret`, `sink_format`), or
+    /// `sink`.
     pub fn from_single(single: &SingleSink<'_>) -> std::result::Result<SinkConfig, ConfigError> {
         let kind = single.kind;
         let mut table = Map::new();

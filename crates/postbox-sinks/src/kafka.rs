@@ -125,12 +125,12 @@ impl KafkaConfig {
 /// Publishes events to Kafka; an event counts as published when its delivery report arrives,
 /// which with `acks=all` means every in-sync replica has it.
 ///
-/// The producer is idempotent (`enable.idempotence=true`: no duplicates or reordering from its
-/// own retries). Key: the aggregate id (so one aggregate's events share a partition), none when
-/// the event has no aggregate. Headers: the [`crate::headers`] metadata, `postbox-dedup-id`
-/// among them, and the event's own headers. The value is the event payload. With
-/// `format = "cloudevents"` the record is a CloudEvent of the Kafka binding ([`crate::cloudevents`]).
-/// librdkafka reconnects by itself; a producer that hits a fatal error is replaced by a new one.
+/// The producer is idempotent (`enable.idempotence=true`: no duplicates or reordering from its own
+/// retries). Key: the aggregate id (so one aggregate's events share a partition), none when the
+/// event has no aggregate. Headers: the [`crate::headers`] metadata, `postbox-dedup-id` among them,
+/// and the event's own headers. The value is the event payload. With `format = "cloudevents"` the
+/// record is a CloudEvent of the Kafka binding ([`crate::cloudevents`]). librdkafka reconnects by
+/// itself; a producer that hits a fatal error is replaced by a new one.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {

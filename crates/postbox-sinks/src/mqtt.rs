@@ -88,7 +88,8 @@ pub struct MqttConfig {
     /// Longest wait between reconnection attempts (they start at 50 ms and double). Default 2 s.
     #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
-    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: user properties named `id`, `source`, …, the content type in its property; see
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: user
+    /// properties named `id`, `source`, … and no others, the content type in its property; see
     /// [`crate::cloudevents`]).
     #[serde(default)]
     pub format: Format,
@@ -184,11 +185,11 @@ fn generated_client_id() -> String {
 /// Publishes events to an MQTT 5 broker at QoS 1; an event counts as published when the
 /// broker's `PUBACK` for that very message arrives with a success reason.
 ///
-/// The payload is the event payload (JSON, with content type `application/json` and payload
-/// format indicator UTF-8); the [`crate::headers`] metadata and the event's own headers go as
-/// MQTT 5 user properties. With `format = "cloudevents"`, a CloudEvent of the MQTT 5 binding
-/// ([`crate::cloudevents`]). A `PUBACK` means the broker took responsibility for the message: it reaches
-/// the subscribers that are connected or have persistent sessions, not ones that subscribe
+/// The payload is the event payload (JSON, with content type `application/json` and payload format
+/// indicator UTF-8); the [`crate::headers`] metadata and the event's own headers go as MQTT 5 user
+/// properties. With `format = "cloudevents"`, a CloudEvent of the MQTT 5 binding
+/// ([`crate::cloudevents`]). A `PUBACK` means the broker took responsibility for the message: it
+/// reaches the subscribers that are connected or have persistent sessions, not ones that subscribe
 /// later (unless `retain` is set, which keeps only the last message per topic).
 ///
 /// The sink reconnects by itself; a publish made while the broker is away waits for it up to

@@ -74,8 +74,8 @@ pub struct NatsConfig {
     /// Longest wait between reconnection attempts (they start at 100 ms and double). Default 2 s.
     #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
-    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce-*` headers and `content-type`; see
-    /// [`crate::cloudevents`]).
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce-*` headers
+    /// and `content-type`; see [`crate::cloudevents`]).
     #[serde(default)]
     pub format: Format,
     /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
@@ -111,11 +111,11 @@ impl NatsConfig {
 /// Publishes events to NATS JetStream; an event counts as published when the stream's `PubAck`
 /// arrives.
 ///
-/// The body is the event payload (JSON). Headers: `Nats-Msg-Id` = the dedup id (JetStream
-/// drops a repeat within the stream's duplicate window), the [`crate::headers`] metadata and
-/// the event's own headers; with `format = "cloudevents"`, a CloudEvent of the NATS binding
-/// ([`crate::cloudevents`]). While the server is away the client reconnects by itself; a publish made
-/// meanwhile waits for it up to `publish_timeout`, then fails as retryable. A publish whose
+/// The body is the event payload (JSON). Headers: `Nats-Msg-Id` = the dedup id (JetStream drops a
+/// repeat within the stream's duplicate window), the [`crate::headers`] metadata and the event's
+/// own headers; with `format = "cloudevents"`, a CloudEvent of the NATS binding
+/// ([`crate::cloudevents`]). While the server is away the client reconnects by itself; a publish
+/// made meanwhile waits for it up to `publish_timeout`, then fails as retryable. A publish whose
 /// connection drops before its `PubAck` arrives is sent again on the next connection (same
 /// `Nats-Msg-Id`, so the stream stores it once).
 ///

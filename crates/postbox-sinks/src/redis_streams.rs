@@ -58,8 +58,8 @@ pub struct RedisConfig {
     /// Longest wait between reconnection attempts. Default 2 s.
     #[serde(default = "defaults::reconnect_max_delay", with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
-    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce_*` fields and `content-type`, as Kafka headers; see
-    /// [`crate::cloudevents`]).
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce_*` fields
+    /// and `content-type`, as Kafka headers; see [`crate::cloudevents`]).
     #[serde(default)]
     pub format: Format,
     /// The CloudEvents settings (`mode`, `source`, `dataschema`), with `format = "cloudevents"`.
@@ -90,13 +90,13 @@ impl RedisConfig {
 /// Appends events to Redis streams; an event counts as published when `XADD` answers with the
 /// new entry's id.
 ///
-/// Each entry has the field `payload` (the event payload, JSON), the [`crate::headers`] metadata
-/// as fields (`postbox-event-id`, `postbox-dedup-id`, …) and the event's own headers as fields
-/// (one named `payload` is left out). With `format = "cloudevents"`, the entry is a CloudEvent
-/// with `ce_*` fields (binary mode; `payload` the data) or the whole event in `payload`
-/// (structured mode), and `content-type` ([`crate::cloudevents`]). How long an acknowledged entry survives depends on the
-/// server's persistence (`appendonly yes` with `appendfsync always` or `everysec`) and on
-/// replication; see `docs/sinks.md`.
+/// Each entry has the field `payload` (the event payload, JSON), the [`crate::headers`] metadata as
+/// fields (`postbox-event-id`, `postbox-dedup-id`, …) and the event's own headers as fields (one
+/// named `payload` is left out). With `format = "cloudevents"`, the entry is a CloudEvent with
+/// `ce_*` fields (binary mode; `payload` the data) or the whole event in `payload` (structured
+/// mode), and `content-type` ([`crate::cloudevents`]). How long an acknowledged entry survives
+/// depends on the server's persistence (`appendonly yes` with `appendfsync always` or `everysec`)
+/// and on replication; see `docs/sinks.md`.
 ///
 /// The connection is re-established by itself; a publish made while the server is away retries
 /// until `publish_timeout`. A retry after a connection dropped mid-command can append the entry

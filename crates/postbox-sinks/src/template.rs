@@ -10,9 +10,9 @@ use postbox::{OutboxEvent, PublishError};
 /// from each event.
 ///
 /// Placeholders: `{event_type}`, `{aggregate_type}`, `{aggregate_id}`, `{tenant}`,
-/// `{schema_version}`. Write `{{` and
-/// `}}` for literal braces. The template is parsed once, when the sink's configuration is read;
-/// an unknown placeholder or an unclosed brace is refused then, with an error naming it.
+/// `{schema_version}`. Write `{{` and `}}` for literal braces. The template is parsed once, when
+/// the sink's configuration is read; an unknown placeholder or an unclosed brace is refused then,
+/// with an error naming it.
 ///
 /// Rendering an event that lacks a value the template needs (an event without an aggregate, or
 /// of the default tenant, for `{tenant}`) fails with a permanent [`PublishError`]: retrying cannot

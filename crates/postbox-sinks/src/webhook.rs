@@ -73,7 +73,8 @@ pub struct WebhookConfig {
     /// 504).
     #[serde(default = "default_unavailable_statuses")]
     pub unavailable_statuses: Vec<u16>,
-    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce-*` headers and the payload as the body; structured mode: `application/cloudevents+json`; see
+    /// How each event is written: `postbox` (default) or `cloudevents` (binary mode: `ce-*` headers
+    /// and the payload as the body; structured mode: `application/cloudevents+json`; see
     /// [`crate::cloudevents`]).
     #[serde(default)]
     pub format: Format,

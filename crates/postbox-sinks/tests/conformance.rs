@@ -170,7 +170,8 @@ mod kafka_broker {
         let h = Arc::new(TansuHarness::start(Duration::from_secs(5)).await);
         let events: Vec<OutboxEvent> = (0..300).map(|_| full_event()).collect();
         publish_through(h.clone(), events, async |h: &TansuHarness| {
-            h.broker.lock().await.restart().await;
+            h.broker_down().await;
+            h.broker_up().await;
         })
         .await;
     }
@@ -182,10 +183,10 @@ mod kafka_broker {
         let h = Arc::new(TansuHarness::start(Duration::from_secs(5)).await);
         let events: Vec<OutboxEvent> = (0..300).map(|_| full_event()).collect();
         publish_through(h.clone(), events, async |h: &TansuHarness| {
-            h.broker.lock().await.stall();
+            h.stall_acks().await;
             // The stall itself: a broker that answers nothing for a second.
             tokio::time::sleep(Duration::from_secs(1)).await;
-            h.broker.lock().await.resume();
+            h.broker_up().await;
         })
         .await;
     }

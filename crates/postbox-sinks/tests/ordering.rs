@@ -14,9 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use postbox::{
-    Backoff, Event, OutboxEvent, PgStore, PublishError, Relay, RelayConfig, Sink, Store,
-};
+use postbox::StoreExt;
+use postbox::{Backoff, Event, OutboxEvent, PgStore, PublishError, Relay, RelayConfig, Sink};
 use postbox_sinks::{RedisConfig, RedisSink};
 use postbox_testkit::TestDb;
 

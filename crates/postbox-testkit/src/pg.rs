@@ -1,5 +1,6 @@
 //! A fresh PostgreSQL database per test.
 
+use postbox::StoreExt;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 
@@ -54,7 +55,6 @@ impl TestDb {
 
     /// The settings of such a producer.
     pub fn outbox_builder(&self) -> postbox::OutboxBuilder {
-        use postbox::Store;
         postbox::PgStore::new(self.pool.clone()).outbox_builder()
     }
 

@@ -5,7 +5,8 @@
 //! cargo run -p postbox --example quickstart
 //! ```
 
-use postbox::{DomainEvent, Event, Handlers, Relay, RelayConfig, SqliteStore, Store};
+use postbox::StoreExt;
+use postbox::{DomainEvent, Event, Handlers, Relay, RelayConfig, SqliteStore};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

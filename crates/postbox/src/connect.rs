@@ -1,20 +1,14 @@
 //! Connecting to an outbox database by URL: one entry point for every store this build has.
 
-use async_trait::async_trait;
-
 use crate::error::{Error, Result};
-use crate::schema::{SchemaName, Target, TenantId};
+use crate::schema::SchemaName;
 #[cfg(feature = "mysql")]
 use crate::store::MySqlStore;
 #[cfg(feature = "postgres")]
 use crate::store::PgStore;
 #[cfg(feature = "sqlite")]
 use crate::store::SqliteStore;
-use crate::store::{
-    Backlog, ClaimParams, Claimed, FailedMark, MarkFailedParams, MarkProcessedParams,
-    RejectedTenant, ReleaseParams, RenewParams, RetryFailedParams, StatusCounts, Store, Tenant,
-    TenantAddParams, TenantStatus, Wakeups,
-};
+use crate::store::Store;
 
 /// Connects to the outbox database `url` names: `postgres://…` or `postgresql://…` for
 /// PostgreSQL, `mysql://…` or `mariadb://…` for MySQL 8.0.23+ / MariaDB 10.6+, `sqlite:…` or a file
@@ -24,7 +18,7 @@ use crate::store::{
 /// ([`Store::outbox`]), so the two cannot disagree on where events go.
 ///
 /// ```no_run
-/// use postbox::Store;
+/// use postbox::StoreExt;
 /// # async fn example() -> postbox::Result<()> {
 /// let store = postbox::connect("postgres://postgres@127.0.0.1/app").await?;
 /// postbox::migrate(&store).await?;
@@ -285,114 +279,6 @@ impl AnyStore {
     }
 }
 
-/// Every call goes to the store inside.
-#[async_trait]
-impl Store for AnyStore {
-    async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>> {
-        self.inner().schema_migrate(schema, registry).await
-    }
-    fn default_schema(&self) -> SchemaName {
-        self.inner().default_schema()
-    }
-    async fn events_claim(&self, params: &ClaimParams<'_>) -> Result<Claimed> {
-        self.inner().events_claim(params).await
-    }
-    async fn leases_renew(&self, params: &RenewParams<'_>) -> Result<u64> {
-        self.inner().leases_renew(params).await
-    }
-    async fn events_mark_processed(&self, params: &MarkProcessedParams<'_>) -> Result<u64> {
-        self.inner().events_mark_processed(params).await
-    }
-    async fn events_mark_failed(&self, params: &MarkFailedParams<'_>) -> Result<Vec<FailedMark>> {
-        self.inner().events_mark_failed(params).await
-    }
-    async fn events_release(&self, params: &ReleaseParams<'_>) -> Result<u64> {
-        self.inner().events_release(params).await
-    }
-    async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64> {
-        self.inner().events_retry_failed(params).await
-    }
-    async fn events_list(
-        &self,
-        params: &crate::store::ListParams<'_>,
-    ) -> Result<Vec<crate::store::StoredEvent>> {
-        self.inner().events_list(params).await
-    }
-    async fn event_get(
-        &self,
-        target: &Target,
-        id: i64,
-    ) -> Result<Option<crate::store::StoredEvent>> {
-        self.inner().event_get(target, id).await
-    }
-    async fn events_archive(
-        &self,
-        params: &crate::store::ArchiveParams<'_>,
-    ) -> Result<Option<crate::store::ArchiveBatch>> {
-        self.inner().events_archive(params).await
-    }
-    async fn events_purge(
-        &self,
-        params: &crate::store::PurgeParams<'_>,
-    ) -> Result<Option<crate::store::PurgeBatch>> {
-        self.inner().events_purge(params).await
-    }
-    async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
-        self.inner().status_counts(target).await
-    }
-    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
-        self.inner().backlog(target, ordered).await
-    }
-    async fn commit_horizon(
-        &self,
-        target: &Target,
-        probe: Option<&crate::store::HorizonProbe>,
-    ) -> Result<crate::store::Horizon> {
-        self.inner().commit_horizon(target, probe).await
-    }
-    async fn events_retry_slow_lane(
-        &self,
-        params: &crate::store::SlowLaneParams<'_>,
-    ) -> Result<u64> {
-        self.inner().events_retry_slow_lane(params).await
-    }
-    async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
-        self.inner().events_skip(target, ids).await
-    }
-    async fn tenant_add(&self, params: &TenantAddParams<'_>) -> Result<Tenant> {
-        self.inner().tenant_add(params).await
-    }
-    async fn tenant_list(&self) -> Result<Vec<Tenant>> {
-        self.inner().tenant_list().await
-    }
-    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
-        self.inner().tenant_rejected().await
-    }
-    async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant> {
-        self.inner().tenant_set_status(id, status).await
-    }
-    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
-        self.inner().wakeups().await
-    }
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        self.inner().outbox_heads(targets).await
-    }
-    async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
-        self.inner().outbox_dead_rows(targets).await
-    }
-    async fn outbox_vacuum(&self, target: &Target) -> Result<()> {
-        self.inner().outbox_vacuum(target).await
-    }
-    async fn sinks_report(&self, relay_id: &str, sinks: &[crate::SinkHealth]) -> Result<()> {
-        self.inner().sinks_report(relay_id, sinks).await
-    }
-    async fn sinks_reported(&self) -> Result<Vec<crate::store::ReportedSink>> {
-        self.inner().sinks_reported().await
-    }
-    async fn oldest_transaction_age(&self) -> Result<Option<std::time::Duration>> {
-        self.inner().oldest_transaction_age().await
-    }
-    async fn inbox_stats(&self, target: &Target) -> Result<Vec<crate::inbox::InboxStats>> {
-        self.inner().inbox_stats(target).await
-    }
-}
+// Every call goes to the store inside: one forwarding list for every method of both traits, so
+// a method added to either is forwarded here or this does not compile.
+crate::forward_store!(AnyStore, |self| self.inner());

@@ -94,6 +94,20 @@ pub enum Error {
         schema: String,
     },
 
+    /// The outbox table's id sequence cannot give ids the relay can rely on: a CACHE above 1 or
+    /// an increment other than 1 (ids would not follow commit order), moved back below the
+    /// table's ids (setval, `RESTART`), or not readable by the relay's role. Refused at
+    /// `migrate` and by relays, rather than publishing out of order.
+    #[error("{problem}; fix it with: {fix}")]
+    UnsafeSequence {
+        /// The schema of the outbox table.
+        schema: String,
+        /// What is wrong, as the database found it.
+        problem: String,
+        /// The statement that fixes it.
+        fix: String,
+    },
+
     /// The relay's database role may not vacuum a schema's outbox table.
     #[error(
         "the database role does not own {schema}.outbox_events, so it cannot vacuum it; run the relay as the table's owner, or set vacuum_threshold off and let autovacuum keep up"
@@ -149,6 +163,7 @@ impl Error {
         matches!(
             self,
             Error::NotMigrated { .. }
+                | Error::UnsafeSequence { .. }
                 | Error::InvalidName { .. }
                 | Error::Unsupported(_)
                 | Error::InvalidConfig { .. }

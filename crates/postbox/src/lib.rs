@@ -14,6 +14,7 @@ mod handlers;
 pub mod inbox;
 pub mod metrics;
 mod migrate;
+pub mod ops;
 mod ordering;
 mod outbox;
 pub mod redact;
@@ -52,4 +53,7 @@ pub use store::MySqlStore;
 pub use store::PgStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
-pub use store::{Store, Tenant, TenantStatus};
+pub use store::{Store, StoreExt, Tenant, TenantStatus};
+
+#[doc(hidden)]
+pub use async_trait::async_trait as __async_trait;

@@ -100,6 +100,11 @@ pub const SINK_UP: &str = "postbox_sink_up";
 /// 0 when up.
 pub const SINK_DOWN_SECONDS: &str = "postbox_sink_down_seconds";
 
+/// Gauge `{path}`: 1 for the claim path the relay's store gives it, set when the relay starts:
+/// `floor` (PostgreSQL, MySQL/MariaDB: claims take new work from a floor, at a cost that depends
+/// on the batch) or `scan` (SQLite). See [`Capabilities`](crate::store::Capabilities).
+pub const RELAY_CLAIM_PATH: &str = "postbox_relay_claim_path";
+
 /// Gauge `{version}`, set by `postbox-admin` when it installs its recorder: always 1.
 pub const BUILD_INFO: &str = "postbox_build_info";
 
@@ -308,6 +313,13 @@ pub const ALL: &[Metric] = &[
         &["sink"],
         "How long the sink has been down in seconds (0 when up)",
         Admin,
+    ),
+    metric(
+        RELAY_CLAIM_PATH,
+        Gauge,
+        &["path"],
+        "1 for the claim path of the relay's store: floor or scan",
+        Relay,
     ),
     metric(
         BUILD_INFO,

@@ -11,6 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Running, config, default_target, enqueue, events, pg, table_buffers};
+use postbox::StoreExt;
 use postbox::store::{ClaimParams, MarkProcessedParams};
 use postbox::{PgStore, Relay, Store};
 use postbox_testkit::{RecordingSink, TestDb, wait_until};

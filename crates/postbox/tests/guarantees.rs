@@ -21,6 +21,7 @@ use common::{
     Running, config, count, default_target, enqueue, events, own_store, pg, publish_marker, row,
     tally,
 };
+use postbox::ops::StoreOps;
 use postbox::store::ClaimParams;
 use postbox::{
     Backoff, Enqueued, Event, OutboxEvent, PublishError, Relay, RelayStats, Sink, Store,

@@ -358,7 +358,7 @@ async fn status_estimates_a_long_history_and_counts_the_rest() {
     let db = table(HISTORY, Stats::Fresh).await;
     let store = PgStore::new(db.pool().clone());
     let target = postbox::Target::default_schema(postbox::SchemaName::public());
-    let counts = postbox::Store::status_counts(&store, &target)
+    let counts = postbox::ops::StoreOps::status_counts(&store, &target)
         .await
         .expect("status");
     assert_eq!(

@@ -51,7 +51,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_sql_rows_are_found_fast_after_idle_on_postgres() {
     let db = postbox_testkit::TestDb::new().await;
-    use postbox::Store as _;
+    use postbox::ops::StoreOps as _;
     let store = postbox::PgStore::new(db.pool().clone());
     postbox::migrate(&store).await.unwrap();
     let acme = store

@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use postbox::StoreExt;
+use postbox::ops::StoreOps;
 use postbox::{Backoff, Event, MySqlStore, Relay, RelayConfig, Store};
 use postbox_testkit::{Behaviour, RecordingSink, TestMySql, wait_until};
 use tokio::sync::oneshot;

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{Running, config, count, default_target, enqueue, pg, table_buffers};
+use postbox::StoreExt;
+use postbox::ops::StoreOps;
 use postbox::store::{ClaimOrder, ClaimParams, Claimed, Store};
 use postbox::{Event, OutboxEvent, PgStore, PublishError, Relay, Sink};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
@@ -681,4 +683,199 @@ async fn sqlite_parks_an_aggregate_and_keeps_order() {
     assert_eq!(store.events_skip(&t, &[ids[1]]).await.unwrap(), [ids[1]]);
     relay.drain(std::future::pending()).await.unwrap();
     assert_eq!(published_for(&sink, "1"), ["InvoiceCreated", "InvoicePaid"]);
+}
+
+/// A writer that was open when the horizon's probe was taken and then PREPAREs (two-phase
+/// commit) keeps the horizon back until COMMIT PREPARED: its locks pass to the virtual
+/// transaction `-1/<xid>`, which a probe that matched writers by their first virtual
+/// transaction lost sight of — a later event of the same aggregate would then go first.
+#[tokio::test]
+async fn a_prepared_transaction_keeps_the_horizon_back_until_it_commits() {
+    let (db, store) = pg().await;
+    // PostgreSQL cannot PREPARE a transaction that sent NOTIFY.
+    let outbox = store.outbox_builder().notify(false).build();
+    let t = default_target();
+    let mut open = db.pool().acquire().await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *open).await.unwrap();
+    let held = outbox
+        .enqueue(&mut *open, invoice("InvoiceCreated", "1", 0))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let later = enqueue(&db, &outbox, vec![invoice("InvoicePaid", "1", 1)]).await[0];
+    assert!(later > held);
+    let probe = store.commit_horizon(&t, None).await.unwrap();
+    assert_eq!(probe.settled, None, "{probe:?}");
+
+    let gid = format!("postbox-test-{held}-{}", uuid::Uuid::new_v4());
+    sqlx::query(sqlx::AssertSqlSafe(format!("PREPARE TRANSACTION '{gid}'")))
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    let after = store
+        .commit_horizon(&t, probe.probe.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(
+        after.settled, None,
+        "the prepared writer still holds id {held}: {after:?}"
+    );
+    // An ordered claim takes neither: the held id is not settled.
+    let claimed = claim_ordered(&store, 10, after.settled.unwrap_or(0)).await;
+    assert!(claimed.events.is_empty(), "{:?}", claimed.events);
+
+    sqlx::query(sqlx::AssertSqlSafe(format!("COMMIT PREPARED '{gid}'")))
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    let done = store
+        .commit_horizon(&t, after.probe.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(done.settled, Some(later), "{done:?}");
+    let claimed = claim_ordered(&store, 10, later).await;
+    let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [held, later], "the aggregate's events, its head first");
+}
+
+/// The id sequence of the outbox, as `pg_get_serial_sequence` names it.
+async fn id_sequence(db: &TestDb) -> String {
+    sqlx::query_scalar("SELECT pg_get_serial_sequence('public.outbox_events', 'id')")
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+}
+
+/// A sequence with CACHE > 1 hands each session ids from a block of its own, so ids stop
+/// following commit order: `migrate` and the relay refuse it, naming the sequence, its cache
+/// and the fix, and publish nothing until it is fixed.
+#[tokio::test]
+async fn a_cached_id_sequence_is_refused_at_migrate_and_by_the_relay() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    let seq = id_sequence(&db).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER SEQUENCE {seq} CACHE 20"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let ids = enqueue(&db, &outbox, vec![invoice("A", "1", 0)]).await;
+
+    let err = postbox::migrate(&store).await.unwrap_err();
+    assert!(
+        matches!(err, postbox::Error::UnsafeSequence { .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("CACHE 20"), "{text}");
+    assert!(
+        text.contains(&format!("ALTER SEQUENCE {seq} CACHE 1")),
+        "{text}"
+    );
+    assert!(err.needs_operator());
+
+    for config in [config(), ordered()] {
+        let sink = RecordingSink::new();
+        let relay = Relay::new(PgStore::new(db.pool().clone()), sink.clone(), config).unwrap();
+        let err = relay
+            .drain(std::future::pending())
+            .await
+            .expect_err("a relay refuses a cached sequence");
+        assert!(
+            matches!(err, postbox::Error::UnsafeSequence { .. }),
+            "{err:?}"
+        );
+        assert!(sink.published_ids().is_empty());
+    }
+
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER SEQUENCE {seq} CACHE 1")))
+        .execute(db.pool())
+        .await
+        .unwrap();
+    postbox::migrate(&store).await.unwrap();
+    let sink = RecordingSink::new();
+    let relay = Relay::new(PgStore::new(db.pool().clone()), sink.clone(), ordered()).unwrap();
+    relay.drain(std::future::pending()).await.unwrap();
+    assert_eq!(sink.published_ids(), ids);
+}
+
+/// A sequence moved back below ids still in the table (setval, RESTART) would hand new events
+/// ids below ones already relayed: refused with the setval that fixes it. A role that may not
+/// read the sequence is told the grant it needs.
+#[tokio::test]
+async fn a_sequence_moved_back_or_unreadable_is_refused_naming_the_fix() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    let seq = id_sequence(&db).await;
+    enqueue(&db, &outbox, (0..3).map(|n| invoice("A", "1", n)).collect()).await;
+    sqlx::query("SELECT setval($1, 1)")
+        .bind(&seq)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let relay = Relay::new(
+        PgStore::new(db.pool().clone()),
+        RecordingSink::new(),
+        config(),
+    )
+    .unwrap();
+    let err = relay.drain(std::future::pending()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, postbox::Error::UnsafeSequence { .. }),
+        "{err:?}"
+    );
+    assert!(text.contains("moved back"), "{text}");
+    assert!(text.contains("SELECT setval("), "{text}");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT setval('{seq}', (SELECT max(id) FROM outbox_events))"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+
+    // A relay role that may use the table but not read its sequence.
+    let role = format!("postbox_noseq_{}", uuid::Uuid::new_v4().simple());
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"),
+        format!("REVOKE ALL ON SEQUENCE {seq} FROM {role}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(db.pool())
+            .await
+            .unwrap();
+    }
+    let url = db.url().replacen("postgres@", &format!("{role}@"), 1);
+    assert_ne!(
+        url,
+        db.url(),
+        "the test database's URL names the user postgres"
+    );
+    let result = tokio::time::timeout(Duration::from_secs(30), async {
+        let store = postbox::connect(&url).await?;
+        let relay = Relay::new(store, RecordingSink::new(), config())?;
+        relay.drain(std::future::pending()).await
+    })
+    .await
+    .expect("the relay stops at once: retrying cannot help");
+    // The relay's pool is gone with it; the role's privileges go with DROP OWNED.
+    for sql in [format!("DROP OWNED BY {role}"), format!("DROP ROLE {role}")] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(db.pool())
+            .await
+            .unwrap();
+    }
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, postbox::Error::UnsafeSequence { .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("GRANT USAGE ON SEQUENCE {seq}")),
+        "{text}"
+    );
 }

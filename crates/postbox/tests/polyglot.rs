@@ -39,6 +39,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use common::{Running, config, own_store, pg, tally};
+use postbox::StoreExt;
+use postbox::ops::StoreOps;
 use postbox::{Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, Sink, Store};
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::mpsc;

@@ -5,6 +5,9 @@
     reason = "tests fail loudly on the first unexpected error"
 )]
 
+use postbox::StoreExt;
+#[cfg(feature = "sqlite")]
+use postbox::ops::StoreOps;
 #[cfg(feature = "sqlite")]
 use std::collections::HashMap;
 use std::time::Duration;
@@ -332,4 +335,45 @@ async fn connect_reports_the_servers_reason_at_once() {
         "both answered at once, not after a pool timeout: {:?}",
         started.elapsed()
     );
+}
+
+/// A store reached through `connect()` — the binary's path — declares what the store itself
+/// declares, and so does a wrapper of it: a relay over either claims the same way (a floor on
+/// PostgreSQL and MySQL/MariaDB, a scan on SQLite).
+#[tokio::test]
+async fn connect_and_wrappers_keep_every_capability_of_the_store() {
+    use postbox::store::Capabilities;
+    use postbox_testkit::FaultyStore;
+
+    #[cfg(feature = "postgres")]
+    {
+        let db = TestDb::new().await;
+        let direct = postbox::PgStore::new(db.pool().clone()).capabilities();
+        let connected = postbox::connect(db.url()).await.unwrap();
+        assert_eq!(direct, Capabilities::SERVER);
+        assert_eq!(connected.capabilities(), direct);
+        assert_eq!(connected.capabilities().claim_path(), "floor");
+        assert_eq!(FaultyStore::new(connected).capabilities(), direct);
+    }
+    #[cfg(feature = "mysql")]
+    {
+        let db = postbox_testkit::TestMySql::new().await;
+        let direct = db.store().await.capabilities();
+        let connected = postbox::connect(db.url()).await.unwrap();
+        assert_eq!(direct, Capabilities::SERVER);
+        assert_eq!(connected.capabilities(), direct);
+        assert_eq!(FaultyStore::new(connected).capabilities(), direct);
+    }
+    #[cfg(feature = "sqlite")]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("caps.db");
+        let connected = postbox::connect(path.to_str().unwrap()).await.unwrap();
+        assert_eq!(connected.capabilities(), Capabilities::EMBEDDED);
+        assert_eq!(connected.capabilities().claim_path(), "scan");
+        assert_eq!(
+            FaultyStore::new(connected).capabilities(),
+            Capabilities::EMBEDDED
+        );
+    }
 }

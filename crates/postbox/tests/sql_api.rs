@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use chrono::{NaiveDate, Utc};
 use common::{Running, config, enqueue, events, own_store, pg, publish_marker};
-use postbox::{Enqueued, Error, Event, PgStore, Relay, Store, TenantId};
+use postbox::StoreExt;
+use postbox::ops::StoreOps;
+use postbox::{Enqueued, Error, Event, PgStore, Relay, TenantId};
 use postbox_testkit::{RecordingSink, TestDb};
 use sqlx::postgres::{PgConnection, PgDatabaseError, PgListener};
 use sqlx::{AssertSqlSafe, Connection};

@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use common::{Running, config, default_target, enqueue, own_store, pg, row};
-use postbox::{
-    Error, Event, OutboxEvent, PgStore, Relay, SchemaName, Store, TenantId, TenantStatus,
-};
+use postbox::StoreExt;
+use postbox::ops::StoreOps;
+use postbox::{Error, Event, OutboxEvent, PgStore, Relay, SchemaName, TenantId, TenantStatus};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 
 // ---- G7: tenants ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ use crate::cli::EventsCommand;
 use crate::commands::filter;
 use crate::config::Config;
 use crate::database::{Create, Database};
+use postbox::StoreExt;
 
 /// Runs one events subcommand.
 pub(crate) async fn run(config: &Config, command: &EventsCommand) -> anyhow::Result<ExitCode> {

@@ -77,6 +77,12 @@ async fn drain_prints_every_committed_event_once_and_no_rolled_back_one() {
         "logs go to stderr: {}",
         out.stderr
     );
+    // The binary's store (connect()) claims from the floor on PostgreSQL, as PgStore does.
+    assert!(
+        out.stderr.contains("claim_path=floor"),
+        "the relay names its claim path: {}",
+        out.stderr
+    );
     assert_eq!(pg.ids("outbox_events", Some("PROCESSED")).await, committed);
 
     // Nothing left: a second drain prints nothing.

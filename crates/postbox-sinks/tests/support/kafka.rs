@@ -251,7 +251,7 @@ impl Harness for KafkaHarness {
 /// it (`SIGSTOP`), "up" starts it again on the same port and storage, or lets it go on.
 pub(crate) struct TansuHarness {
     pub(crate) sink: KafkaSink,
-    pub(crate) broker: tokio::sync::Mutex<Tansu>,
+    broker: tokio::sync::Mutex<Tansu>,
     pub(crate) prefix: String,
     collector: Arc<Collector>,
     consumer: JoinHandle<()>,

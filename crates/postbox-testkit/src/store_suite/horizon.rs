@@ -20,6 +20,7 @@ use postbox::{Event, Target, TenantId};
 use tokio::time::Instant;
 
 use super::{StoreHarness, ready, target};
+use postbox::StoreExt;
 
 /// How long a store may take to settle an id after its transaction ended.
 const SETTLE_WITHIN: Duration = Duration::from_secs(5);

@@ -9,6 +9,7 @@ use postbox::inbox::{MAX_CONSUMER_LEN, MAX_MESSAGE_ID_LEN, Received};
 use postbox::store::{PurgeKind, PurgeParams};
 
 use super::{StoreHarness, ready, target};
+use postbox::StoreExt;
 
 /// The first delivery is handled, a repeat is skipped and counted, per consumer; a transaction
 /// that rolls back records nothing (the message is handled when it comes again) and counts no

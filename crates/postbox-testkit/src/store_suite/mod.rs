@@ -36,6 +36,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::wait_until;
+use postbox::StoreExt;
 
 mod horizon;
 mod inbox;
@@ -857,7 +858,7 @@ pub async fn claims_from_a_floor_still_take_what_went_wrong_below_it<B: StoreHar
         .claim_floor(&target(&b), 0, settled)
         .await
         .expect("floor");
-    if b.store().claims_from_floor() {
+    if b.store().capabilities().claims_from_floor {
         assert_eq!(
             floor, fresh[0],
             "the floor passes what is done and what went wrong, and stops at new work"

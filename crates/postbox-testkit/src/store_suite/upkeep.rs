@@ -16,6 +16,7 @@ use postbox::Event;
 
 use super::{StoreHarness, claim, enqueue_n, mark_processed, ready, target};
 use crate::wait_until;
+use postbox::StoreExt;
 
 fn event(event_type: &str) -> Event {
     Event::new(event_type, &serde_json::json!({}))

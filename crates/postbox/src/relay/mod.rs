@@ -43,6 +43,7 @@ pub use stats::RelayStats;
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
+use crate::metrics as metric;
 use crate::schema::Target;
 use crate::sink::Sink;
 use crate::store::Store;
@@ -243,7 +244,9 @@ impl Relay {
         let mut maintenance = maintenance::Maintenance::new(cfg, Arc::clone(&inner.rounds));
         let mut stall = Stall::new();
         let mut gave_up = None;
-        info!(relay = %inner.id, ?mode, "relay started");
+        let claim_path = store.capabilities().claim_path();
+        metrics::gauge!(metric::RELAY_CLAIM_PATH, "path" => claim_path).set(1.0);
+        info!(relay = %inner.id, ?mode, claim_path = %claim_path, "relay started");
         loop {
             if *stop.borrow() {
                 break;

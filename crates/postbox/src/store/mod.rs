@@ -458,42 +458,78 @@ pub trait Wakeups: Send {
     async fn next(&mut self) -> Result<Option<String>>;
 }
 
-/// The database behind an outbox. See the module docs.
+/// What a store can do beyond the contract every store keeps, declared by the store itself
+/// ([`Store::capabilities`], a required method): a wrapper forwards the answer of the store it
+/// wraps, and cannot drop a capability by leaving a method out.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")]
+/// # async fn example() -> postbox::Result<()> {
+/// use postbox::Store;
+/// let store = postbox::connect("sqlite::memory:").await?;
+/// let caps = store.capabilities();
+/// assert!(!caps.claims_from_floor);      // SQLite claims scan from the first due event
+/// assert!(caps.ids_in_commit_order);    // one writer at a time: ids are commit order
+/// assert_eq!(caps.claim_path(), "scan");
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Whether [`Store::events_claim`] takes [`ClaimParams::floor`], with floors from
+    /// [`Store::claim_floor`]: the claim's cost then depends on the batch, not on the dead row
+    /// versions the marks left behind (PostgreSQL, MySQL/MariaDB). A relay claims from a floor
+    /// exactly when its store says so.
+    pub claims_from_floor: bool,
+    /// Whether ids are drawn in commit order (SQLite: one writer at a time), so that every
+    /// committed id is settled at once and [`Store::commit_horizon`] needs no probe.
+    pub ids_in_commit_order: bool,
+}
+
+impl Capabilities {
+    /// The capabilities of a store that claims from a floor and tracks its commit horizon with
+    /// probes (PostgreSQL, MySQL/MariaDB).
+    pub const SERVER: Capabilities = Capabilities {
+        claims_from_floor: true,
+        ids_in_commit_order: false,
+    };
+
+    /// The capabilities of a store that claims by scanning from the first due event and draws
+    /// ids in commit order (SQLite).
+    pub const EMBEDDED: Capabilities = Capabilities {
+        claims_from_floor: false,
+        ids_in_commit_order: true,
+    };
+
+    /// The name of the claim path these capabilities give a relay: `floor` or `scan`. Relays
+    /// log it when they start and export it as `postbox_relay_claim_path{path}`.
+    pub fn claim_path(&self) -> &'static str {
+        if self.claims_from_floor {
+            "floor"
+        } else {
+            "scan"
+        }
+    }
+}
+
+/// The database behind an outbox, as the relay's hot path needs it: claims, leases, marks,
+/// the commit horizon and wake-ups. See the module docs.
+///
+/// Every method is required, with no default: what a store can do is declared by
+/// [`Store::capabilities`], so a wrapper that forgets a method does not compile instead of
+/// silently changing the claim path. The operator's surface (listing, retention, tenants,
+/// status) is the supertrait [`StoreOps`](crate::ops::StoreOps); the producer and consumer
+/// handles ([`StoreExt::outbox`], [`StoreExt::inbox`]) come with every store.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Creates or upgrades the outbox tables of `schema`; with `registry`, also the tenant
-    /// registry (the default schema has it). Safe to run concurrently and repeatedly.
-    async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>>;
+pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
+    /// What this store can do beyond the contract every store keeps.
+    fn capabilities(&self) -> Capabilities;
 
     /// The schema used when none is named (`public` on PostgreSQL, `main` on SQLite).
     fn default_schema(&self) -> SchemaName;
 
-    /// A producer that writes to this store's default outbox: the table its relays read.
-    fn outbox(&self) -> Outbox {
-        self.outbox_builder().build()
-    }
-
-    /// The settings of such a producer (payload limit, notifications, a tenant's outbox).
-    fn outbox_builder(&self) -> OutboxBuilder {
-        OutboxBuilder::new(self.default_schema())
-    }
-
-    /// The inbox of `consumer` in this store's default schema: where the consumer records, in
-    /// its own transactions, the messages it has handled ([`Inbox::receive`]). Refuses an empty
-    /// name or one over [`MAX_CONSUMER_LEN`](crate::inbox::MAX_CONSUMER_LEN) characters.
-    fn inbox(&self, consumer: &str) -> Result<Inbox> {
-        Inbox::new(consumer, self.default_schema())
-    }
-
-    /// Claims due events in one short transaction (DESIGN §3, "Claim").
+    /// Claims due events in one short transaction (docs/architecture.md, "The contract").
     async fn events_claim(&self, params: &ClaimParams<'_>) -> Result<Claimed>;
-
-    /// Whether [`Store::events_claim`] takes [`ClaimParams::floor`]: its cost then depends on
-    /// the batch, not on the dead row versions the marks left behind (PostgreSQL, where a
-    /// snapshot held open keeps them from being removed).
-    fn claims_from_floor(&self) -> bool {
-        false
-    }
 
     /// The floor of the next claims of `target`, from the last one (`from`, 0 at first): the
     /// first event at or above it that is in flight or waiting without having gone wrong (no
@@ -502,11 +538,8 @@ pub trait Store: Send + Sync + 'static {
     /// it. Below the floor a claim takes only events that went wrong once (a failed try, a
     /// destination that was down, a lease taken over, an operator's retry), through a path of
     /// their own. Costs what was done since `from`, not the history. A store that does not
-    /// [claim from a floor](Store::claims_from_floor) answers 0.
-    async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
-        let _ = (target, from, settled);
-        Ok(0)
-    }
+    /// claim from a floor ([`Capabilities::claims_from_floor`]) answers 0.
+    async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64>;
 
     /// Extends the lease of events still being published; returns how many were renewed (fewer
     /// than asked means some leases were lost to another relay).
@@ -523,24 +556,6 @@ pub trait Store: Send + Sync + 'static {
     /// Returns how many rows changed.
     async fn events_release(&self, params: &ReleaseParams<'_>) -> Result<u64>;
 
-    /// Puts `FAILED` events back to `PENDING` with `retry_count` 0 (an operator's retry, once the
-    /// cause is fixed); returns how many. Events in any other state are left alone.
-    async fn events_retry_failed(&self, params: &RetryFailedParams<'_>) -> Result<u64>;
-
-    /// Counts the events of a target by status, without reading its processed history (see
-    /// [`StatusCounts::processed`]).
-    async fn status_counts(&self, target: &Target) -> Result<StatusCounts>;
-
-    /// The slow lane: `FAILED` events whose last try is older than `after` and that had fewer
-    /// than `max_tries` slow-lane tries go back to `PENDING` for one more try (their
-    /// `retry_count` raised to `max_retries`, so one failure makes them `FAILED` again; then
-    /// `retry_count - max_retries` is the number of slow-lane tries they had). Returns how many.
-    /// A store without it answers [`Error::Unsupported`](crate::Error::Unsupported).
-    async fn events_retry_slow_lane(&self, params: &SlowLaneParams<'_>) -> Result<u64> {
-        let _ = params;
-        Err(crate::Error::Unsupported("the slow lane of FAILED events"))
-    }
-
     /// What is still to do in a target. Costs what the outstanding events cost, not the
     /// history: it stops at the first claimable event. With `ordered` aggregate types (see
     /// [`ClaimOrder`]), an event held back by an earlier event of its aggregate that is `FAILED`
@@ -550,33 +565,58 @@ pub trait Store: Send + Sync + 'static {
     /// The commit horizon of a target's table (see [`ClaimOrder::settled_through`]): takes a
     /// probe when `probe` is `None`, and says the probe's last id is settled once every
     /// transaction that was writing to the table when it was taken has ended. A store whose ids
-    /// are drawn in commit order (SQLite: one writer at a time) settles everything at once.
+    /// are drawn in commit order ([`Capabilities::ids_in_commit_order`]) settles everything at
+    /// once.
     async fn commit_horizon(
         &self,
         target: &Target,
         probe: Option<&HorizonProbe>,
-    ) -> Result<Horizon> {
-        let _ = (target, probe);
-        Ok(Horizon {
-            settled: Some(i64::MAX),
-            probe: None,
-        })
+    ) -> Result<Horizon>;
+
+    /// A source of wake-up hints, where the database has one.
+    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>>;
+
+    /// The head of each of `targets`' outbox tables, in the same order: the last id its id
+    /// sequence handed out (PostgreSQL; MySQL's AUTO_INCREMENT; SQLite's AUTOINCREMENT
+    /// counter), `None` where it cannot tell. One cheap read for every target at once, whatever
+    /// the tables hold: an idle relay checks it often to find rows written by producers that do
+    /// not `NOTIFY`. A head is never below an id committed. On PostgreSQL and MySQL it moves
+    /// when a row is inserted, before its transaction commits, and also for one that rolls
+    /// back; SQLite's moves with the commit (its counter is part of the transaction).
+    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>>;
+}
+
+/// The producer's and the consumer's handles of any store, and a single event by id: built on
+/// [`Store::default_schema`] and [`StoreOps::events_list`](crate::ops::StoreOps::events_list),
+/// so that every store, wrappers included, has them the same.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")]
+/// # async fn example() -> postbox::Result<()> {
+/// use postbox::StoreExt;
+/// let store = postbox::connect("sqlite::memory:").await?;
+/// let outbox = store.outbox();         // writes to the table this store's relays read
+/// let inbox = store.inbox("billing")?; // records what the consumer "billing" handled
+/// # let _ = (outbox, inbox); Ok(()) }
+/// ```
+#[async_trait]
+pub trait StoreExt: Store {
+    /// A producer that writes to this store's default outbox: the table its relays read.
+    fn outbox(&self) -> Outbox {
+        self.outbox_builder().build()
     }
 
-    /// An operator's skip of the held-back heads of ordered aggregates: the events (`PENDING`
-    /// or `FAILED`, not in flight) go `FAILED` and no longer hold back the later events of
-    /// their aggregate; a retry undoes it. Returns the ids skipped. A store without it answers
-    /// [`Error::Unsupported`](crate::Error::Unsupported).
-    async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
-        let _ = (target, ids);
-        Err(crate::Error::Unsupported("skipping events"))
+    /// The settings of such a producer (payload limit, notifications, a tenant's outbox).
+    fn outbox_builder(&self) -> OutboxBuilder {
+        OutboxBuilder::new(self.default_schema())
     }
 
-    /// A page of the events of [`target`](ListParams::target) that match a filter, in the
-    /// order asked for, from the outbox table and, with [`EventFilter::archive`], from the
-    /// archive; resume after the last id of a page. Each call is one short read. Refuses an
-    /// invalid filter ([`EventFilter::validate`]).
-    async fn events_list(&self, params: &ListParams<'_>) -> Result<Vec<StoredEvent>>;
+    /// The inbox of `consumer` in this store's default schema: where the consumer records, in
+    /// its own transactions, the messages it has handled ([`Inbox::receive`]). Refuses an empty
+    /// name or one over [`MAX_CONSUMER_LEN`](crate::inbox::MAX_CONSUMER_LEN) characters.
+    fn inbox(&self, consumer: &str) -> Result<Inbox> {
+        Inbox::new(consumer, self.default_schema())
+    }
 
     /// Event `id` of `target`, from the outbox table or the archive.
     async fn event_get(&self, target: &Target, id: i64) -> Result<Option<StoredEvent>> {
@@ -596,86 +636,88 @@ pub trait Store: Send + Sync + 'static {
             .await?;
         Ok(found.pop())
     }
+}
 
-    /// One batch of retention: moves `PROCESSED` events created more than
-    /// [`older_than`](ArchiveParams::older_than) ago to `outbox_events_archive`, walking the
-    /// table in id order from [`after_id`](ArchiveParams::after_id) (with `dry_run`, counts
-    /// them). Each batch is a short transaction; loop until [`ArchiveBatch::done`]. `None` when
-    /// another relay or command is archiving this table now (try later).
-    async fn events_archive(&self, params: &ArchiveParams<'_>) -> Result<Option<ArchiveBatch>>;
+impl<S: Store + ?Sized> StoreExt for S {}
 
-    /// One batch of purging archived or `FAILED` events older than
-    /// [`older_than`](PurgeParams::older_than) (with `dry_run`, counts every batch's worth at
-    /// once). Loop until [`PurgeBatch::done`]. `None` when another relay or command is purging
-    /// this table now.
-    async fn events_purge(&self, params: &PurgeParams<'_>) -> Result<Option<PurgeBatch>>;
-
-    /// Registers a tenant and migrates its schema.
-    async fn tenant_add(&self, params: &TenantAddParams<'_>) -> Result<Tenant>;
-
-    /// Every registered tenant that can be served, by id (see [`Store::tenant_rejected`] for
-    /// the rest).
-    async fn tenant_list(&self) -> Result<Vec<Tenant>>;
-
-    /// Registry rows that cannot be served: added by hand with an id or schema name Postbox
-    /// refuses. Relays skip them and say so; `postbox status` lists them.
-    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
-        Ok(Vec::new())
-    }
-
-    /// Suspends or resumes a tenant.
-    async fn tenant_set_status(&self, id: &TenantId, status: TenantStatus) -> Result<Tenant>;
-
-    /// A source of wake-up hints, where the database has one.
-    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>>;
-
-    /// The head of each of `targets`' outbox tables, in the same order: the last id its id
-    /// sequence handed out (PostgreSQL; SQLite's AUTOINCREMENT counter), `None` where it cannot
-    /// tell. One cheap read for every target at once, whatever the tables hold: an idle relay
-    /// checks it often to find rows written by producers that do not `NOTIFY`. A head is never
-    /// below an id committed. On PostgreSQL and MySQL it moves when a row is inserted, before
-    /// its transaction commits, and also for one that rolls back; SQLite's moves with the
-    /// commit (its counter is part of the transaction).
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        Ok(vec![None; targets.len()])
-    }
-
-    /// Dead row versions in the outbox table of each of `targets`, in the same order, as far as
-    /// the database's statistics know (stores without dead rows report zero).
-    async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
-        Ok(vec![0; targets.len()])
-    }
-
-    /// Removes the dead row versions that marks leave in `target`'s outbox table and its
-    /// indexes (PostgreSQL `VACUUM`; nothing to do elsewhere). A table another relay is
-    /// vacuuming is skipped; an autovacuum worker on the table gives way. Fails with
-    /// [`Error::NotOwner`](crate::Error::NotOwner) when the database role may not vacuum the
-    /// table.
-    async fn outbox_vacuum(&self, _target: &Target) -> Result<()> {
-        Ok(())
-    }
-
-    /// Records what relay `relay_id` sees of its sinks now (replacing its earlier report), for
-    /// [`Store::sinks_reported`]. Stores that cannot keep it ignore it.
-    async fn sinks_report(&self, _relay_id: &str, _sinks: &[SinkHealth]) -> Result<()> {
-        Ok(())
-    }
-
-    /// What every relay last reported of its sinks, oldest reports included (see
-    /// [`ReportedSink::reported_ago`]).
-    async fn sinks_reported(&self) -> Result<Vec<ReportedSink>> {
-        Ok(Vec::new())
-    }
-
-    /// The consumers of `target`'s inbox ([`Inbox`]): each one's messages recorded and
-    /// repeats skipped, by consumer name. Stores without an inbox answer none.
-    async fn inbox_stats(&self, _target: &Target) -> Result<Vec<InboxStats>> {
-        Ok(Vec::new())
-    }
-
-    /// Age of the oldest open transaction in the database, where the database can tell. A long
-    /// one keeps vacuum from removing processed events' dead rows, and claims slow down.
-    async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {
-        Ok(None)
-    }
+/// Implements [`Store`] and [`StoreOps`](crate::ops::StoreOps) for a type by handing every
+/// call to the store `$inner` gives (an expression of `self`): one list of methods for every
+/// wrapper, so a method added to either trait is forwarded everywhere or fails to compile.
+///
+/// A wrapper that changes some calls (a test's faulty store) writes those by hand and forwards
+/// the rest with [`forward_store_ops!`](crate::forward_store_ops).
+#[macro_export]
+macro_rules! forward_store {
+    ($ty:ty, |$s:ident| $inner:expr) => {
+        #[$crate::__async_trait]
+        impl $crate::Store for $ty {
+            fn capabilities(&$s) -> $crate::store::Capabilities {
+                $crate::Store::capabilities($inner)
+            }
+            fn default_schema(&$s) -> $crate::SchemaName {
+                $crate::Store::default_schema($inner)
+            }
+            async fn events_claim(
+                &$s,
+                p: &$crate::store::ClaimParams<'_>,
+            ) -> $crate::Result<$crate::store::Claimed> {
+                $crate::Store::events_claim($inner, p).await
+            }
+            async fn claim_floor(
+                &$s,
+                target: &$crate::Target,
+                from: i64,
+                settled: i64,
+            ) -> $crate::Result<i64> {
+                $crate::Store::claim_floor($inner, target, from, settled).await
+            }
+            async fn leases_renew(&$s, p: &$crate::store::RenewParams<'_>) -> $crate::Result<u64> {
+                $crate::Store::leases_renew($inner, p).await
+            }
+            async fn events_mark_processed(
+                &$s,
+                p: &$crate::store::MarkProcessedParams<'_>,
+            ) -> $crate::Result<u64> {
+                $crate::Store::events_mark_processed($inner, p).await
+            }
+            async fn events_mark_failed(
+                &$s,
+                p: &$crate::store::MarkFailedParams<'_>,
+            ) -> $crate::Result<Vec<$crate::store::FailedMark>> {
+                $crate::Store::events_mark_failed($inner, p).await
+            }
+            async fn events_release(
+                &$s,
+                p: &$crate::store::ReleaseParams<'_>,
+            ) -> $crate::Result<u64> {
+                $crate::Store::events_release($inner, p).await
+            }
+            async fn backlog(
+                &$s,
+                target: &$crate::Target,
+                ordered: &[String],
+            ) -> $crate::Result<$crate::store::Backlog> {
+                $crate::Store::backlog($inner, target, ordered).await
+            }
+            async fn commit_horizon(
+                &$s,
+                target: &$crate::Target,
+                probe: Option<&$crate::store::HorizonProbe>,
+            ) -> $crate::Result<$crate::store::Horizon> {
+                $crate::Store::commit_horizon($inner, target, probe).await
+            }
+            async fn wakeups(
+                &$s,
+            ) -> $crate::Result<Option<Box<dyn $crate::store::Wakeups>>> {
+                $crate::Store::wakeups($inner).await
+            }
+            async fn outbox_heads(
+                &$s,
+                targets: &[$crate::Target],
+            ) -> $crate::Result<Vec<Option<i64>>> {
+                $crate::Store::outbox_heads($inner, targets).await
+            }
+        }
+        $crate::forward_store_ops!($ty, |$s| $inner);
+    };
 }

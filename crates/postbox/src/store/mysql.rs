@@ -37,16 +37,17 @@ use super::list::{ListDialect, list_query};
 use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, EventStatus,
-    FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams, MarkFailedParams,
-    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RETRIED_BY_OPERATOR,
-    RETRIED_BY_SLOW_LANE, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams,
-    SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus,
-    Wakeups, secs, storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, Capabilities, ClaimParams, Claimed,
+    EXACT_PROCESSED_COUNT, EventStatus, FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED,
+    ListParams, MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams,
+    RETRIED_BY_OPERATOR, RETRIED_BY_SLOW_LANE, RejectedTenant, ReleaseParams, RenewParams,
+    ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant,
+    TenantAddParams, TenantStatus, Wakeups, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
 use crate::inbox::InboxStats;
+use crate::ops::StoreOps;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
@@ -433,24 +434,8 @@ async fn unlock(conn: &mut MySqlConnection, what: &str) -> Result<()> {
 
 #[async_trait]
 impl Store for MySqlStore {
-    async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
-        // MySQL commits each DDL statement at once: a named lock keeps migrations one at a time.
-        let mut conn = self.pool.acquire().await?;
-        if !try_lock(&mut conn, MIGRATION_LOCK, 60).await? {
-            return Err(Error::Unsupported(
-                "another `postbox migrate` has held the migration lock of this database for a \
-                 minute; try again when it is done",
-            ));
-        }
-        let history = migrations::History {
-            create: include_str!("../../sql/mysql/history_create.sql").to_owned(),
-            read: include_str!("../../sql/mysql/history_read.sql").to_owned(),
-            record: include_str!("../../sql/mysql/history_record.sql").to_owned(),
-        };
-        let applied =
-            migrations::apply::<MySql>(&mut conn, &history, MIGRATIONS, str::to_owned).await;
-        unlock(&mut conn, MIGRATION_LOCK).await?;
-        applied
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::SERVER
     }
 
     fn default_schema(&self) -> SchemaName {
@@ -528,10 +513,6 @@ impl Store for MySqlStore {
             add_claimed_row(&mut claimed, row, None)?;
         }
         Ok(claimed)
-    }
-
-    fn claims_from_floor(&self) -> bool {
-        true
     }
 
     async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
@@ -634,6 +615,151 @@ impl Store for MySqlStore {
         }
         tx.commit().await?;
         Ok(released)
+    }
+
+    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
+        Self::check_target(target)?;
+        let ordered = ordered_json(ordered)?;
+        let due: Option<f64> = sqlx::query_scalar(include_str!("../../sql/mysql/backlog.sql"))
+            .bind(&ordered)
+            .bind(&ordered)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| self.missing(e))?;
+        Ok(Backlog {
+            next_due_in: secs(due),
+        })
+    }
+
+    async fn commit_horizon(
+        &self,
+        target: &Target,
+        probe: Option<&HorizonProbe>,
+    ) -> Result<Horizon> {
+        Self::check_target(target)?;
+        // MySQL has no view of the transactions writing to a table that can be trusted here
+        // (information_schema.INNODB_TRX is served from a cache that frequent readers keep
+        // stale), so the horizon is found from the ids themselves: every id up to the last one
+        // handed out (read at least ID_SETTLE_DELAY earlier) is committed, rolled back or held
+        // by an open transaction — and only the last kind is locked. Ids missing from the table
+        // and the archive get a locking read that does not wait: a lock conflict is an open
+        // transaction's row, and the horizon stops below it. The probe carries the horizon so
+        // far (`last_id`) and the id it waits for (`writers`).
+        let pending = *self
+            .pending_probe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((read_at, _)) = pending
+            && read_at.elapsed() < ID_SETTLE_DELAY
+        {
+            // The last id read is too fresh to check: the horizon stays where it is.
+            return Ok(Horizon {
+                settled: probe.map(|p| p.last_id),
+                probe: probe.cloned(),
+            });
+        }
+        let now_head: Option<i64> = sqlx::query_scalar(include_str!("../../sql/mysql/head.sql"))
+            .fetch_optional(&self.pool)
+            .await?
+            .flatten();
+        let floor = match probe {
+            Some(p) => p.last_id,
+            None => now_head.map_or(0, |h| (h - FIRST_PROBE_SPAN).max(0)),
+        };
+        let upto = pending.map_or(floor, |(_, last)| last);
+        *self
+            .pending_probe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            now_head.map(|h| (std::time::Instant::now(), h));
+        let mut settled = upto.max(floor);
+        let mut waiting_for = None;
+        if upto > floor {
+            let present: HashSet<i64> =
+                sqlx::query_scalar(include_str!("../../sql/mysql/horizon_present.sql"))
+                    .bind(floor)
+                    .bind(upto)
+                    .bind(floor)
+                    .bind(upto)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| self.missing(e))?
+                    .into_iter()
+                    .collect();
+            for id in (floor + 1..=upto).filter(|id| !present.contains(id)) {
+                let locked = sqlx::query(include_str!("../../sql/mysql/horizon_locked.sql"))
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .is_err();
+                if locked {
+                    settled = id - 1;
+                    waiting_for = Some(id);
+                    break;
+                }
+            }
+        }
+        Ok(Horizon {
+            settled: Some(settled),
+            probe: Some(HorizonProbe {
+                last_id: settled,
+                writers: waiting_for
+                    .map(|id| vec![format!("the transaction that inserted id {id}")])
+                    .unwrap_or_default(),
+            }),
+        })
+    }
+
+    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+        let head: Option<i64> = sqlx::query_scalar(include_str!("../../sql/mysql/head.sql"))
+            .fetch_optional(&self.pool)
+            .await?
+            .flatten();
+        Ok(targets
+            .iter()
+            .map(|t| if t.tenant.is_none() { head } else { None })
+            .collect())
+    }
+
+    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl StoreOps for MySqlStore {
+    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
+        // Tenant ids and schema names are checked when they are registered; no row can be bad.
+        Ok(Vec::new())
+    }
+
+    async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
+        // InnoDB purges old row versions by itself; none wait for a vacuum.
+        Ok(vec![0; targets.len()])
+    }
+
+    async fn outbox_vacuum(&self, _target: &Target) -> Result<()> {
+        Ok(())
+    }
+
+    async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
+        // MySQL commits each DDL statement at once: a named lock keeps migrations one at a time.
+        let mut conn = self.pool.acquire().await?;
+        if !try_lock(&mut conn, MIGRATION_LOCK, 60).await? {
+            return Err(Error::Unsupported(
+                "another `postbox migrate` has held the migration lock of this database for a \
+                 minute; try again when it is done",
+            ));
+        }
+        let history = migrations::History {
+            create: include_str!("../../sql/mysql/history_create.sql").to_owned(),
+            read: include_str!("../../sql/mysql/history_read.sql").to_owned(),
+            record: include_str!("../../sql/mysql/history_record.sql").to_owned(),
+        };
+        let applied =
+            migrations::apply::<MySql>(&mut conn, &history, MIGRATIONS, str::to_owned).await;
+        unlock(&mut conn, MIGRATION_LOCK).await?;
+        applied
     }
 
     async fn events_retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
@@ -795,99 +921,6 @@ impl Store for MySqlStore {
         })
     }
 
-    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
-        Self::check_target(target)?;
-        let ordered = ordered_json(ordered)?;
-        let due: Option<f64> = sqlx::query_scalar(include_str!("../../sql/mysql/backlog.sql"))
-            .bind(&ordered)
-            .bind(&ordered)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.missing(e))?;
-        Ok(Backlog {
-            next_due_in: secs(due),
-        })
-    }
-
-    async fn commit_horizon(
-        &self,
-        target: &Target,
-        probe: Option<&HorizonProbe>,
-    ) -> Result<Horizon> {
-        Self::check_target(target)?;
-        // MySQL has no view of the transactions writing to a table that can be trusted here
-        // (information_schema.INNODB_TRX is served from a cache that frequent readers keep
-        // stale), so the horizon is found from the ids themselves: every id up to the last one
-        // handed out (read at least ID_SETTLE_DELAY earlier) is committed, rolled back or held
-        // by an open transaction — and only the last kind is locked. Ids missing from the table
-        // and the archive get a locking read that does not wait: a lock conflict is an open
-        // transaction's row, and the horizon stops below it. The probe carries the horizon so
-        // far (`last_id`) and the id it waits for (`writers`).
-        let pending = *self
-            .pending_probe
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((read_at, _)) = pending
-            && read_at.elapsed() < ID_SETTLE_DELAY
-        {
-            // The last id read is too fresh to check: the horizon stays where it is.
-            return Ok(Horizon {
-                settled: probe.map(|p| p.last_id),
-                probe: probe.cloned(),
-            });
-        }
-        let now_head: Option<i64> = sqlx::query_scalar(include_str!("../../sql/mysql/head.sql"))
-            .fetch_optional(&self.pool)
-            .await?
-            .flatten();
-        let floor = match probe {
-            Some(p) => p.last_id,
-            None => now_head.map_or(0, |h| (h - FIRST_PROBE_SPAN).max(0)),
-        };
-        let upto = pending.map_or(floor, |(_, last)| last);
-        *self
-            .pending_probe
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            now_head.map(|h| (std::time::Instant::now(), h));
-        let mut settled = upto.max(floor);
-        let mut waiting_for = None;
-        if upto > floor {
-            let present: HashSet<i64> =
-                sqlx::query_scalar(include_str!("../../sql/mysql/horizon_present.sql"))
-                    .bind(floor)
-                    .bind(upto)
-                    .bind(floor)
-                    .bind(upto)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| self.missing(e))?
-                    .into_iter()
-                    .collect();
-            for id in (floor + 1..=upto).filter(|id| !present.contains(id)) {
-                let locked = sqlx::query(include_str!("../../sql/mysql/horizon_locked.sql"))
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .is_err();
-                if locked {
-                    settled = id - 1;
-                    waiting_for = Some(id);
-                    break;
-                }
-            }
-        }
-        Ok(Horizon {
-            settled: Some(settled),
-            probe: Some(HorizonProbe {
-                last_id: settled,
-                writers: waiting_for
-                    .map(|id| vec![format!("the transaction that inserted id {id}")])
-                    .unwrap_or_default(),
-            }),
-        })
-    }
-
     async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
         Self::check_target(target)?;
         if ids.is_empty() {
@@ -911,17 +944,6 @@ impl Store for MySqlStore {
         }
         tx.commit().await?;
         Ok(skipped)
-    }
-
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        let head: Option<i64> = sqlx::query_scalar(include_str!("../../sql/mysql/head.sql"))
-            .fetch_optional(&self.pool)
-            .await?
-            .flatten();
-        Ok(targets
-            .iter()
-            .map(|t| if t.tenant.is_none() { head } else { None })
-            .collect())
     }
 
     async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {
@@ -984,10 +1006,6 @@ impl Store for MySqlStore {
 
     async fn tenant_set_status(&self, _id: &TenantId, _status: TenantStatus) -> Result<Tenant> {
         Err(Error::Unsupported(NO_TENANTS))
-    }
-
-    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
-        Ok(None)
     }
 }
 

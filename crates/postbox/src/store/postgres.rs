@@ -33,15 +33,17 @@ use super::list::{ListDialect, list_query};
 use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EXACT_PROCESSED_COUNT, EventStatus,
-    FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams, MarkFailedParams,
-    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RejectedTenant, ReleaseParams,
-    RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent,
-    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, Capabilities, ClaimParams, Claimed,
+    EXACT_PROCESSED_COUNT, EventStatus, FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED,
+    ListParams, MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams,
+    RejectedTenant, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams,
+    StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs,
+    storable_error,
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
 use crate::inbox::InboxStats;
+use crate::ops::StoreOps;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 use crate::sql::{PerSchema, render, safe};
@@ -107,6 +109,10 @@ const OUTBOX_MIGRATIONS: &[Migration] = &[
     Migration {
         name: "outbox_0013_inbox",
         sql: include_str!("../../sql/postgres/0013_inbox.sql"),
+    },
+    Migration {
+        name: "outbox_0014_horizon_checks",
+        sql: include_str!("../../sql/postgres/0014_horizon_checks.sql"),
     },
 ];
 
@@ -463,34 +469,33 @@ fn count(n: i64) -> u64 {
 }
 
 fn map_missing_table(err: sqlx::Error, schema: &SchemaName) -> Error {
-    if let sqlx::Error::Database(db) = &err
+    if let sqlx::Error::Database(db) = &err {
         // undefined table, undefined schema, undefined function (postbox_claim)
-        && matches!(db.code().as_deref(), Some("42P01" | "3F000" | "42883"))
-    {
-        return Error::NotMigrated {
-            schema: schema.to_string(),
-        };
+        if matches!(db.code().as_deref(), Some("42P01" | "3F000" | "42883")) {
+            return Error::NotMigrated {
+                schema: schema.to_string(),
+            };
+        }
+        // postbox_id_sequence (migration 0014): the sequence cannot be relied on, and its hint
+        // is the fix.
+        if matches!(db.code().as_deref(), Some("55000" | "42501"))
+            && db.message().contains("outbox's id sequence")
+            && let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        {
+            return Error::UnsafeSequence {
+                schema: schema.to_string(),
+                problem: pg.message().to_owned(),
+                fix: pg.hint().unwrap_or_default().to_owned(),
+            };
+        }
     }
     Error::Database(err)
 }
 
 #[async_trait]
 impl Store for PgStore {
-    async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>> {
-        let mut tx = self.pool.begin().await?;
-        let mut applied = Self::migrate_in(&mut tx, schema, registry).await?;
-        let index = self.retry_index_lock(schema).await?;
-        tx.commit().await?;
-        if let Some(conn) = index
-            && Self::build_retry_index(conn, schema).await?
-        {
-            applied.push(RETRY_INDEX.to_owned());
-        }
-        Ok(applied)
-    }
-
-    fn claims_from_floor(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::SERVER
     }
 
     async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
@@ -623,6 +628,88 @@ impl Store for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
+        let sql = self.sql.get(&target.schema);
+        let query = if ordered.is_empty() {
+            sqlx::query(safe(&sql.backlog))
+        } else {
+            sqlx::query(safe(&sql.backlog_ordered)).bind(ordered)
+        };
+        let row = query
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(Backlog {
+            next_due_in: secs(row.try_get(0)?),
+        })
+    }
+
+    async fn commit_horizon(
+        &self,
+        target: &Target,
+        probe: Option<&HorizonProbe>,
+    ) -> Result<Horizon> {
+        let sql = self.sql.get(&target.schema);
+        let (last, writers, settled): (Option<i64>, Option<Vec<String>>, Option<i64>) =
+            sqlx::query_as(safe(&sql.horizon))
+                .bind(probe.map(|p| p.last_id))
+                .bind(probe.map(|p| &p.writers))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(Horizon {
+            settled,
+            probe: last.map(|last_id| HorizonProbe {
+                last_id,
+                writers: writers.unwrap_or_default(),
+            }),
+        })
+    }
+
+    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+        let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
+        let heads: Vec<Option<i64>> =
+            sqlx::query_scalar(include_str!("../../sql/postgres/heads.sql"))
+                .bind(&schemas)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(heads)
+    }
+
+    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
+        // A listener keeps its connection checked out for as long as it lives, so it gets a
+        // connection of its own rather than one of the pool's: on a one-connection pool it
+        // would otherwise leave the relay waiting for itself.
+        let own = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with((*self.pool.connect_options()).clone());
+        let mut listener = PgListener::connect_with(&own).await?;
+        listener.listen(NOTIFY_CHANNEL).await?;
+        Ok(Some(Box::new(PgWakeups { listener })))
+    }
+}
+
+#[async_trait]
+impl StoreOps for PgStore {
+    async fn schema_migrate(&self, schema: &SchemaName, registry: bool) -> Result<Vec<String>> {
+        let mut tx = self.pool.begin().await?;
+        let mut applied = Self::migrate_in(&mut tx, schema, registry).await?;
+        let index = self.retry_index_lock(schema).await?;
+        tx.commit().await?;
+        if let Some(conn) = index
+            && Self::build_retry_index(conn, schema).await?
+        {
+            applied.push(RETRY_INDEX.to_owned());
+        }
+        // A sequence relays cannot rely on is refused here already, not first by a relay.
+        let check = render(include_str!("../../sql/postgres/id_sequence.sql"), schema);
+        sqlx::query(safe(&check))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, schema))?;
+        Ok(applied)
     }
 
     async fn events_retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
@@ -761,44 +848,6 @@ impl Store for PgStore {
         })
     }
 
-    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
-        let sql = self.sql.get(&target.schema);
-        let query = if ordered.is_empty() {
-            sqlx::query(safe(&sql.backlog))
-        } else {
-            sqlx::query(safe(&sql.backlog_ordered)).bind(ordered)
-        };
-        let row = query
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| map_missing_table(e, &target.schema))?;
-        Ok(Backlog {
-            next_due_in: secs(row.try_get(0)?),
-        })
-    }
-
-    async fn commit_horizon(
-        &self,
-        target: &Target,
-        probe: Option<&HorizonProbe>,
-    ) -> Result<Horizon> {
-        let sql = self.sql.get(&target.schema);
-        let (last, writers, settled): (Option<i64>, Option<Vec<String>>, Option<i64>) =
-            sqlx::query_as(safe(&sql.horizon))
-                .bind(probe.map(|p| p.last_id))
-                .bind(probe.map(|p| &p.writers))
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| map_missing_table(e, &target.schema))?;
-        Ok(Horizon {
-            settled,
-            probe: last.map(|last_id| HorizonProbe {
-                last_id,
-                writers: writers.unwrap_or_default(),
-            }),
-        })
-    }
-
     async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
         let sql = self.sql.get(&target.schema);
         let mut skipped: Vec<i64> = sqlx::query_scalar(safe(&sql.skip))
@@ -920,16 +969,6 @@ impl Store for PgStore {
         Ok(secs(age))
     }
 
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
-        let heads: Vec<Option<i64>> =
-            sqlx::query_scalar(include_str!("../../sql/postgres/heads.sql"))
-                .bind(&schemas)
-                .fetch_all(&self.pool)
-                .await?;
-        Ok(heads)
-    }
-
     async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
         let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
         let rows: Vec<(String, i64)> =
@@ -986,18 +1025,6 @@ impl Store for PgStore {
         sqlx::raw_sql(safe(&sql.vacuum)).execute(&mut conn).await?;
         conn.close().await.ok();
         Ok(())
-    }
-
-    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
-        // A listener keeps its connection checked out for as long as it lives, so it gets a
-        // connection of its own rather than one of the pool's: on a one-connection pool it
-        // would otherwise leave the relay waiting for itself.
-        let own = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_lazy_with((*self.pool.connect_options()).clone());
-        let mut listener = PgListener::connect_with(&own).await?;
-        listener.listen(NOTIFY_CHANNEL).await?;
-        Ok(Some(Box::new(PgWakeups { listener })))
     }
 }
 

@@ -14,15 +14,16 @@ use super::list::{ListDialect, list_query};
 use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, ClaimParams, Claimed, EventStatus, FailedMark,
-    LEASE_EXPIRED, ListParams, MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind,
-    PurgeParams, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams,
-    StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs,
-    storable_error,
+    ArchiveBatch, ArchiveParams, Backlog, Capabilities, ClaimParams, Claimed, EventStatus,
+    FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams, MarkFailedParams,
+    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RejectedTenant, ReleaseParams,
+    RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent,
+    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
 use crate::inbox::InboxStats;
+use crate::ops::StoreOps;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
@@ -180,17 +181,25 @@ fn map_missing_table(err: sqlx::Error) -> Error {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let history = migrations::History {
-            create: include_str!("../../sql/sqlite/history_create.sql").to_owned(),
-            read: include_str!("../../sql/sqlite/history_read.sql").to_owned(),
-            record: include_str!("../../sql/sqlite/history_record.sql").to_owned(),
-        };
-        let applied =
-            migrations::apply::<sqlx::Sqlite>(&mut tx, &history, MIGRATIONS, str::to_owned).await?;
-        tx.commit().await?;
-        Ok(applied)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::EMBEDDED
+    }
+
+    async fn claim_floor(&self, _target: &Target, _from: i64, _settled: i64) -> Result<i64> {
+        // Claims scan from the first due event (Capabilities::EMBEDDED): no floor.
+        Ok(0)
+    }
+
+    async fn commit_horizon(
+        &self,
+        _target: &Target,
+        _probe: Option<&HorizonProbe>,
+    ) -> Result<Horizon> {
+        // One writer at a time: ids are drawn in commit order, every committed id is settled.
+        Ok(Horizon {
+            settled: Some(i64::MAX),
+            probe: None,
+        })
     }
 
     fn default_schema(&self) -> SchemaName {
@@ -313,6 +322,78 @@ impl Store for SqliteStore {
         }
         tx.commit().await?;
         Ok(released)
+    }
+
+    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+        let head: Option<i64> = sqlx::query_scalar(include_str!("../../sql/sqlite/head.sql"))
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(targets
+            .iter()
+            .map(|t| {
+                if t.tenant.is_none() {
+                    Some(head.unwrap_or(0))
+                } else {
+                    None
+                }
+            })
+            .collect())
+    }
+
+    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
+        Self::check_target(target)?;
+        let query = if ordered.is_empty() {
+            sqlx::query(include_str!("../../sql/sqlite/backlog.sql"))
+        } else {
+            sqlx::query(include_str!("../../sql/sqlite/backlog_ordered.sql"))
+                .bind(serde_json::to_string(ordered)?)
+        };
+        let row = query
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_missing_table)?;
+        Ok(Backlog {
+            next_due_in: secs(row.try_get(0)?),
+        })
+    }
+
+    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl StoreOps for SqliteStore {
+    async fn tenant_rejected(&self) -> Result<Vec<RejectedTenant>> {
+        // Tenant ids and schema names are checked when they are registered; no row can be bad.
+        Ok(Vec::new())
+    }
+
+    async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
+        // SQLite reuses a deleted row's space in place; no vacuum is owed for the claim's sake.
+        Ok(vec![0; targets.len()])
+    }
+
+    async fn outbox_vacuum(&self, _target: &Target) -> Result<()> {
+        Ok(())
+    }
+
+    async fn oldest_transaction_age(&self) -> Result<Option<Duration>> {
+        // SQLite does not say which transactions are open.
+        Ok(None)
+    }
+
+    async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let history = migrations::History {
+            create: include_str!("../../sql/sqlite/history_create.sql").to_owned(),
+            read: include_str!("../../sql/sqlite/history_read.sql").to_owned(),
+            record: include_str!("../../sql/sqlite/history_record.sql").to_owned(),
+        };
+        let applied =
+            migrations::apply::<sqlx::Sqlite>(&mut tx, &history, MIGRATIONS, str::to_owned).await?;
+        tx.commit().await?;
+        Ok(applied)
     }
 
     async fn events_retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
@@ -444,22 +525,6 @@ impl Store for SqliteStore {
         }))
     }
 
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        let head: Option<i64> = sqlx::query_scalar(include_str!("../../sql/sqlite/head.sql"))
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(targets
-            .iter()
-            .map(|t| {
-                if t.tenant.is_none() {
-                    Some(head.unwrap_or(0))
-                } else {
-                    None
-                }
-            })
-            .collect())
-    }
-
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts> {
         Self::check_target(target)?;
         let row = sqlx::query(include_str!("../../sql/sqlite/status_counts.sql"))
@@ -474,23 +539,6 @@ impl Store for SqliteStore {
             oldest_pending_age: secs(row.try_get(4)?),
             dead_tuples: row.try_get(5)?,
             processed_exact: true,
-        })
-    }
-
-    async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
-        Self::check_target(target)?;
-        let query = if ordered.is_empty() {
-            sqlx::query(include_str!("../../sql/sqlite/backlog.sql"))
-        } else {
-            sqlx::query(include_str!("../../sql/sqlite/backlog_ordered.sql"))
-                .bind(serde_json::to_string(ordered)?)
-        };
-        let row = query
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_missing_table)?;
-        Ok(Backlog {
-            next_due_in: secs(row.try_get(0)?),
         })
     }
 
@@ -556,9 +604,5 @@ impl Store for SqliteStore {
 
     async fn tenant_set_status(&self, _id: &TenantId, _status: TenantStatus) -> Result<Tenant> {
         Err(Error::Unsupported(NO_TENANTS))
-    }
-
-    async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {
-        Ok(None)
     }
 }

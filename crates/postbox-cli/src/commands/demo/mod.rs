@@ -22,6 +22,7 @@ use crate::shutdown::Shutdown;
 
 use handlers::{Mailer, Seen};
 use invoices::{InvoiceCreated, InvoiceService, Written};
+use postbox::StoreExt;
 use tally::Tally;
 
 /// The longest the relay may take to drain the demo's outbox before the demo gives up.

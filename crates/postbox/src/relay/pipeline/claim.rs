@@ -86,7 +86,22 @@ impl Pipeline {
             .commit_horizon(target, state.probe.as_ref())
             .await?;
         if let Some(settled) = horizon.settled {
-            state.settled = state.settled.max(settled);
+            if settled < state.settled && !self.inner.store.capabilities().ids_in_commit_order {
+                // Only a sequence moved back settles lower (PostgreSQL refuses one moved below
+                // ids still in the table; an emptied table restarted from 1 is allowed): claims
+                // find their floor again from the start, or new events would wait below it.
+                warn!(
+                    tenant = target.label(),
+                    from = state.settled,
+                    to = settled,
+                    "the outbox's id sequence moved back (setval, RESTART); claims start again \
+                     from the first event"
+                );
+                state.settled = settled;
+                self.floors.remove(&target.schema);
+            } else {
+                state.settled = state.settled.max(settled);
+            }
         }
         match (&state.probe, &horizon.probe) {
             (Some(old), Some(new)) if old == new => {
@@ -171,7 +186,7 @@ impl Pipeline {
         let cfg = &inner.config;
         let tenant = target.label();
         let ordered = !cfg.ordered_aggregate_types.is_empty();
-        let floors = inner.store.claims_from_floor();
+        let floors = inner.store.capabilities().claims_from_floor;
         let settled_through = if ordered || floors {
             self.horizon(target, ordered).await?
         } else {
