@@ -57,7 +57,7 @@ impl Received {
 ///
 /// ```no_run
 /// use postbox::inbox::Received;
-/// use postbox::Store;
+/// use postbox::StoreExt;
 ///
 /// # #[cfg(feature = "postgres")]
 /// # async fn example(pool: sqlx::PgPool, message_id: &str, amount: i64) -> anyhow::Result<()> {

@@ -34,7 +34,7 @@ pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
 /// [`Store::outbox_builder`](crate::Store::outbox_builder) to change its settings): it writes to the table they read.
 ///
 /// ```no_run
-/// use postbox::{Event, Store};
+/// use postbox::{Event, StoreExt};
 ///
 /// # #[cfg(feature = "postgres")]
 /// # async fn example(pool: sqlx::PgPool) -> anyhow::Result<()> {
@@ -288,7 +288,8 @@ impl OutboxBuilder {
     /// store's default one.
     ///
     /// ```no_run
-    /// use postbox::{Store, TenantId};
+    /// use postbox::ops::StoreOps;
+    /// use postbox::{StoreExt, TenantId};
     /// # #[cfg(feature = "postgres")]
     /// # async fn example(store: postbox::PgStore) -> postbox::Result<()> {
     /// let acme = store.tenant_add(&postbox::store::TenantAddParams::new(&TenantId::new("acme")?)).await?;
@@ -320,6 +321,7 @@ impl OutboxBuilder {
     ///
     /// ```
     /// use std::time::Duration;
+    /// use postbox::StoreExt;
     ///
     /// # fn example(store: &dyn postbox::Store) {
     /// let outbox = store.outbox_builder()

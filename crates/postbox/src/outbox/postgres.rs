@@ -156,7 +156,7 @@ impl Outbox {
     /// `WITH` query.
     ///
     /// ```no_run
-    /// use postbox::{Event, Store};
+    /// use postbox::{Event, StoreExt};
     ///
     /// # async fn example(pool: sqlx::PgPool) -> anyhow::Result<()> {
     /// let outbox = postbox::PgStore::new(pool.clone()).outbox();

@@ -80,7 +80,7 @@ const NEEDED: &str = "MySQL 8.0.23 or later (SKIP LOCKED, invisible columns), or
 /// A [`Store`] on MySQL 8.0.23+ or MariaDB 10.6+.
 ///
 /// ```no_run
-/// use postbox::{Event, Store};
+/// use postbox::{Event, StoreExt};
 ///
 /// # async fn example() -> anyhow::Result<()> {
 /// let store = postbox::MySqlStore::connect("mysql://app@127.0.0.1/shop").await?;
