@@ -8,9 +8,9 @@ use serde::Serialize;
 use sqlx::PgPool;
 use tracing::{debug, info, warn};
 
-use crate::cluster::Cluster;
 use crate::fleet::Fleet;
 use crate::schedule::{Fault, FaultKind, Lane, Schedule};
+use postbox_testkit::cluster::Cluster;
 
 /// How long a kill or pause waits for its relay to hold claimed events before striking anyway.
 const STRIKE_WAIT: Duration = Duration::from_secs(5);
@@ -138,7 +138,7 @@ async fn apply(fault: &Fault, targets: &Targets<'_>) -> anyhow::Result<(bool, Op
                 .restart(fault.immediate, fault.hold)
                 .await
                 .map_err(|e| {
-                    e.context(format!(
+                    anyhow::Error::new(e).context(format!(
                         "restarting the private PostgreSQL cluster failed (its log: {})",
                         targets.cluster.log().display()
                     ))

@@ -10,7 +10,6 @@
 //! out (a service missing, a binary not built).
 
 mod cli;
-mod cluster;
 mod faults;
 mod fleet;
 mod producers;

@@ -13,13 +13,13 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::cli::Args;
-use crate::cluster::{self, Cluster};
 use crate::faults::{self, Targets};
 use crate::fleet::{self, Fleet, RelaySpec};
 use crate::producers::{self, LEDGER_DDL, ProducerParams};
 use crate::report::{Evidence, LedgerRow, OutboxRow, Report, Settings};
 use crate::schedule::{Schedule, ScheduleParams};
 use crate::stream::StreamReader;
+use postbox_testkit::cluster::{self, Cluster};
 
 /// Runs the kit; `Ok(true)` when every check passed.
 pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
@@ -106,7 +106,9 @@ async fn chaos(
 ) -> anyhow::Result<bool> {
     let duration = args.duration();
     let logs = dir.join("logs");
-    let cluster = Cluster::start(&dir.join("pg"), pg_bin, &args.pg_user).await?;
+    let started = std::time::Instant::now();
+    let cluster = Cluster::start(&dir.join("pg"), pg_bin, &args.pg_user, &[]).await?;
+    info!(url = %cluster.url(), elapsed = ?started.elapsed(), "private PostgreSQL cluster started");
     migrate(&postbox_bin, &logs, &cluster.url()).await?;
     let pool = PgPoolOptions::new()
         .max_connections(args.producers + 4)

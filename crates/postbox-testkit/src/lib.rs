@@ -8,6 +8,8 @@
 //! and a webhook endpoint of the test's own (`consumers`). The testkit is a dev-dependency:
 //! none of it reaches a release build.
 
+#[cfg(feature = "postgres")]
+pub mod cluster;
 #[cfg(feature = "brokers")]
 pub mod consumers;
 mod event;

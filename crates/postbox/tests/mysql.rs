@@ -348,6 +348,72 @@ async fn the_commit_horizon_names_the_open_transaction_it_stops_below() {
     }
 }
 
+/// A relay that starts while a producer transaction is open far behind the head — more than
+/// 100,000 ids drawn and committed after it — does not settle past it: its first horizon is as
+/// safe as the later ones (it used to take everything up to the head less 100,000 unchecked).
+/// Once the transaction commits, the horizon passes the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_starts_behind_an_open_transaction_waits_for_it() {
+    let (db, store) = migrated().await;
+    let outbox = store.outbox();
+    let mut open = store.pool().begin().await.unwrap();
+    let held = outbox
+        .enqueue(&mut open, invoice("Held", "1", 0))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    // 101,000 rows committed after it, by plain SQL, a thousand at a time.
+    for _ in 0..101 {
+        sqlx::query(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+             WITH RECURSIVE s (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 1000)
+             SELECT 'Bulk', 'Invoice', CAST(n AS CHAR), JSON_OBJECT('n', n) FROM s",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    let head: i64 = sqlx::query_scalar("SELECT MAX(id) FROM outbox_events")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(head - held > 100_000, "{held} {head}");
+
+    // A relay's store, new: its first horizon, and the ones after it.
+    let relay_store = db.store().await;
+    let t = postbox::Target::default_schema(relay_store.default_schema());
+    let mut horizon = relay_store.commit_horizon(&t, None).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline {
+        assert!(
+            horizon.settled.is_none_or(|s| s < held),
+            "settled past id {held}, which an open transaction holds: {horizon:?}"
+        );
+        // The horizon checks ids read 100 ms before; polled for three seconds, as relays do.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        horizon = relay_store
+            .commit_horizon(&t, horizon.probe.as_ref())
+            .await
+            .unwrap();
+    }
+    assert_eq!(horizon.settled, Some(held - 1), "{horizon:?}");
+    open.commit().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while horizon.settled < Some(head) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "every id is settled once it commits: {horizon:?}"
+        );
+        // A poll of the horizon, which signals nothing; bounded by the deadline above.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        horizon = relay_store
+            .commit_horizon(&t, horizon.probe.as_ref())
+            .await
+            .unwrap();
+    }
+}
+
 /// An outbox of the previous release (migration 0001 only), with events that went wrong there
 /// (backing off, below everything still waiting) and a processed history, is migrated: the retry
 /// column and its index are added without rewriting the table, `SELECT *` sees the table as

@@ -686,9 +686,9 @@ async fn sqlite_parks_an_aggregate_and_keeps_order() {
 }
 
 /// A writer that was open when the horizon's probe was taken and then PREPAREs (two-phase
-/// commit) keeps the horizon back until COMMIT PREPARED: its locks pass to the virtual
-/// transaction `-1/<xid>`, which a probe that matched writers by their first virtual
-/// transaction lost sight of — a later event of the same aggregate would then go first.
+/// commit) keeps the horizon back until COMMIT PREPARED, and an ordered claim takes neither its
+/// event nor the later one of its aggregate until then. (Until a server restart its locks keep
+/// the virtual transaction the probe saw; across one, see the next test.)
 #[tokio::test]
 async fn a_prepared_transaction_keeps_the_horizon_back_until_it_commits() {
     let (db, store) = pg().await;
@@ -737,6 +737,84 @@ async fn a_prepared_transaction_keeps_the_horizon_back_until_it_commits() {
     let claimed = claim_ordered(&store, 10, later).await;
     let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
     assert_eq!(ids, [held, later], "the aggregate's events, its head first");
+}
+
+/// The same across a server restart, on a cluster of the test's own (two-phase commit on): the
+/// recovered prepared transaction holds its locks under `-1/<xid>`, not the virtual
+/// transaction the probe saw, and still keeps the horizon back until COMMIT PREPARED — so the
+/// later event of its aggregate does not go first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_transaction_keeps_the_horizon_back_across_a_server_restart() {
+    use postbox_testkit::cluster::{Cluster, find_bin_dir};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Cluster::start(
+        dir.path(),
+        find_bin_dir().unwrap(),
+        "postgres",
+        &[("max_prepared_transactions", "4")],
+    )
+    .await
+    .unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let store = PgStore::new(pool.clone());
+    postbox::migrate(&store).await.unwrap();
+    // PostgreSQL cannot PREPARE a transaction that sent NOTIFY.
+    let outbox = store.outbox_builder().notify(false).build();
+    let t = default_target();
+
+    let mut open = pool.acquire().await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *open).await.unwrap();
+    let held = outbox
+        .enqueue(&mut *open, invoice("InvoiceCreated", "1", 0))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let later = outbox
+        .enqueue(&mut tx, invoice("InvoicePaid", "1", 1))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    tx.commit().await.unwrap();
+    let probe = store.commit_horizon(&t, None).await.unwrap();
+    assert_eq!(probe.settled, None, "{probe:?}");
+    sqlx::query("PREPARE TRANSACTION 'held-across-restart'")
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    drop(open);
+
+    server.restart(false, Duration::ZERO).await.unwrap();
+    let after = store
+        .commit_horizon(&t, probe.probe.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(
+        after.settled, None,
+        "the recovered prepared transaction still holds id {held}: {after:?}"
+    );
+    let claimed = claim_ordered(&store, 10, after.settled.unwrap_or(0)).await;
+    assert!(claimed.events.is_empty(), "{:?}", claimed.events);
+
+    sqlx::query("COMMIT PREPARED 'held-across-restart'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let done = store
+        .commit_horizon(&t, after.probe.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(done.settled, Some(later), "{done:?}");
+    let claimed = claim_ordered(&store, 10, later).await;
+    let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [held, later], "the aggregate's events, its head first");
+    pool.close().await;
 }
 
 /// The id sequence of the outbox, as `pg_get_serial_sequence` names it.

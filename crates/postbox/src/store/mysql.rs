@@ -108,8 +108,9 @@ pub struct MySqlStore {
 /// step ample time.
 const ID_SETTLE_DELAY: Duration = Duration::from_millis(100);
 
-/// How far back the first probe of a relay looks for ids of transactions still open.
-const FIRST_PROBE_SPAN: i64 = 100_000;
+/// The most ids one call of [`Store::commit_horizon`] checks: a relay that starts beside a long
+/// history settles it in steps of this many ids, one per round.
+const CHECK_SPAN: i64 = 100_000;
 
 /// Which server answers: MySQL or MariaDB, and its version.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -226,6 +227,47 @@ impl MySqlStore {
             return Err(Error::Unsupported(NO_TENANTS));
         }
         Ok(())
+    }
+
+    /// Where a relay's first horizon starts, as safe as the later ones: `Ok(id)` when no open
+    /// transaction holds an id at or below `id`, from where the ids are checked as usual (the
+    /// lowest committed id less one: below it a row of the table can only be one that is not
+    /// committed yet, which a locking read that does not wait finds); `Err(id)` with the lowest
+    /// id an open transaction holds, when one holds an id below every committed one. A few
+    /// locking reads of ranges with no committed row (a binary search), whatever the history.
+    async fn first_horizon(&self, head: i64) -> Result<std::result::Result<i64, i64>> {
+        let lowest: Option<i64> =
+            sqlx::query_scalar(include_str!("../../sql/mysql/horizon_lowest.sql"))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| self.missing(e))?;
+        let below = lowest.unwrap_or(head.saturating_add(1));
+        let (mut lo, mut hi) = (1, below - 1);
+        if hi < lo || !self.held_in(lo, hi).await {
+            return Ok(Ok(below - 1));
+        }
+        // A held id lies in [lo, hi]: halve the range until it is one id.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.held_in(lo, mid).await {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok(Err(lo))
+    }
+
+    /// Whether an open transaction holds an id in `from..=to` (a range with no committed row).
+    /// A read that fails for another reason counts as held: the horizon then waits, never
+    /// passes an id it could not check.
+    async fn held_in(&self, from: i64, to: i64) -> bool {
+        sqlx::query(include_str!("../../sql/mysql/horizon_locked_range.sql"))
+            .bind(from)
+            .bind(to)
+            .fetch_optional(&self.pool)
+            .await
+            .is_err()
     }
 
     fn missing(&self, err: sqlx::Error) -> Error {
@@ -664,9 +706,23 @@ impl Store for MySqlStore {
             .flatten();
         let floor = match probe {
             Some(p) => p.last_id,
-            None => now_head.map_or(0, |h| (h - FIRST_PROBE_SPAN).max(0)),
+            None => match self.first_horizon(now_head.unwrap_or(0)).await? {
+                Ok(start) => start,
+                // An open transaction holds an id below every committed one: wait for it.
+                Err(held) => {
+                    return Ok(Horizon {
+                        settled: Some(held - 1),
+                        probe: Some(HorizonProbe {
+                            last_id: held - 1,
+                            writers: vec![format!("the transaction that inserted id {held}")],
+                        }),
+                    });
+                }
+            },
         };
-        let upto = pending.map_or(floor, |(_, last)| last);
+        let upto = pending.map_or(floor, |(_, last)| {
+            last.min(floor.saturating_add(CHECK_SPAN))
+        });
         *self
             .pending_probe
             .lock()
