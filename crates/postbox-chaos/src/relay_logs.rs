@@ -17,6 +17,11 @@ pub(crate) struct RelayLogs {
     pub(crate) leases_lost: u64,
     /// Error-level lines (an event going FAILED, a relay giving up).
     pub(crate) errors: u64,
+    /// Relay starts ("relay started").
+    pub(crate) starts: u64,
+    /// Relay starts that named the floor as their claim path (`claim_path=floor`): the claim
+    /// `postbox relay` runs on PostgreSQL, which the run is meant to exercise.
+    pub(crate) starts_claiming_from_floor: u64,
 }
 
 impl RelayLogs {
@@ -51,6 +56,12 @@ impl RelayLogs {
         }
         if line.contains(" ERROR ") {
             self.errors += 1;
+        }
+        if line.contains("relay started") {
+            self.starts += 1;
+            if line.contains("claim_path=floor") || line.contains("\"claim_path\":\"floor\"") {
+                self.starts_claiming_from_floor += 1;
+            }
         }
     }
 }

@@ -250,6 +250,12 @@ impl Report {
                 unplanned_exits.iter().filter(|e| !e.during_start).count() as u64,
             ),
         ];
+        // The relays run the claim that ships: every start named the floor, and there were some.
+        checks.push(zero(
+            "relay starts not claiming from the floor",
+            (relay_logs.starts - relay_logs.starts_claiming_from_floor)
+                + u64::from(relay_logs.starts == 0),
+        ));
         if settings.ordered_aggregates > 0 {
             checks.push(zero(
                 "out of order within an aggregate",
@@ -620,7 +626,11 @@ mod tests {
             }],
             unplanned_exits: Vec::new(),
             relays_started: 3,
-            relay_logs: RelayLogs::default(),
+            relay_logs: RelayLogs {
+                starts: 2,
+                starts_claiming_from_floor: 2,
+                ..RelayLogs::default()
+            },
             drained_in: Some(Duration::from_secs(1)),
             elapsed: Duration::from_secs(60),
         }
@@ -647,6 +657,20 @@ mod tests {
         assert_eq!(report.duplicate_bound, 10, "one kill: one batch");
         assert_eq!(report.committed_library, 2);
         assert!(report.table().contains("result: PASS"));
+    }
+
+    #[test]
+    fn a_relay_that_does_not_claim_from_the_floor_fails_the_run() {
+        let rows: Vec<OutboxRow> = (1..=4).map(|id| row(id, "PROCESSED")).collect();
+        let mut d = Deliveries::default();
+        for id in 1..=4 {
+            delivered(&mut d, id, &format!("m{id}"), 1);
+        }
+        let mut e = evidence(d, rows);
+        e.relay_logs.starts_claiming_from_floor = 1;
+        let report = Report::new(settings(), e);
+        assert!(!report.passed);
+        assert_eq!(check(&report, "relay starts not claiming").value, 1);
     }
 
     #[test]

@@ -55,8 +55,11 @@ BEGIN
                              current_user, name),
             HINT = format('GRANT USAGE ON SEQUENCE %s TO %I', name, current_user);
     END IF;
-    last := coalesce(pg_sequence_last_value(seq), 0);
+    -- The table first, the sequence after: every id this read sees was drawn before the
+    -- sequence is read, so only a sequence moved back is below it (read the other way round,
+    -- ids drawn and committed in between would look like one).
     SELECT e.id INTO top FROM {schema}.outbox_events e ORDER BY e.id DESC LIMIT 1;
+    last := coalesce(pg_sequence_last_value(seq), 0);
     IF top > last THEN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = format('the outbox''s id sequence %s was moved back: its last value %s is '
