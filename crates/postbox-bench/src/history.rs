@@ -245,9 +245,10 @@ pub(crate) async fn run(
     })
 }
 
-/// One relay drains a backlog of `events` plain-SQL events twice: on a quiet database, then with
-/// a snapshot held open throughout (see [`drain_backlog`]). PostgreSQL, and MySQL/MariaDB,
-/// where a long transaction keeps InnoDB's purge from removing what the marks delete-marked.
+/// One relay drains a backlog of `events` plain-SQL events three times: on a quiet database,
+/// with a snapshot held open throughout, and beside a producer transaction held open that wrote
+/// an event before the backlog (see [`drain_backlog`]). PostgreSQL, and MySQL/MariaDB, where a
+/// long transaction keeps InnoDB's purge from removing what the marks delete-marked.
 pub(crate) async fn held_and_quiet(
     db: &Db,
     relay_dbs: &[Db],
@@ -256,16 +257,33 @@ pub(crate) async fn held_and_quiet(
     bars: &dyn Fn(u64, &str) -> ProgressBar,
 ) -> Result<DrainCase, BenchError> {
     let (quiet, quiet_claims) =
-        drain_backlog(db, &relay_dbs[..1], config, events, false, bars).await?;
+        drain_backlog(db, &relay_dbs[..1], config, events, Hold::Nothing, bars).await?;
     let (held, held_claims) =
-        drain_backlog(db, &relay_dbs[..1], config, events, true, bars).await?;
+        drain_backlog(db, &relay_dbs[..1], config, events, Hold::Snapshot, bars).await?;
+    let (producer_held, producer_held_claims) =
+        drain_backlog(db, &relay_dbs[..1], config, events, Hold::Producer, bars).await?;
     Ok(DrainCase {
         held_over_quiet: held.per_second / quiet.per_second,
+        producer_over_quiet: producer_held.per_second / quiet.per_second,
         quiet,
         quiet_claims,
         held,
         held_claims,
+        producer_held,
+        producer_held_claims,
     })
+}
+
+/// What stays open while a backlog drains.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    Nothing,
+    /// A report's snapshot ([`Held::open`]).
+    Snapshot,
+    /// A producer's transaction that wrote an event, by plain SQL, before the backlog was
+    /// written, and neither commits nor rolls back until the drain is over: the commit horizon
+    /// stays below its event all along, and the marks' dead index entries stay.
+    Producer,
 }
 
 /// A transaction that read the outbox table and stays open: its snapshot keeps every row
@@ -277,30 +295,54 @@ enum Held {
 }
 
 impl Held {
+    /// A report's snapshot ([`Hold::Snapshot`]).
     async fn open(db: &Db) -> Result<Held, BenchError> {
+        Self::begin(
+            db,
+            &[
+                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+                "SELECT count(*) FROM outbox_events",
+            ],
+            // The store's sessions run at READ COMMITTED, where a snapshot lasts one statement:
+            // a report or a dump runs at REPEATABLE READ.
+            &[
+                "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+                "START TRANSACTION WITH CONSISTENT SNAPSHOT",
+                "SELECT count(*) FROM outbox_events",
+            ],
+        )
+        .await
+    }
+
+    /// A producer's transaction that wrote one event and stays open ([`Hold::Producer`]).
+    async fn producer(db: &Db) -> Result<Held, BenchError> {
+        let insert = "INSERT INTO outbox_events (event_type, payload) \
+                      VALUES ('HeldOpen', '{\"held\": true}')";
+        Self::begin(db, &[insert], &["START TRANSACTION", insert]).await
+    }
+
+    /// A transaction that runs `pg` (in a transaction begun for it) or `mysql` (from the first
+    /// statement) and stays open.
+    async fn begin(
+        db: &Db,
+        pg: &[&'static str],
+        mysql: &[&'static str],
+    ) -> Result<Held, BenchError> {
         match db {
             Db::Pg(pool) => {
-                let mut report = pool.begin().await.map_err(BenchError::db)?;
-                sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    .execute(&mut *report)
-                    .await
-                    .map_err(BenchError::db)?;
-                sqlx::query("SELECT count(*) FROM outbox_events")
-                    .execute(&mut *report)
-                    .await
-                    .map_err(BenchError::db)?;
-                Ok(Held::Pg(report))
+                let mut tx = pool.begin().await.map_err(BenchError::db)?;
+                for statement in pg {
+                    sqlx::raw_sql(*statement)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(BenchError::db)?;
+                }
+                Ok(Held::Pg(tx))
             }
             Db::MySql(pool, _) => {
-                // The store's sessions run at READ COMMITTED, where a snapshot lasts one
-                // statement: a report or a dump runs at REPEATABLE READ.
                 let mut conn = pool.acquire().await.map_err(BenchError::db)?;
-                for statement in [
-                    "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-                    "START TRANSACTION WITH CONSISTENT SNAPSHOT",
-                    "SELECT count(*) FROM outbox_events",
-                ] {
-                    sqlx::raw_sql(statement)
+                for statement in mysql {
+                    sqlx::raw_sql(*statement)
                         .execute(&mut *conn)
                         .await
                         .map_err(BenchError::db)?;
@@ -308,7 +350,7 @@ impl Held {
                 Ok(Held::MySql(conn))
             }
             Db::Sqlite(_) => Err(BenchError::Setup(
-                "a held snapshot needs PostgreSQL or MySQL".into(),
+                "a transaction held open needs PostgreSQL or MySQL".into(),
             )),
         }
     }
@@ -341,19 +383,30 @@ async fn drain_backlog(
     relay_dbs: &[Db],
     config: &RelayConfig,
     events: u64,
-    hold: bool,
+    hold: Hold,
     bars: &dyn Fn(u64, &str) -> ProgressBar,
 ) -> Result<(Throughput, Option<ClaimTimes>), BenchError> {
+    // The producer's event is drawn before the backlog's: every event of the backlog is above
+    // the commit horizon while it stays open.
+    let producer = if hold == Hold::Producer {
+        Some(Held::producer(db).await?)
+    } else {
+        None
+    };
     match db {
         Db::Pg(pool) => {
             sqlx::query(
                 "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
                  SELECT 'InvoiceCreated', 'Invoice', g::text,
                         jsonb_build_object('invoice_id', g, 'customer', 'cus_0123456789abcdef',
-                                           'amount_cents', 129900 + g % 1000, 'currency', 'EUR')
+                                           'amount_cents', 129900 + g % 1000, 'currency', 'EUR',
+                                           'lines', $2::jsonb, 'note', $3::text)
                  FROM generate_series(1, $1::bigint) AS g",
             )
             .bind(events as i64)
+            // The rest of the ~300 bytes every phase's events carry (db::payload).
+            .bind(&crate::db::payload(0)["lines"])
+            .bind(crate::db::payload(0)["note"].as_str())
             .execute(pool)
             .await
             .map_err(BenchError::db)?;
@@ -405,15 +458,15 @@ async fn drain_backlog(
             ));
         }
     }
-    let held = if hold {
-        Some(Held::open(db).await?)
-    } else {
-        None
+    let held = match hold {
+        Hold::Snapshot => Some(Held::open(db).await?),
+        Hold::Producer => producer,
+        Hold::Nothing => None,
     };
-    let what = if hold {
-        "history: drain a backlog, snapshot held"
-    } else {
-        "history: drain a backlog"
+    let what = match hold {
+        Hold::Nothing => "history: drain a backlog",
+        Hold::Snapshot => "history: drain a backlog, snapshot held",
+        Hold::Producer => "history: drain a backlog, producer transaction held",
     };
     let bar = bars(events, what);
     let drained = phases::drain(relay_dbs, config, events, &bar).await?;

@@ -282,7 +282,7 @@ pub struct HistoryDrain {
     pub ratio: f64,
 }
 
-/// One backlog drained quiet and with a snapshot held.
+/// One backlog drained quiet, with a snapshot held, and beside a producer transaction held.
 #[derive(Clone, Debug, Serialize)]
 pub struct DrainCase {
     /// On a quiet database.
@@ -295,6 +295,13 @@ pub struct DrainCase {
     pub held_claims: Option<ClaimTimes>,
     /// `held / quiet` events/s.
     pub held_over_quiet: f64,
+    /// Beside a producer transaction held open throughout, which wrote an event before the
+    /// backlog: the commit horizon stays below the whole backlog.
+    pub producer_held: Throughput,
+    /// The relay's claims there.
+    pub producer_held_claims: Option<ClaimTimes>,
+    /// `producer_held / quiet` events/s.
+    pub producer_over_quiet: f64,
 }
 
 /// Everything one `postbox bench` run measured.
@@ -474,12 +481,19 @@ impl BenchReport {
             );
             let _ = writeln!(
                 out,
-                "  quiet {:>8.0} ({})  transaction held {:>8.0} ({})  held/quiet {:.2}x",
+                "  quiet {:>8.0} ({})  snapshot held {:>8.0} ({})  held/quiet {:.2}x",
                 h.case.quiet.per_second,
                 claim_cell(h.case.quiet_claims),
                 h.case.held.per_second,
                 claim_cell(h.case.held_claims),
                 h.case.held_over_quiet,
+            );
+            let _ = writeln!(
+                out,
+                "  producer transaction held {:>8.0} ({})  /quiet {:.2}x",
+                h.case.producer_held.per_second,
+                claim_cell(h.case.producer_held_claims),
+                h.case.producer_over_quiet,
             );
         }
         if let Some(h) = &self.history {
@@ -504,6 +518,14 @@ impl BenchReport {
                         case.held.per_second,
                         claim_cell(case.held_claims),
                         case.held_over_quiet,
+                    );
+                    let _ = writeln!(
+                        out,
+                        "    {:<17} producer transaction held {:>8.0} ({})  /quiet {:.2}x",
+                        "",
+                        case.producer_held.per_second,
+                        claim_cell(case.producer_held_claims),
+                        case.producer_over_quiet,
                     );
                 }
                 let _ = writeln!(out, "    history/empty (quiet) {:.2}x", d.ratio);

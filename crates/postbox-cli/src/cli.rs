@@ -229,16 +229,17 @@ pub(crate) enum Command {
                       soak (a large backlog, events/s per window, last/first \
                       ratio, peak RSS); history (PostgreSQL: first one relay drains an --events \
                       backlog of plain-SQL events, ANALYZEd while pending, on the empty table \
-                      and again on the table with its history, each quiet and with a snapshot \
-                      held open, after a CHECKPOINT (a superuser or pg_checkpoint), events/s \
+                      and again on the table with its history, each quiet, with a snapshot \
+                      held open, and beside a producer transaction held open that wrote an \
+                      event before the backlog, after a CHECKPOINT (a superuser or pg_checkpoint), events/s \
                       and claims of each; \
                       then a table that starts with \
                       --history-rows processed events written by plain SQL and VACUUM ANALYZEd, \
                       retention a third of --history-duration so archiving runs all along, \
                       producers at --history-rate, relays with every maintenance task on; per \
                       window: events/s, latency, claim cost, table, index and archive sizes, \
-                      RSS; MySQL/MariaDB: the --events drain only, quiet and beside a \
-                      transaction held open). Relays vacuum the outbox table at --vacuum-threshold dead rows.\n\n\
+                      RSS; MySQL/MariaDB: the --events drain only, quiet, with a snapshot held \
+                      open, and beside a producer transaction held open). Relays vacuum the outbox table at --vacuum-threshold dead rows.\n\n\
                       Progress bars on stderr; a table (or JSON with --json) on stdout. --quick \
                       runs every phase on a tiny scale in seconds: a smoke test, not a \
                       measurement. The machine's noise is real: compare ratios within one run, \

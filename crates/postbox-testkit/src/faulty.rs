@@ -160,6 +160,13 @@ impl postbox::Store for FaultyStore {
         self.inner.claim_floor(target, from, settled).await
     }
 
+    async fn claim_gaps(
+        &self,
+        p: &postbox::store::GapParams<'_>,
+    ) -> postbox::Result<postbox::store::Gaps> {
+        self.inner.claim_gaps(p).await
+    }
+
     async fn leases_renew(&self, p: &RenewParams<'_>) -> postbox::Result<u64> {
         self.enter(StoreOp::Renew)?;
         self.inner.leases_renew(p).await

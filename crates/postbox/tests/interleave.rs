@@ -21,11 +21,14 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+mod any;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use any::Conn;
 use postbox::ops::StoreOps;
-use postbox::{Backoff, Event, Outbox, Relay, RelayConfig, RelayStats, Store, StoreExt};
+use postbox::{Backoff, Event, Relay, RelayConfig, RelayStats, Store, StoreExt};
 use postbox_testkit::RecordingSink;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -51,43 +54,6 @@ fn relay_config() -> RelayConfig {
             cap: Duration::from_millis(50),
         })
         .ordered_aggregate_types(["Acct"])
-}
-
-/// A pooled connection of any store, driven by plain statements.
-enum Conn {
-    #[cfg(feature = "postgres")]
-    Pg(sqlx::pool::PoolConnection<sqlx::Postgres>),
-    #[cfg(feature = "mysql")]
-    My(sqlx::pool::PoolConnection<sqlx::MySql>),
-    #[cfg(feature = "sqlite")]
-    Lite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
-}
-
-impl Conn {
-    async fn exec(&mut self, text: &str) {
-        let sql = sqlx::AssertSqlSafe(text.to_owned());
-        match self {
-            #[cfg(feature = "postgres")]
-            Conn::Pg(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(drop),
-            #[cfg(feature = "mysql")]
-            Conn::My(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(drop),
-            #[cfg(feature = "sqlite")]
-            Conn::Lite(c) => sqlx::raw_sql(sql).execute(&mut **c).await.map(drop),
-        }
-        .unwrap_or_else(|e| panic!("{text}: {e}"));
-    }
-
-    async fn enqueue(&mut self, outbox: &Outbox, event: Event) -> i64 {
-        let done = match self {
-            #[cfg(feature = "postgres")]
-            Conn::Pg(c) => outbox.enqueue(&mut **c, event).await,
-            #[cfg(feature = "mysql")]
-            Conn::My(c) => outbox.enqueue(&mut **c, event).await,
-            #[cfg(feature = "sqlite")]
-            Conn::Lite(c) => outbox.enqueue(&mut **c, event).await,
-        };
-        done.unwrap().id().unwrap()
-    }
 }
 
 /// The database a tier runs on: how to open a producer connection and where relays connect.
@@ -120,16 +86,7 @@ impl Db {
     }
 
     async fn conn(&self) -> Conn {
-        match &self.store {
-            #[cfg(feature = "postgres")]
-            postbox::AnyStore::Postgres(s) => Conn::Pg(s.pool().acquire().await.unwrap()),
-            #[cfg(feature = "mysql")]
-            postbox::AnyStore::MySql(s) => Conn::My(s.pool().acquire().await.unwrap()),
-            #[cfg(feature = "sqlite")]
-            postbox::AnyStore::Sqlite(s) => Conn::Lite(s.pool().acquire().await.unwrap()),
-            #[allow(unreachable_patterns, reason = "every store of this build is listed")]
-            _ => unreachable!(),
-        }
+        Conn::of(&self.store).await
     }
 }
 

@@ -78,6 +78,18 @@ async fn processed(store: &MySqlStore) -> i64 {
         .unwrap()
 }
 
+/// A thousand events committed by one plain-SQL statement.
+async fn insert_thousand(store: &MySqlStore) {
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         WITH RECURSIVE s (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 1000)
+         SELECT 'Bulk', 'Invoice', CAST(n AS CHAR), JSON_OBJECT('n', n) FROM s",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+}
+
 fn invoice(event_type: &str, aggregate: &str, n: u64) -> Event {
     Event::new(event_type, &serde_json::json!({ "n": n }))
         .unwrap()
@@ -365,14 +377,7 @@ async fn a_relay_that_starts_behind_an_open_transaction_waits_for_it() {
         .unwrap();
     // 101,000 rows committed after it, by plain SQL, a thousand at a time.
     for _ in 0..101 {
-        sqlx::query(
-            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
-             WITH RECURSIVE s (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 1000)
-             SELECT 'Bulk', 'Invoice', CAST(n AS CHAR), JSON_OBJECT('n', n) FROM s",
-        )
-        .execute(store.pool())
-        .await
-        .unwrap();
+        insert_thousand(&store).await;
     }
     let head: i64 = sqlx::query_scalar("SELECT MAX(id) FROM outbox_events")
         .fetch_one(store.pool())
@@ -525,4 +530,54 @@ async fn an_outbox_of_the_previous_release_is_upgraded_and_its_retries_still_fou
         "the retried events below the floor and the waiting ones, once each"
     );
     assert_eq!(processed(&store).await, 30);
+}
+
+/// A producer transaction held open while 20,000 events commit after it, and one that rolls
+/// back: the relay's floor and cursor go on past both (ids read past the commit horizon, the
+/// ones not visible kept aside), every later event is published, and the held one is published
+/// as soon as it commits — not at the relay's sweep from the start, a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_held_open_is_passed_by_the_claims_and_published_when_it_commits() {
+    let (db, store) = migrated().await;
+    let sink = RecordingSink::new();
+    let relay_store = db.store().await;
+    let relay = Running::start(Relay::new(relay_store, sink.clone(), config()).unwrap());
+    let outbox = store.outbox();
+    let mut open = store.pool().begin().await.unwrap();
+    let held = outbox
+        .enqueue(&mut open, invoice("Held", "1", 0))
+        .await
+        .unwrap()
+        .id()
+        .unwrap();
+    let mut rolled_back = store.pool().begin().await.unwrap();
+    outbox
+        .enqueue(&mut rolled_back, invoice("RolledBack", "2", 0))
+        .await
+        .unwrap();
+    rolled_back.rollback().await.unwrap();
+    for _ in 0..20 {
+        insert_thousand(&store).await;
+    }
+    wait_until(
+        "the events committed after the held one are published",
+        Duration::from_secs(60),
+        || async { sink.published_ids().len() >= 20_000 },
+    )
+    .await;
+    open.commit().await.unwrap();
+    wait_until(
+        "the held event is published once it commits",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&held) },
+    )
+    .await;
+    relay.stop().await;
+    let published = sink.published_ids();
+    assert_eq!(
+        published.len(),
+        20_001,
+        "every committed event once, none rolled back"
+    );
+    assert_eq!(processed(&store).await, 20_001);
 }

@@ -893,6 +893,110 @@ pub async fn claims_from_a_floor_still_take_what_went_wrong_below_it<B: StoreHar
 }
 
 /// A conformance case; see the module docs.
+///
+/// [`Store::claim_gaps`] reads the next ids present (any status) and the rows now in the ranges
+/// of ids a relay passed: whether each is still to do, and claimable. Stores that do not claim
+/// from a floor answer nothing.
+pub async fn gaps_name_the_ids_present_and_what_became_of_the_ids_passed<B: StoreHarness>() {
+    let b = ready::<B>().await;
+    let ids = enqueue_n(&b, 3).await;
+    let (waiting, claimed, done) = (ids[0], ids[1], ids[2]);
+    // A lease that outlasts the first look below, and runs out soon after.
+    let c = claim_from(&b, "r1", 10, Duration::from_millis(1500), 0).await;
+    assert_eq!(c.events.len(), 3);
+    b.store()
+        .events_release(&postbox::store::ReleaseParams {
+            target: &target(&b),
+            claim_token: c.claim_token,
+            releases: &[postbox::store::Release {
+                id: waiting,
+                error: "unavailable: broker down".to_owned(),
+                delay: Duration::ZERO,
+            }],
+        })
+        .await
+        .unwrap();
+    assert_eq!(mark_processed(&b, c.claim_token, &[done]).await, 1);
+    let never = done + 1_000;
+    let gaps = b
+        .store()
+        .claim_gaps(&postbox::store::GapParams {
+            target: &target(&b),
+            passed: &[waiting..=claimed, done..=never],
+            after: waiting - 1,
+            limit: 10,
+        })
+        .await
+        .expect("gaps");
+    if !b.store().capabilities().claims_from_floor {
+        assert_eq!(
+            gaps,
+            postbox::store::Gaps::default(),
+            "no floor, nothing passed"
+        );
+        return;
+    }
+    assert_eq!(gaps.present, ids, "every id present, whatever its status");
+    let mut found = gaps.found.clone();
+    found.sort_unstable_by_key(|f| f.id);
+    let flags: Vec<(i64, bool, bool)> = found
+        .iter()
+        .map(|f| (f.id, f.unfinished, f.claimable))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            // Put back with last_error set: the retry path finds it, not the passed ids.
+            (waiting, false, false),
+            // In flight under r1's lease.
+            (claimed, true, false),
+            (done, false, false),
+        ],
+        "the rows in the ranges, no more"
+    );
+    // r1 stops: its lease runs out, and the event is claimable again.
+    lease_expired(&b, claimed).await;
+    let gaps = b
+        .store()
+        .claim_gaps(&postbox::store::GapParams {
+            target: &target(&b),
+            passed: &[claimed..=claimed],
+            after: done,
+            limit: 0,
+        })
+        .await
+        .expect("gaps");
+    let flags: Vec<(i64, bool, bool)> = gaps
+        .found
+        .iter()
+        .map(|f| (f.id, f.unfinished, f.claimable))
+        .collect();
+    assert_eq!(flags, [(claimed, true, true)]);
+    let none = b
+        .store()
+        .claim_gaps(&postbox::store::GapParams {
+            target: &target(&b),
+            passed: &[],
+            after: waiting - 1,
+            limit: 0,
+        })
+        .await
+        .expect("gaps");
+    assert_eq!(none, postbox::store::Gaps::default(), "limit 0 reads no id");
+    let next = b
+        .store()
+        .claim_gaps(&postbox::store::GapParams {
+            target: &target(&b),
+            passed: &[],
+            after: waiting,
+            limit: 1,
+        })
+        .await
+        .expect("gaps");
+    assert_eq!(next.present, [claimed], "the next id present, one");
+}
+
+/// A conformance case; see the module docs.
 pub async fn mark_failed_at_max_retries_goes_failed<B: StoreHarness>() {
     let b = ready::<B>().await;
     let id = enqueue_with_max_retries(&b, 2).await;
@@ -2040,6 +2144,7 @@ macro_rules! __store_suite_cases {
             an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped,
             a_release_puts_events_back_after_a_delay_without_spending_a_try,
             claims_from_a_floor_still_take_what_went_wrong_below_it,
+            gaps_name_the_ids_present_and_what_became_of_the_ids_passed,
             mark_failed_at_max_retries_goes_failed,
             a_permanent_error_fails_at_once,
             renew_extends_the_lease_of_the_token_holder_only,

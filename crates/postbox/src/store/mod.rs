@@ -4,6 +4,7 @@
 //! noun-first with one params struct each; [`PgStore`], [`SqliteStore`] and [`MySqlStore`]
 //! implement it and pass one shared conformance suite (`tests/store_conformance.rs`).
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -138,6 +139,62 @@ impl ClaimOrder<'_> {
     pub fn is_on(&self) -> bool {
         !self.aggregate_types.is_empty()
     }
+}
+
+/// Parameters of [`Store::claim_gaps`].
+#[derive(Clone, Debug)]
+pub struct GapParams<'a> {
+    /// Whose table to read.
+    pub target: &'a Target,
+    /// Ranges of ids a relay's floor or cursor went past while none of them was visible (a
+    /// transaction still open, one that rolled back, rows removed): the rows in them now are
+    /// looked up.
+    pub passed: &'a [RangeInclusive<i64>],
+    /// The first `limit` ids present after this one are read, in id order.
+    pub after: i64,
+    /// See [`after`](Self::after); 0 reads none.
+    pub limit: u32,
+}
+
+/// The answer of [`Store::claim_gaps`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gaps {
+    /// The ids present (visible, whatever their status) after [`GapParams::after`], ascending.
+    pub present: Vec<i64>,
+    /// The rows now in [`GapParams::passed`]: committed since the relay passed them.
+    pub found: Vec<PassedEvent>,
+}
+
+/// A row in one of [`GapParams::passed`], committed since the relay passed its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassedEvent {
+    /// Its id.
+    pub id: i64,
+    /// In flight or waiting without having gone wrong (no `last_error`): below the floor, only
+    /// the relay's passed ranges find it.
+    pub unfinished: bool,
+    /// Unfinished, and no relay holds a lease on it: a claim may take it now.
+    pub claimable: bool,
+}
+
+/// [`Gaps`] from a store's rows of [`Store::claim_gaps`]: (id, one of the passed ids,
+/// unfinished, claimable), the range's rows in id order.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn gaps_from(rows: Vec<(i64, bool, bool, bool)>) -> Gaps {
+    let mut gaps = Gaps::default();
+    for (id, passed, unfinished, claimable) in rows {
+        if passed {
+            gaps.found.push(PassedEvent {
+                id,
+                unfinished,
+                claimable,
+            });
+        } else {
+            gaps.present.push(id);
+        }
+    }
+    gaps.present.sort_unstable();
+    gaps
 }
 
 /// A probe of a table's commit horizon, kept between calls of [`Store::commit_horizon`]: the
@@ -541,6 +598,15 @@ pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
     /// claim from a floor ([`Capabilities::claims_from_floor`]) answers 0.
     async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64>;
 
+    /// What a relay's claims passed over while a transaction held its commit horizon back: the
+    /// next ids present past the last it read (the ranges missing between them are in flight,
+    /// rolled back or removed, and the relay keeps them), and the rows now in the ranges it
+    /// keeps. With them a relay's floor and cursor go on past a transaction that stays open, so
+    /// that a claim costs what it takes, not what was done since that transaction began; the
+    /// event is claimed when it commits. Reads of the primary key. A store that does not claim
+    /// from a floor ([`Capabilities::claims_from_floor`]) answers nothing.
+    async fn claim_gaps(&self, params: &GapParams<'_>) -> Result<Gaps>;
+
     /// Extends the lease of events still being published; returns how many were renewed (fewer
     /// than asked means some leases were lost to another relay).
     async fn leases_renew(&self, params: &RenewParams<'_>) -> Result<u64>;
@@ -670,6 +736,12 @@ macro_rules! forward_store {
                 settled: i64,
             ) -> $crate::Result<i64> {
                 $crate::Store::claim_floor($inner, target, from, settled).await
+            }
+            async fn claim_gaps(
+                &$s,
+                p: &$crate::store::GapParams<'_>,
+            ) -> $crate::Result<$crate::store::Gaps> {
+                $crate::Store::claim_gaps($inner, p).await
             }
             async fn leases_renew(&$s, p: &$crate::store::RenewParams<'_>) -> $crate::Result<u64> {
                 $crate::Store::leases_renew($inner, p).await

@@ -38,11 +38,11 @@ use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, Capabilities, ClaimParams, Claimed,
-    EXACT_PROCESSED_COUNT, EventStatus, FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED,
-    ListParams, MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams,
-    RETRIED_BY_OPERATOR, RETRIED_BY_SLOW_LANE, RejectedTenant, ReleaseParams, RenewParams,
-    ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant,
-    TenantAddParams, TenantStatus, Wakeups, secs, storable_error,
+    EXACT_PROCESSED_COUNT, EventStatus, FailedMark, GapParams, Gaps, Horizon, HorizonProbe,
+    LEASE_EXPIRED, ListParams, MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind,
+    PurgeParams, RETRIED_BY_OPERATOR, RETRIED_BY_SLOW_LANE, RejectedTenant, ReleaseParams,
+    RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent,
+    Tenant, TenantAddParams, TenantStatus, Wakeups, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
@@ -568,6 +568,35 @@ impl Store for MySqlStore {
                 .map_err(|e| self.missing(e))?;
         let up_to = settled.saturating_add(1);
         Ok(first.unwrap_or(up_to).min(up_to))
+    }
+
+    async fn claim_gaps(&self, p: &GapParams<'_>) -> Result<Gaps> {
+        Self::check_target(p.target)?;
+        // Placeholders only, one `id BETWEEN ? AND ?` per range: no value is written into it.
+        let ranges = if p.passed.is_empty() {
+            "FALSE".to_owned()
+        } else {
+            vec!["(id BETWEEN ? AND ?)"; p.passed.len()].join(" OR ")
+        };
+        let text = include_str!("../../sql/mysql/claim_gaps.sql").replace("{ranges}", &ranges);
+        let mut query = sqlx::query(AssertSqlSafe(text));
+        for range in p.passed {
+            query = query.bind(*range.start()).bind(*range.end());
+        }
+        let rows = query
+            .bind(p.after)
+            .bind(i64::from(p.limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.missing(e))?;
+        let rows = rows
+            .iter()
+            .map(|r| -> Result<(i64, bool, bool, bool)> {
+                let flag = |i: usize| -> Result<bool> { Ok(r.try_get::<i64, _>(i)? != 0) };
+                Ok((r.try_get(0)?, flag(1)?, flag(2)?, flag(3)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(super::gaps_from(rows))
     }
 
     async fn leases_renew(&self, p: &RenewParams<'_>) -> Result<u64> {

@@ -34,11 +34,11 @@ use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, Capabilities, ClaimParams, Claimed,
-    EXACT_PROCESSED_COUNT, EventStatus, FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED,
-    ListParams, MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams,
-    RejectedTenant, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams,
-    StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs,
-    storable_error,
+    EXACT_PROCESSED_COUNT, EventStatus, FailedMark, GapParams, Gaps, Horizon, HorizonProbe,
+    LEASE_EXPIRED, ListParams, MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind,
+    PurgeParams, RejectedTenant, ReleaseParams, RenewParams, ReportedSink, RetryFailedParams,
+    SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant, TenantAddParams, TenantStatus,
+    Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
@@ -136,6 +136,7 @@ struct PgSql {
     claim: std::sync::Arc<str>,
     claim_unordered: std::sync::Arc<str>,
     floor: std::sync::Arc<str>,
+    gaps: std::sync::Arc<str>,
     horizon: std::sync::Arc<str>,
     skip: std::sync::Arc<str>,
     renew: std::sync::Arc<str>,
@@ -173,6 +174,7 @@ impl PgSql {
                 schema,
             ),
             floor: render(include_str!("../../sql/postgres/floor.sql"), schema),
+            gaps: render(include_str!("../../sql/postgres/gaps.sql"), schema),
             horizon: render(include_str!("../../sql/postgres/horizon.sql"), schema),
             skip: render(include_str!("../../sql/postgres/skip.sql"), schema),
             renew: render(include_str!("../../sql/postgres/renew.sql"), schema),
@@ -507,6 +509,21 @@ impl Store for PgStore {
             .await
             .map_err(|e| map_missing_table(e, &target.schema))?;
         Ok(floor.unwrap_or(from))
+    }
+
+    async fn claim_gaps(&self, p: &GapParams<'_>) -> Result<Gaps> {
+        let sql = self.sql.get(&p.target.schema);
+        let lo: Vec<i64> = p.passed.iter().map(|r| *r.start()).collect();
+        let hi: Vec<i64> = p.passed.iter().map(|r| *r.end()).collect();
+        let rows: Vec<(i64, bool, bool, bool)> = sqlx::query_as(safe(&sql.gaps))
+            .bind(&lo)
+            .bind(&hi)
+            .bind(p.after)
+            .bind(i32::try_from(p.limit).unwrap_or(i32::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        Ok(super::gaps_from(rows))
     }
 
     fn default_schema(&self) -> SchemaName {

@@ -15,10 +15,10 @@ use super::migrations::{self, Migration};
 use super::row::{add_claimed_row, stored_event};
 use super::{
     ArchiveBatch, ArchiveParams, Backlog, Capabilities, ClaimParams, Claimed, EventStatus,
-    FailedMark, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams, MarkFailedParams,
-    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RejectedTenant, ReleaseParams,
-    RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent,
-    Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
+    FailedMark, GapParams, Gaps, Horizon, HorizonProbe, LEASE_EXPIRED, ListParams,
+    MarkFailedParams, MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RejectedTenant,
+    ReleaseParams, RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts,
+    Store, StoredEvent, Tenant, TenantAddParams, TenantStatus, Wakeups, ms, secs, storable_error,
 };
 use crate::error::{Error, Result};
 use crate::glob::Glob;
@@ -188,6 +188,11 @@ impl Store for SqliteStore {
     async fn claim_floor(&self, _target: &Target, _from: i64, _settled: i64) -> Result<i64> {
         // Claims scan from the first due event (Capabilities::EMBEDDED): no floor.
         Ok(0)
+    }
+
+    async fn claim_gaps(&self, _params: &GapParams<'_>) -> Result<Gaps> {
+        // Claims scan from the first due event (Capabilities::EMBEDDED): nothing is passed over.
+        Ok(Gaps::default())
     }
 
     async fn commit_horizon(

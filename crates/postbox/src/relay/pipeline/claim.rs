@@ -2,6 +2,7 @@
 //! are, and what a claim brings in — events queued for publishing, stale ones recovered, rows
 //! that cannot be read failed at once, alone.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,9 @@ use crate::relay::lease::LeaseKeeper;
 use crate::relay::timing::write_patience;
 use crate::relay::{RelayConfig, RelayStats};
 use crate::schema::Target;
-use crate::store::{ClaimOrder, ClaimParams, FailedTry, HorizonProbe, Release, ReleaseParams};
+use crate::store::{
+    ClaimOrder, ClaimParams, FailedTry, GapParams, HorizonProbe, Release, ReleaseParams,
+};
 
 /// The commit horizon of one target (see [`Store::commit_horizon`](crate::Store)).
 #[derive(Default)]
@@ -46,6 +49,16 @@ pub(super) struct FloorState {
     floor_claimed: Option<Instant>,
     /// When a claim last was a sweep (see [`ClaimOrder::sweep`]).
     ordered_swept: Option<Instant>,
+    /// The last id read by [`Store::claim_gaps`](crate::Store): every id up to it is settled,
+    /// or was present then, or is in `passed`. The floor and the cursor go up to it + 1 (or to
+    /// the commit horizon + 1, whichever is higher).
+    scanned: i64,
+    /// Ranges of ids the floor and the cursor may pass, none of which was visible when read (in
+    /// flight, rolled back, removed), in id order: looked up at each claim until the horizon is
+    /// past them and nothing in them is left to do.
+    passed: Vec<RangeInclusive<i64>>,
+    /// Whether the relay said that `passed` is full.
+    passed_full: bool,
 }
 
 /// How often a relay's floor is found again from the start of the table: a sweep, one read that
@@ -63,6 +76,22 @@ const FLOOR_SWEEP: Duration = Duration::from_secs(60);
 /// long after they became claimable, or at once when a claim comes back short.
 const FLOOR_CLAIM: Duration = Duration::from_secs(5);
 
+/// How long the commit horizon waits for the same writers before a relay's floor and cursor go
+/// on past them (with [`Store::claim_gaps`](crate::Store)): a transaction open this long is
+/// held open, not merely writing (a few claims' time).
+const HORIZON_STALL: Duration = Duration::from_millis(100);
+
+/// How many ids present past the last one read a relay reads at each claim while the commit
+/// horizon is held back: enough to keep ahead of its claims, and to catch up, after a start,
+/// with the events done since the transaction began.
+const GAP_SPAN: u32 = 20_000;
+
+/// How many ranges of passed ids a relay keeps per table (ids not visible when read: open
+/// transactions', rolled-back ones, rows removed; until the horizon passes them). Past it, its
+/// floor and cursor wait where they are, and its claims walk what was done since, until the
+/// horizon moves on.
+const MAX_PASSED: usize = 10_000;
+
 /// How often an ordered relay's claim is a sweep (see [`ClaimOrder::sweep`]): the longest an
 /// event that is not ordered, or a ready aggregate past the first few hundred, waits behind
 /// ordered events that cannot go yet.
@@ -78,7 +107,7 @@ impl Pipeline {
     /// The commit horizon of `target`: advances it with one probe of the table (see
     /// [`Store::commit_horizon`](crate::Store)) and returns the id up to which ordered events
     /// may be claimed.
-    async fn horizon(&mut self, target: &Target, ordered: bool) -> Result<i64> {
+    async fn horizon(&mut self, target: &Target, ordered: bool) -> Result<(i64, bool)> {
         let state = self.horizons.entry(target.schema.clone()).or_default();
         let horizon = self
             .inner
@@ -126,12 +155,90 @@ impl Pipeline {
             }
         }
         state.probe = horizon.probe;
-        Ok(state.settled)
+        let stalled = state.probe.is_some()
+            && state
+                .probe_since
+                .is_some_and(|at| at.elapsed() >= HORIZON_STALL);
+        Ok((state.settled, stalled))
     }
 
-    /// The floor of `target`'s next claim: advanced from the last one, or found again from the
-    /// start of the table (a sweep) every [`FLOOR_SWEEP`].
-    async fn floor(&mut self, target: &Target, settled: i64) -> Result<i64> {
+    /// How far `target`'s floor and cursor may go (the id through which claims may take new
+    /// work without missing a transaction that commits late), and the lowest id they passed
+    /// that a transaction has committed since and a claim may take now. Up to the commit
+    /// horizon `settled` by itself; while the horizon is held back (`stalled`: a transaction
+    /// stays open), on past it with [`Store::claim_gaps`](crate::Store), keeping the ids not
+    /// visible there, so that a claim does not walk every event done since that transaction
+    /// began (its index entries stay until it ends).
+    async fn passed(
+        &mut self,
+        target: &Target,
+        settled: i64,
+        stalled: bool,
+    ) -> Result<(i64, Option<i64>)> {
+        let state = self.floors.entry(target.schema.clone()).or_default();
+        state.scanned = state.scanned.max(settled);
+        let scan = stalled && state.passed.len() < MAX_PASSED;
+        if !scan && state.passed.is_empty() {
+            return Ok((state.scanned, None));
+        }
+        let gaps = self
+            .inner
+            .store
+            .claim_gaps(&GapParams {
+                target,
+                passed: &state.passed,
+                after: state.scanned,
+                limit: if scan { GAP_SPAN } else { 0 },
+            })
+            .await?;
+        let mut late: Option<i64> = None;
+        for found in &gaps.found {
+            if found.claimable {
+                late = Some(late.map_or(found.id, |l| l.min(found.id)));
+            }
+        }
+        // A range is done with once the horizon is past it (nothing in it can commit any more)
+        // and nothing in it is left to do.
+        state.passed.retain(|range| {
+            *range.end() > settled
+                || gaps
+                    .found
+                    .iter()
+                    .any(|f| f.unfinished && range.contains(&f.id))
+        });
+        for id in gaps.present {
+            if id <= state.scanned {
+                continue;
+            }
+            if id > state.scanned + 1 {
+                if state.passed.len() >= MAX_PASSED {
+                    if !state.passed_full {
+                        state.passed_full = true;
+                        warn!(
+                            tenant = target.label(),
+                            kept = state.passed.len(),
+                            at = state.scanned,
+                            "claims wait where they are: too many ranges of ids past the commit \
+                             horizon are not visible (transactions held open, rolled back); they \
+                             walk what was done since until those transactions end"
+                        );
+                    }
+                    break;
+                }
+                state.passed.push(state.scanned + 1..=id - 1);
+            }
+            state.scanned = id;
+        }
+        if state.passed.len() < MAX_PASSED / 2 {
+            state.passed_full = false;
+        }
+        Ok((state.scanned, late))
+    }
+
+    /// The floor of `target`'s next claim, never above `through` + 1 (see [`Self::passed`]):
+    /// advanced from the last one, or found again from the start of the table (a sweep) every
+    /// [`FLOOR_SWEEP`].
+    async fn floor(&mut self, target: &Target, through: i64) -> Result<i64> {
         let state = self.floors.entry(target.schema.clone()).or_default();
         if state.swept.is_none_or(|at| at.elapsed() >= FLOOR_SWEEP) {
             state.swept = Some(Instant::now());
@@ -140,17 +247,18 @@ impl Pipeline {
         state.floor = self
             .inner
             .store
-            .claim_floor(target, state.floor, settled)
+            .claim_floor(target, state.floor, through)
             .await?;
         Ok(state.floor)
     }
 
     /// Where `target`'s next claim takes new work from: past its last claim (its cursor) while
-    /// its claims come back full, never above the commit horizon `settled` + 1, so that a
-    /// transaction that commits late is still found; else, and every [`FLOOR_CLAIM`], from the
-    /// floor. Ordered relays always claim from the floor: an event that waited for its
-    /// aggregate stays behind, below where the claims went on.
-    async fn claim_start(&mut self, target: &Target, settled: i64, ordered: bool) -> Result<i64> {
+    /// its claims come back full, never above `through` + 1 (the commit horizon, or the ids
+    /// read past it: see [`Self::passed`]), so that a transaction that commits late is still
+    /// found; else, and every [`FLOOR_CLAIM`], from the floor. Ordered relays always claim from
+    /// the floor: an event that waited for its aggregate stays behind, below where the claims
+    /// went on.
+    async fn claim_start(&mut self, target: &Target, through: i64, ordered: bool) -> Result<i64> {
         let state = self.floors.entry(target.schema.clone()).or_default();
         if !ordered
             && let Some(cursor) = state.cursor
@@ -158,10 +266,10 @@ impl Pipeline {
                 .floor_claimed
                 .is_some_and(|at| at.elapsed() < FLOOR_CLAIM)
         {
-            return Ok(cursor.min(settled.saturating_add(1)).max(state.floor));
+            return Ok(cursor.min(through.saturating_add(1)).max(state.floor));
         }
         state.floor_claimed = Some(Instant::now());
-        self.floor(target, settled).await
+        self.floor(target, through).await
     }
 
     /// Whether `target`'s next claim is a sweep (see [`ClaimOrder::sweep`]): once every
@@ -187,13 +295,16 @@ impl Pipeline {
         let tenant = target.label();
         let ordered = !cfg.ordered_aggregate_types.is_empty();
         let floors = inner.store.capabilities().claims_from_floor;
-        let settled_through = if ordered || floors {
+        let (settled_through, stalled) = if ordered || floors {
             self.horizon(target, ordered).await?
         } else {
-            0
+            (0, false)
         };
         let floor = if floors {
-            self.claim_start(target, settled_through, ordered).await?
+            let (through, late) = self.passed(target, settled_through, stalled).await?;
+            let start = self.claim_start(target, through, ordered).await?;
+            // An event committed late below where the claims went on: this claim starts at it.
+            late.map_or(start, |late| start.min(late))
         } else {
             0
         };
