@@ -12,7 +12,7 @@ pub const MAX_EXPONENT: u32 = 40;
 /// Waits that double after each failure, from `base` up to `cap`: the wait after the `n`-th
 /// failure is `min(cap, base × 2^n)`.
 ///
-/// For an event's retries `n` is its `retry_count` after the failed try (DESIGN §3): with the
+/// For an event's retries `n` is its `retry_count` after the failed try (docs/architecture.md, "The contract"): with the
 /// defaults (base 1 s, cap 300 s) the waits are 2 s, 4 s, 8 s, … 300 s. No jitter is added there:
 /// the clock is the database's, and each event's wait starts at its own failure, so relays do
 /// not retry in lockstep.
@@ -42,7 +42,7 @@ pub struct Backoff {
 }
 
 impl Default for Backoff {
-    /// The seed's retry backoff: base 1 s, cap 300 s (DESIGN §6).
+    /// The seed's retry backoff: base 1 s, cap 300 s (docs/architecture.md, "The contract").
     fn default() -> Self {
         Backoff::new(Duration::from_secs(1), Duration::from_secs(300))
     }

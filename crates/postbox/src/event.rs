@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 /// a test checks them against it.
 pub const DEFAULT_MAX_RETRIES: i32 = 5;
 
-/// Column widths of `outbox_events` (DESIGN §2); checked before anything is written.
+/// Column widths of `outbox_events` (docs/architecture.md, "The contract"); checked before anything is written.
 pub(crate) const MAX_TYPE_CHARS: usize = 100;
 pub(crate) const MAX_CLASS_CHARS: usize = 255;
 pub(crate) const MAX_KEY_CHARS: usize = 255;
@@ -61,7 +61,7 @@ pub trait DomainEvent: Serialize + DeserializeOwned + Send + Sync + 'static {
     }
 }
 
-/// How an event's idempotency key is chosen (DESIGN §4).
+/// How an event's idempotency key is chosen (docs/architecture.md, "The contract").
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum KeyChoice {
     /// `{aggregateType}:{aggregateId}:{eventType}:{date}`, date in UTC, when an aggregate is given.

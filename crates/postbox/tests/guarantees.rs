@@ -1,4 +1,4 @@
-//! Tests that try to break the guarantees of DESIGN §1 on PostgreSQL, mostly through [`Relay`]:
+//! Tests that try to break the guarantees of docs/guarantees.md on PostgreSQL, mostly through [`Relay`]:
 //! ghosts, duplicate keys, poison and backoff, many relays, crashes, stalls, fencing, database
 //! errors, shutdown and wake-ups. Handlers are tried in `handlers.rs`, tenants in `tenants.rs`.
 //!

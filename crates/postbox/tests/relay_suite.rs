@@ -95,7 +95,12 @@ async fn g2_rolled_back_events_are_never_published(t: TestStore) {
     // Nothing else is stored (SQLite hands a rolled-back id out again: count, not ids).
     let counts = t.store.status_counts(&target(&t)).await.unwrap();
     assert_eq!(
-        (counts.processed, counts.pending, counts.processing, counts.failed),
+        (
+            counts.processed,
+            counts.pending,
+            counts.processing,
+            counts.failed
+        ),
         (5, 0, 0, 0),
         "{}",
         t.name

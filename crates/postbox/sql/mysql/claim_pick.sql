@@ -1,4 +1,4 @@
--- The first step of the claim (DESIGN §3), new work: the claimable rows of one status range
+-- The first step of the claim (docs/architecture.md, "The contract"), new work: the claimable rows of one status range
 -- (? PENDING or PROCESSING, each read in id order from its own range of (status, id): MySQL has
 -- no partial index) at or above the relay's floor (?), locked, rows other relays hold skipped.
 -- The floor (claim_floor.sql) keeps the claim from walking the entries the marks left behind in

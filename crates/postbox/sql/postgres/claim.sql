@@ -1,4 +1,4 @@
--- One short claim (DESIGN §3): due rows in id order, rows other relays hold are skipped; a row
+-- One short claim (docs/architecture.md, "The contract"): due rows in id order, rows other relays hold are skipped; a row
 -- still PROCESSING is a stale claim, whose take-over counts as a failed try (FAILED on its last).
 -- The statement lives in the function postbox_claim (migration 0008_claim.sql), which pins its
 -- plan whatever the table's statistics say, and claims new work from the relay's floor ($8)

@@ -2,7 +2,7 @@
 -- (migration 0008_claim.sql), which is 0009's without the paths for ordered aggregates. 0009's
 -- function plans those paths on every call (a SQL function's plan lasts one call): about 5 ms
 -- more per claim on an empty table, which a relay that orders nothing has no use for.
--- One short claim (DESIGN §3): due rows in id order, rows other relays hold are skipped; a row
+-- One short claim (docs/architecture.md, "The contract"): due rows in id order, rows other relays hold are skipped; a row
 -- still PROCESSING is a stale claim, whose take-over counts as a failed try (FAILED on its last).
 -- The statement lives in the function postbox_claim, which pins its plan whatever the table's
 -- statistics say, and claims new work from the relay's floor ($8).

@@ -7,7 +7,7 @@ use super::timing;
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 
-/// How a relay runs. Every field has the seed's default (DESIGN §6); each has a setter of the
+/// How a relay runs. Every field has the seed's default (docs/architecture.md, "The contract"); each has a setter of the
 /// same name.
 ///
 /// ```

@@ -1,6 +1,6 @@
 //! Keeping the leases of a batch alive while it is being published: a task renews them every
 //! [`renew_interval`] (a third of a lease), by the claim's token, until the batch is done
-//! (DESIGN §3, "Publish"). Events whose outcome is known are dropped from the renewals as they
+//! (docs/architecture.md, "The contract"). Events whose outcome is known are dropped from the renewals as they
 //! finish; their results must then be written in time (the invariant of [`super::timing`]).
 
 use std::sync::{Arc, Mutex, PoisonError};

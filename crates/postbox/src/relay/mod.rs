@@ -1,5 +1,5 @@
 //! The relay: claims committed events, publishes them to a [`Sink`], marks them, retries
-//! failures and recovers the leases of dead relays (DESIGN §3).
+//! failures and recovers the leases of dead relays (docs/architecture.md, "The contract").
 //!
 //! It is made of small parts with one job each, started and stopped together by
 //! [`Relay::run`] (or [`Relay::start`]):
