@@ -3,7 +3,6 @@
 mod archive;
 #[cfg(feature = "bench")]
 mod bench;
-mod database_urls;
 mod demo;
 mod effective_config;
 mod events;

@@ -1,118 +1,20 @@
-//! `postbox relay`: the daemon that publishes committed events.
+//! What running one relay and running one per database (`database_urls`) share: connecting and
+//! waiting for the database and its tables, the admin server, what stops a relay, and the
+//! start-up description of the sinks.
 
-use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::Context;
 use postbox::Relay;
 use tracing::{info, warn};
 
-use crate::cli::RelayArgs;
-use crate::config::{Config, SinkKind, show};
+use crate::config::{Config, SinkKind};
 use crate::database::{Create, Database};
 use crate::shutdown::Shutdown;
-use crate::sinks::{self, SinkPlan};
+use crate::sinks::SinkPlan;
 
 /// The exit status of a drain that gave up on destinations that stayed down.
 pub(super) const EXIT_UNAVAILABLE: u8 = 3;
-
-/// Runs the relay until a signal (or, with `--drain`, until the outbox is drained).
-pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<ExitCode> {
-    // Before anything else, so a signal during start-up is a graceful stop, not a kill.
-    let shutdown = Shutdown::install()?;
-    let create = if args.migrate {
-        Create::IfMissing
-    } else {
-        Create::Never
-    };
-    let mut locations = config.locations()?;
-    if locations.len() > 1 {
-        return super::database_urls::run(config, args, locations, create, shutdown).await;
-    }
-    let location = locations.pop().context("no database to serve")?;
-    let Some(db) = connect_waiting(&location, config, create, &shutdown).await? else {
-        info!("stopped by a signal before the database answered");
-        return Ok(ExitCode::SUCCESS);
-    };
-    if args.migrate {
-        for migration in super::migrate::apply(&db).await? {
-            info!(migration, "applied");
-        }
-    }
-
-    // Checked when the configuration loaded; an error here would be a bug.
-    let plan = sinks::plan(config).map_err(|e| anyhow!("invalid sink configuration: {e:?}"))?;
-    let sink_description = describe(config, &plan);
-    let opened = sinks::open(plan, Some(location.origin(&config.schema))).await?;
-    let stdout_broken = opened.stdout.map(|s| s.broken());
-    let relay = Relay::from_parts(Arc::clone(&db.store), opened.sink, config.relay_config())?;
-    // Before the migrations are checked, so that /readyz can say they are missing.
-    let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
-    let admin = start_admin(config, &db, &relay, admin_stopped).await?;
-
-    if args.drain {
-        db.ensure_migrated().await?;
-    } else if !wait_migrated(&db, &shutdown).await? {
-        info!("stopped by a signal before the outbox tables were created");
-        stop_admin(admin_stop, admin).await;
-        return Ok(ExitCode::SUCCESS);
-    }
-    info!(
-        relay = relay.id(),
-        database = %db.location,
-        sink = %sink_description,
-        mode = if args.drain { "drain" } else { "run" },
-        batch_size = config.batch_size,
-        lease = %show(config.lease),
-        poll_interval = %show(config.poll_interval),
-        publish_timeout = %show(config.publish_timeout),
-        "relay starting"
-    );
-
-    let (stop, mut broken_rx) = stop_when(&shutdown, stdout_broken);
-    let result = if args.drain {
-        let progress = drain_progress(&db, &relay).await;
-        let result = relay.drain(stop).await;
-        if let Some(progress) = progress {
-            progress.abort();
-        }
-        result
-    } else {
-        relay.run(stop).await
-    };
-    stop_admin(admin_stop, admin).await;
-    let stats = match result {
-        Err(e @ postbox::Error::Unavailable { .. }) if args.drain => {
-            eprintln!("error: drain gave up: {e}");
-            return Ok(ExitCode::from(EXIT_UNAVAILABLE));
-        }
-        result => result?,
-    };
-
-    if let Some(error) = broken_rx.borrow_and_update().clone() {
-        bail!(
-            "stopped because stdout cannot be written ({error}); unacknowledged events stay in \
-             the outbox for the next relay"
-        );
-    }
-    if args.drain
-        && let Some(signal) = shutdown.received()
-    {
-        bail!(
-            "drain interrupted by {signal}: {} event(s) published; the rest stay in the outbox \
-             for the next relay",
-            stats.published
-        );
-    }
-    info!(
-        published = stats.published,
-        failed_tries = stats.failed_tries,
-        gave_up = stats.gave_up,
-        recovered = stats.recovered,
-        "relay finished"
-    );
-    Ok(ExitCode::SUCCESS)
-}
 
 /// What stops a relay: a signal, or stdout (of the stdout sink) that can no longer be written —
 /// whose error the receiver then holds.
@@ -177,30 +79,6 @@ pub(super) async fn start_admin(
     Ok(Some(tokio::spawn(async move {
         admin.serve(stop).await.map_err(anyhow::Error::new)
     })))
-}
-
-/// A progress bar of the drain on a terminal (nothing when stderr is not one): events finished
-/// (published or FAILED) of those outstanding at the start.
-async fn drain_progress(db: &Database, relay: &Relay) -> Option<tokio::task::JoinHandle<()>> {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let mut total = 0;
-    for target in db.targets(None).await.ok()? {
-        if let Ok(counts) = db.store.status_counts(&target).await {
-            total += u64::try_from(counts.pending + counts.processing).unwrap_or(0);
-        }
-    }
-    let relay = relay.clone();
-    Some(tokio::spawn(async move {
-        let progress = super::progress::Progress::bounded("draining".to_owned(), total);
-        loop {
-            let stats = relay.stats();
-            progress.set(stats.published + stats.gave_up);
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    }))
 }
 
 /// Stops the admin server after the relay.

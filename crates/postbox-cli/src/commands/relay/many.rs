@@ -11,7 +11,7 @@ use postbox::{Relay, RelayStats, Sink};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use super::relay::{
+use super::parts::{
     EXIT_UNAVAILABLE, connect_waiting, describe, start_admin, stop_admin, stop_when, wait_migrated,
 };
 use crate::cli::RelayArgs;
@@ -196,7 +196,7 @@ impl Shard {
             return Ok(RelayStats::default());
         };
         if self.migrate {
-            for migration in super::migrate::apply(&db).await? {
+            for migration in crate::commands::migrate::apply(&db).await? {
                 info!(database = %db.location, migration, "applied");
             }
         }
