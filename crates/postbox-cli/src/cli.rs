@@ -290,6 +290,17 @@ pub(crate) struct RelayArgs {
     /// a non-loopback address is refused without it
     #[arg(long, value_name = "ADDR")]
     pub(crate) admin_listen: Option<std::net::SocketAddr>,
+
+    /// How the relay learns of committed events: poll the outbox table, or (PostgreSQL) read
+    /// its inserts from a logical replication slot, polling kept as the safety net [config:
+    /// source; default: poll]. cdc needs wal_level = logical and a role with REPLICATION
+    #[arg(long, value_enum, value_name = "SOURCE")]
+    pub(crate) source: Option<crate::config::RelaySource>,
+
+    /// The replication slot of --source cdc, created on first use [config: cdc_slot; default:
+    /// postbox]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cdc_slot: Option<String>,
 }
 
 /// The sink kinds this build has, with their help, for `--sink`.
@@ -790,6 +801,8 @@ impl Cli {
         }
         if let Command::Relay(a) = &self.command {
             o.admin_listen = a.admin_listen;
+            o.source = a.source;
+            o.cdc_slot = a.cdc_slot.clone();
         }
         o
     }

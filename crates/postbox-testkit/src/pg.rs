@@ -94,6 +94,36 @@ impl Drop for TestDb {
                 .expect("runtime");
             rt.block_on(async move {
                 if let Ok(mut conn) = sqlx::PgConnection::connect(&admin_url()).await {
+                    // A CDC test's replication slots keep WAL and block the drop: end their
+                    // readers, then drop them.
+                    let _ = sqlx::query(
+                        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                         WHERE database = $1 AND active_pid IS NOT NULL",
+                    )
+                    .bind(&name)
+                    .execute(&mut conn)
+                    .await;
+                    for _ in 0..50 {
+                        let left: Result<i64, _> = sqlx::query_scalar(
+                            "SELECT count(*) FROM (SELECT pg_drop_replication_slot(slot_name) \
+                             FROM pg_replication_slots WHERE database = $1 AND NOT active) d",
+                        )
+                        .bind(&name)
+                        .fetch_one(&mut conn)
+                        .await;
+                        let active: i64 = sqlx::query_scalar(
+                            "SELECT count(*) FROM pg_replication_slots WHERE database = $1",
+                        )
+                        .bind(&name)
+                        .fetch_one(&mut conn)
+                        .await
+                        .unwrap_or(0);
+                        if left.is_ok() && active == 0 {
+                            break;
+                        }
+                        // A terminated reader takes a moment to release its slot.
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
                     let _ = sqlx::raw_sql(AssertSqlSafe(format!(
                         "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
                     )))

@@ -189,6 +189,30 @@ pub(crate) const KEYS: &[KeyDoc] = &[
                 `postbox events skip`. As a variable: comma-separated names.",
     },
     KeyDoc {
+        key: "source",
+        default: "\"poll\"",
+        flag: Some("--source"),
+        about: "How `postbox relay` learns of committed events: poll (claims that read the \
+                outbox table; every database) or cdc (PostgreSQL: the table's inserts read from a \
+                logical replication slot in commit order, polling kept as the safety net; needs \
+                wal_level = logical and a role with REPLICATION; docs/cdc.md).",
+    },
+    KeyDoc {
+        key: "cdc_slot",
+        default: "\"postbox\"",
+        flag: Some("--cdc-slot"),
+        about: "The logical replication slot of source = cdc, created on first use. One relay \
+                reads a slot at a time; give each database or relay group its own. Drop it \
+                (pg_drop_replication_slot) when you stop using CDC, or it keeps WAL.",
+    },
+    KeyDoc {
+        key: "cdc_publication",
+        default: "\"postbox_outbox\"",
+        flag: None,
+        about: "The publication of source = cdc: the outbox table's inserts, created when \
+                missing.",
+    },
+    KeyDoc {
         key: "log_format",
         default: "\"text\"",
         flag: Some("--log-format"),

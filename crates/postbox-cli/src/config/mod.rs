@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use keys::{KEYS, keys_help};
 pub(crate) use postbox_sinks::SinkKind;
-pub(crate) use values::{ByteSize, DatabaseUrl, LogFormat, Secret, SecretUrl};
+pub(crate) use values::{ByteSize, DatabaseUrl, LogFormat, RelaySource, Secret, SecretUrl};
 
 use crate::database::Location;
 
@@ -115,6 +115,12 @@ pub(crate) struct Config {
     /// Aggregate types published one aggregate at a time, in commit order (`*`: all).
     #[serde(deserialize_with = "values::list")]
     pub(crate) ordered_aggregate_types: Vec<String>,
+    /// Where the relay learns of committed events: polling, or a logical replication slot.
+    pub(crate) source: RelaySource,
+    /// The CDC relay's replication slot.
+    pub(crate) cdc_slot: String,
+    /// The CDC relay's publication.
+    pub(crate) cdc_publication: String,
     /// Log format.
     pub(crate) log_format: LogFormat,
     /// Log filter.
@@ -240,6 +246,9 @@ impl Default for Config {
             dead_letter_retry_interval: relay.dead_letter_retry_interval.unwrap_or_default(),
             dead_letter_max_retries: relay.dead_letter_max_retries,
             ordered_aggregate_types: relay.ordered_aggregate_types,
+            source: RelaySource::Poll,
+            cdc_slot: postbox_cdc::CdcConfig::default().slot,
+            cdc_publication: postbox_cdc::CdcConfig::default().publication,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             payload_limit: ByteSize(postbox::DEFAULT_PAYLOAD_LIMIT),
@@ -407,6 +416,12 @@ pub(crate) struct Overrides {
     /// `--admin-listen`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) admin_listen: Option<std::net::SocketAddr>,
+    /// `--source`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) source: Option<RelaySource>,
+    /// `--cdc-slot`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cdc_slot: Option<String>,
     /// `--log-format`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) log_format: Option<LogFormat>,

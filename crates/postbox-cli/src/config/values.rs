@@ -6,6 +6,17 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// Where the relay learns of committed events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RelaySource {
+    /// Claims found by polling the outbox table (every store).
+    #[default]
+    Poll,
+    /// Inserts read from a PostgreSQL logical replication slot, polling as the safety net.
+    Cdc,
+}
+
 /// Log output format on stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

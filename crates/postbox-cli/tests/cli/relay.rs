@@ -199,6 +199,46 @@ async fn sigterm_stops_a_running_relay_with_exit_0() {
 }
 
 #[tokio::test]
+async fn relay_with_source_cdc_publishes_from_its_slot_and_stops_cleanly() {
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    let slot = pg
+        .db
+        .url()
+        .rsplit('/')
+        .next()
+        .expect("a database name")
+        .to_owned();
+    let mut relay = Running::spawn(pg.cmd(&["relay", "--source", "cdc", "--cdc-slot", &slot]));
+    relay.wait_for_stderr("CDC relay reading the slot", DEADLINE);
+    pg.insert_events("outbox_events", "Placed", 5, true).await;
+    pg.insert_events("outbox_events", "Ghost", 3, false).await;
+    relay.wait_for_lines(5, DEADLINE);
+    relay.signal("TERM");
+    let out = relay.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+    let lines = out.json_lines();
+    assert_eq!(
+        lines.len(),
+        5,
+        "each committed event once, no rolled-back one"
+    );
+    assert!(lines.iter().all(|l| l["event_type"] == "Placed"));
+    assert!(
+        out.stderr.contains("source=cdc") || out.stderr.contains("source: cdc"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(pg.ids("outbox_events", Some("PROCESSED")).await.len(), 5);
+    // SQLite has no slot: the error says what to use instead.
+    let mut sqlite = pg.cmd(&["relay", "--source", "cdc"]);
+    sqlite.env("POSTBOX_DATABASE_URL", "sqlite::memory:");
+    let out = run(sqlite);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("source = \"poll\""), "{}", out.stderr);
+}
+
+#[tokio::test]
 async fn relay_refuses_an_unmigrated_database_unless_asked_to_migrate() {
     let pg = Pg::new().await;
     let out = run(pg.cmd(&["relay", "--drain"]));

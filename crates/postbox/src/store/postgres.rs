@@ -135,6 +135,7 @@ const REGISTRY_MIGRATIONS: &[Migration] = &[
 struct PgSql {
     claim: std::sync::Arc<str>,
     claim_unordered: std::sync::Arc<str>,
+    claim_ids: std::sync::Arc<str>,
     floor: std::sync::Arc<str>,
     gaps: std::sync::Arc<str>,
     horizon: std::sync::Arc<str>,
@@ -173,6 +174,7 @@ impl PgSql {
                 include_str!("../../sql/postgres/claim_unordered.sql"),
                 schema,
             ),
+            claim_ids: render(include_str!("../../sql/postgres/claim_ids.sql"), schema),
             floor: render(include_str!("../../sql/postgres/floor.sql"), schema),
             gaps: render(include_str!("../../sql/postgres/gaps.sql"), schema),
             horizon: render(include_str!("../../sql/postgres/horizon.sql"), schema),
@@ -271,6 +273,56 @@ impl PgStore {
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Claims the events of `ids` that are still `PENDING` and never tried, as
+    /// [`Store::events_claim`] claims (lease, token, per-aggregate order of
+    /// `params.order.aggregate_types`); `params.batch_size` and `params.floor` are not used. For
+    /// a relay that learns of committed events elsewhere — the CDC relay reads them from the
+    /// WAL — and leaves what it does not get (taken, finished, waiting behind its aggregate, a
+    /// retry) to the polling claim.
+    ///
+    /// ```no_run
+    /// # async fn example(store: postbox::PgStore, target: postbox::Target) -> postbox::Result<()> {
+    /// use postbox::store::{ClaimOrder, ClaimParams};
+    /// let claimed = store
+    ///     .events_claim_ids(
+    ///         &ClaimParams {
+    ///             target: &target,
+    ///             batch_size: 100,
+    ///             lease: std::time::Duration::from_secs(30),
+    ///             relay_id: "relay-1",
+    ///             order: ClaimOrder::default(),
+    ///             floor: 0,
+    ///         },
+    ///         &[41, 42],
+    ///     )
+    ///     .await?;
+    /// println!("claimed {} of 2", claimed.events.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn events_claim_ids(&self, p: &ClaimParams<'_>, ids: &[i64]) -> Result<Claimed> {
+        let sql = self.sql.get(&p.target.schema);
+        let token = Uuid::new_v4();
+        let rows = sqlx::query(safe(&sql.claim_ids))
+            .bind(ids)
+            .bind(ms(p.lease))
+            .bind(p.relay_id)
+            .bind(token)
+            .bind(p.order.aggregate_types)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        let mut claimed = Claimed {
+            claim_token: token,
+            events: Vec::with_capacity(rows.len()),
+            ..Claimed::default()
+        };
+        for row in &rows {
+            add_claimed_row(&mut claimed, row, p.target.tenant.as_ref())?;
+        }
+        claimed.events.sort_unstable_by_key(|e| e.id);
+        Ok(claimed)
     }
 
     async fn migrate_in(

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
-use postbox::Relay;
+use postbox::{PgStore, Relay, Store};
+use postbox_cdc::{CdcConfig, CdcStore};
 use tracing::info;
 
 use parts::{
@@ -16,8 +17,8 @@ use parts::{
 };
 
 use crate::cli::RelayArgs;
-use crate::config::{Config, show};
-use crate::database::{Create, Database};
+use crate::config::{Config, RelaySource, show};
+use crate::database::{Create, Database, Location, Pool};
 use crate::shutdown::Shutdown;
 use crate::sinks;
 
@@ -31,10 +32,26 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         Create::Never
     };
     let mut locations = config.locations()?;
+    let cdc = config.source == RelaySource::Cdc;
+    if cdc && args.drain {
+        bail!("--drain finishes a backlog by polling: run it without --source cdc");
+    }
+    if cdc && locations.len() > 1 {
+        bail!(
+            "source = \"cdc\" reads one database's replication slot: run one relay per \
+             database (or use source = \"poll\" for database_urls)"
+        );
+    }
     if locations.len() > 1 {
         return many::run(config, args, locations, create, shutdown).await;
     }
     let location = locations.pop().context("no database to serve")?;
+    if cdc && !matches!(location, Location::Postgres(..)) {
+        bail!(
+            "source = \"cdc\" reads a PostgreSQL replication slot, and {location} is not \
+             PostgreSQL: use source = \"poll\""
+        );
+    }
     let Some(db) = connect_waiting(&location, config, create, &shutdown).await? else {
         info!("stopped by a signal before the database answered");
         return Ok(ExitCode::SUCCESS);
@@ -50,7 +67,17 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
     let sink_description = describe(config, &plan);
     let opened = sinks::open(plan, Some(location.origin(&config.schema))).await?;
     let stdout_broken = opened.stdout.map(|s| s.broken());
-    let relay = Relay::from_parts(Arc::clone(&db.store), opened.sink, config.relay_config())?;
+    // The slot's publication needs the outbox table: a CDC relay waits for it first.
+    if cdc && !wait_migrated(&db, &shutdown).await? {
+        info!("stopped by a signal before the outbox tables were created");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let store: Arc<dyn Store> = if cdc {
+        Arc::new(cdc_store(&location, &db, config).await?)
+    } else {
+        Arc::clone(&db.store)
+    };
+    let relay = Relay::from_parts(store, opened.sink, config.relay_config())?;
     // Before the migrations are checked, so that /readyz can say they are missing.
     let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
     let admin = start_admin(config, &db, &relay, admin_stopped).await?;
@@ -67,6 +94,7 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         database = %db.location,
         sink = %sink_description,
         mode = if args.drain { "drain" } else { "run" },
+        source = if cdc { "cdc" } else { "poll" },
         batch_size = config.batch_size,
         lease = %show(config.lease),
         poll_interval = %show(config.poll_interval),
@@ -117,6 +145,31 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         "relay finished"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The store of `--source cdc`: the PostgreSQL store reading its slot.
+async fn cdc_store(
+    location: &Location,
+    db: &Database,
+    config: &Config,
+) -> anyhow::Result<postbox_cdc::CdcStore> {
+    let (Location::Postgres(_, url), Pool::Postgres(pool)) = (location, &db.pool) else {
+        bail!(
+            "source = \"cdc\" reads a PostgreSQL replication slot, and {} is not PostgreSQL: \
+             use source = \"poll\"",
+            db.location
+        );
+    };
+    let pg = PgStore::with_schema(pool.clone(), config.schema.clone());
+    let cdc = CdcConfig::default()
+        .slot(config.cdc_slot.as_str())
+        .publication(config.cdc_publication.as_str());
+    let store = CdcStore::start(pg, url, cdc)
+        .await
+        .context("cannot start the CDC relay")?;
+    info!(slot = %config.cdc_slot, publication = %config.cdc_publication,
+        "relay source: cdc (the polling claim stays on as the safety net)");
+    Ok(store)
 }
 
 /// A progress bar of the drain on a terminal (nothing when stderr is not one): events finished

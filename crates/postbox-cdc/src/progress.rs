@@ -1,0 +1,244 @@
+//! What the slot delivered and what became of it: the ids waiting for a claim, the transactions
+//! whose events are not all recorded yet, and the WAL position the server may forget up to.
+//!
+//! The rule this file keeps: a position is confirmed only once every event of every transaction
+//! committed up to it was claimed and its outcome recorded (or found in the table taken,
+//! finished or waiting for the polling claim). The outbox table is the truth; the slot only
+//! says, fast and in commit order, which rows to claim.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pg_walstream::SharedLsnFeedback;
+use tokio::sync::Notify;
+
+/// One delivered transaction whose events are not all recorded.
+struct Txn {
+    seq: u64,
+    end_lsn: u64,
+    remaining: usize,
+}
+
+#[derive(Default)]
+struct State {
+    /// Ids delivered and not handed to a claim yet, in commit order.
+    queue: VecDeque<i64>,
+    /// Ids delivered and not recorded yet, with their transaction's `seq`.
+    owner: HashMap<i64, u64>,
+    txns: VecDeque<Txn>,
+    next_seq: u64,
+    /// The furthest position delivered: a commit's end, or a heartbeat.
+    received: u64,
+    /// The furthest position whose work is all recorded.
+    confirmed: u64,
+    /// Whether the slot is being read now.
+    streaming: bool,
+    /// The current stream's feedback, told each confirmed position.
+    feedback: Option<Arc<SharedLsnFeedback>>,
+}
+
+/// The shared progress of one CDC relay.
+#[derive(Default)]
+pub(crate) struct Progress {
+    state: Mutex<State>,
+    /// Woken when ids arrive.
+    pub(crate) arrived: Notify,
+}
+
+impl Progress {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while the lock is held leaves plain data, still consistent per operation.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new stream started at the slot's confirmed position: what the old one delivered and
+    /// nobody claimed is delivered again, so forget it. Ids claimed meanwhile are recorded as
+    /// usual; their `done` finds no owner and changes nothing.
+    pub(crate) fn restart(&self, feedback: Arc<SharedLsnFeedback>) {
+        let mut s = self.state();
+        s.queue.clear();
+        s.owner.clear();
+        s.txns.clear();
+        s.received = s.confirmed;
+        s.streaming = true;
+        s.feedback = Some(feedback);
+    }
+
+    /// The stream stopped (an error, a lost slot): the polling claim carries the load.
+    pub(crate) fn stopped(&self) {
+        let mut s = self.state();
+        s.streaming = false;
+        s.feedback = None;
+        s.queue.clear();
+        s.owner.clear();
+        s.txns.clear();
+    }
+
+    /// Whether the slot is being read now.
+    pub(crate) fn streaming(&self) -> bool {
+        self.state().streaming
+    }
+
+    /// A transaction committed with these outbox ids, in the order it wrote them.
+    pub(crate) fn committed(&self, end_lsn: u64, ids: Vec<i64>) {
+        let mut s = self.state();
+        if ids.is_empty() {
+            s.received = s.received.max(end_lsn);
+            advance(&mut s);
+            return;
+        }
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        let mut remaining = 0;
+        for &id in &ids {
+            if s.owner.insert(id, seq).is_none() {
+                remaining += 1;
+            }
+        }
+        s.txns.push_back(Txn {
+            seq,
+            end_lsn,
+            remaining,
+        });
+        s.received = s.received.max(end_lsn);
+        s.queue.extend(ids);
+        drop(s);
+        self.arrived.notify_one();
+    }
+
+    /// A heartbeat, or any position past which nothing of the outbox was delivered.
+    pub(crate) fn passed(&self, lsn: u64) {
+        let mut s = self.state();
+        s.received = s.received.max(lsn);
+        advance(&mut s);
+    }
+
+    /// Up to `n` ids for a claim, in commit order.
+    pub(crate) fn take(&self, n: usize) -> Vec<i64> {
+        let mut s = self.state();
+        let n = n.min(s.queue.len());
+        s.queue.drain(..n).collect()
+    }
+
+    /// Ids whose claim failed: claimed first next time.
+    pub(crate) fn put_back(&self, ids: &[i64]) {
+        let mut s = self.state();
+        for &id in ids.iter().rev() {
+            if s.owner.contains_key(&id) {
+                s.queue.push_front(id);
+            }
+        }
+    }
+
+    /// Whether ids wait for a claim.
+    pub(crate) fn waiting(&self) -> bool {
+        !self.state().queue.is_empty()
+    }
+
+    /// These ids are recorded (or were not this relay's to claim).
+    pub(crate) fn done(&self, ids: impl IntoIterator<Item = i64>) {
+        let mut s = self.state();
+        let mut any = false;
+        for id in ids {
+            if let Some(seq) = s.owner.remove(&id) {
+                let front = s.txns.front().map_or(0, |t| t.seq);
+                if let Some(txn) = seq
+                    .checked_sub(front)
+                    .and_then(|i| s.txns.get_mut(usize::try_from(i).ok()?))
+                {
+                    txn.remaining = txn.remaining.saturating_sub(1);
+                    any = true;
+                }
+            }
+        }
+        if any {
+            advance(&mut s);
+        }
+    }
+
+    /// The furthest position confirmed, and the furthest delivered.
+    pub(crate) fn positions(&self) -> (u64, u64) {
+        let s = self.state();
+        (s.confirmed, s.received)
+    }
+
+    /// Events delivered and not recorded yet.
+    pub(crate) fn unrecorded(&self) -> usize {
+        self.state().owner.len()
+    }
+}
+
+/// Confirms every finished transaction at the front, and what was delivered past the last one
+/// when none is left.
+fn advance(s: &mut State) {
+    while s.txns.front().is_some_and(|t| t.remaining == 0) {
+        if let Some(t) = s.txns.pop_front() {
+            s.confirmed = s.confirmed.max(t.end_lsn);
+        }
+    }
+    if s.txns.is_empty() {
+        s.confirmed = s.confirmed.max(s.received);
+    }
+    if let Some(feedback) = &s.feedback {
+        feedback.update_flushed_lsn(s.confirmed);
+        feedback.update_applied_lsn(s.confirmed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn positions(p: &Progress) -> (u64, u64) {
+        p.positions()
+    }
+
+    #[test]
+    fn a_position_is_confirmed_only_when_every_transaction_up_to_it_is_recorded() {
+        let p = Progress::default();
+        p.restart(SharedLsnFeedback::new_shared());
+        p.committed(100, vec![1, 2]);
+        p.committed(200, vec![3]);
+        assert_eq!(p.take(10), vec![1, 2, 3]);
+        p.done([3]);
+        assert_eq!(
+            positions(&p),
+            (0, 200),
+            "the second is done, the first is not"
+        );
+        p.done([1]);
+        assert_eq!(positions(&p).0, 0);
+        p.done([2]);
+        assert_eq!(positions(&p), (200, 200));
+    }
+
+    #[test]
+    fn heartbeats_advance_the_position_only_when_nothing_is_outstanding() {
+        let p = Progress::default();
+        p.restart(SharedLsnFeedback::new_shared());
+        p.passed(50);
+        assert_eq!(positions(&p).0, 50);
+        p.committed(100, vec![7]);
+        p.passed(150);
+        assert_eq!(positions(&p).0, 50, "event 7 is not recorded");
+        p.done(p.take(1));
+        assert_eq!(positions(&p).0, 150);
+    }
+
+    #[test]
+    fn ids_put_back_are_claimed_first_and_a_restart_forgets_what_was_delivered() {
+        let p = Progress::default();
+        p.restart(SharedLsnFeedback::new_shared());
+        p.committed(100, vec![1, 2, 3]);
+        let taken = p.take(2);
+        p.put_back(&taken);
+        assert_eq!(p.take(10), vec![1, 2, 3]);
+        p.restart(SharedLsnFeedback::new_shared());
+        assert!(!p.waiting());
+        assert_eq!(p.unrecorded(), 0);
+        p.done([1, 2, 3]);
+        assert_eq!(positions(&p), (0, 0), "nothing past the confirmed position");
+    }
+}

@@ -1,0 +1,48 @@
+//! What a CDC relay checks and creates before it reads: the server's settings, the role's
+//! right to replicate, and the publication of the outbox table's inserts.
+
+use postbox::SchemaName;
+use sqlx::PgPool;
+
+use crate::config::CdcConfig;
+use crate::error::{Error, Result};
+
+/// Fails with the fix when the server or the role cannot replicate; creates the publication,
+/// or adds the outbox table to it, when missing.
+pub(crate) async fn prepare(pool: &PgPool, schema: &SchemaName, cfg: &CdcConfig) -> Result<()> {
+    let (wal_level, role, may): (String, String, Option<bool>) =
+        sqlx::query_as(include_str!("../sql/server_check.sql"))
+            .fetch_one(pool)
+            .await?;
+    if wal_level != "logical" {
+        return Err(Error::WalLevel { found: wal_level });
+    }
+    if may != Some(true) {
+        return Err(Error::NoReplication { role });
+    }
+    let (exists, holds): (bool, bool) =
+        sqlx::query_as(include_str!("../sql/publication_tables.sql"))
+            .bind(&cfg.publication)
+            .bind(schema.as_str())
+            .fetch_one(pool)
+            .await?;
+    if holds {
+        return Ok(());
+    }
+    let template = if exists {
+        include_str!("../sql/publication_add.sql")
+    } else {
+        include_str!("../sql/publication_create.sql")
+    };
+    // The publication's name is checked by `CdcConfig::validate` (lower-case letters, digits
+    // and `_`), and quoted; the schema's by `SchemaName`.
+    let sql = template
+        .replace("{publication}", &format!("\"{}\"", cfg.publication))
+        .replace("{schema}", &schema.quoted());
+    match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(pool).await {
+        Ok(_) => Ok(()),
+        // Another relay created it meanwhile.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42710") => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,295 @@
+//! [`CdcStore`]: a [`PgStore`] whose claims take the ids the slot delivered, in commit order,
+//! and fall back to the polling claim for everything else.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pg_walstream::CancellationToken;
+use postbox::store::{
+    Backlog, Capabilities, ClaimParams, Claimed, FailedMark, GapParams, Gaps, Horizon,
+    HorizonProbe, MarkFailedParams, MarkProcessedParams, ReleaseParams, RenewParams, Wakeups,
+};
+use postbox::{PgStore, SchemaName, Store, Target};
+use tokio::task::JoinHandle;
+
+use crate::config::CdcConfig;
+use crate::error::Result;
+use crate::progress::Progress;
+use crate::{setup, stream};
+
+/// A [`Store`] for a relay that reads the outbox table's inserts from a PostgreSQL logical
+/// replication slot (change data capture) instead of polling for them.
+///
+/// Started with [`CdcStore::start`] over a migrated [`PgStore`], it keeps one replication
+/// connection open on the slot: each committed transaction's outbox ids arrive in commit order,
+/// and the relay's next claim takes exactly those rows by primary key — no scan of the table.
+/// Everything else is the [`PgStore`]'s, unchanged: leases, fencing, marks, retries (claimed by
+/// the polling claim, at most every [`CdcConfig::poll_interval`] while the slot streams),
+/// tenants, the operator's surface. The slot's position is confirmed to the server only once
+/// every event committed up to it is recorded in the table, so a crash re-reads what was in
+/// flight; when the slot cannot be read (dropped, invalidated, the server failed over), the
+/// polling claim carries the load on every round until it can.
+///
+/// ```no_run
+/// use postbox::{Handlers, PgStore, Relay, RelayConfig};
+/// use postbox_cdc::{CdcConfig, CdcStore};
+///
+/// # async fn example() -> anyhow::Result<()> {
+/// let url = "postgres://postgres@localhost/app";
+/// let store = PgStore::new(sqlx::PgPool::connect(url).await?);
+/// postbox::migrate(&store).await?;
+/// let store = CdcStore::start(store, url, CdcConfig::default()).await?;
+/// let handlers = Handlers::new().on_any(|e| async move {
+///     println!("{} {}", e.id, e.event_type);
+///     Ok::<_, std::io::Error>(())
+/// });
+/// Relay::new(store, handlers, RelayConfig::default())?
+///     .run(async { let _ = tokio::signal::ctrl_c().await; })
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct CdcStore {
+    inner: PgStore,
+    schema: SchemaName,
+    progress: Arc<Progress>,
+    poll_every: Duration,
+    polled: Mutex<Polled>,
+    cancel: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    slot: String,
+}
+
+/// When the polling claim last ran beside the slot, and whether it found work.
+#[derive(Default)]
+struct Polled {
+    at: Option<Instant>,
+    found: bool,
+}
+
+/// Where a CDC relay's slot stands ([`CdcStore::status`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CdcStatus {
+    /// The slot's name.
+    pub slot: String,
+    /// Whether the slot is being read now (else the polling claim carries the load).
+    pub streaming: bool,
+    /// The furthest WAL position whose events are all recorded (what the server is told).
+    pub confirmed_lsn: u64,
+    /// The furthest WAL position the slot delivered.
+    pub received_lsn: u64,
+    /// Events the slot delivered whose outcome is not recorded yet.
+    pub unrecorded: usize,
+}
+
+impl CdcStore {
+    /// Checks the server (`wal_level = logical`, a role with `REPLICATION`), creates the
+    /// publication if it is missing, and starts reading the slot (created on first use) over
+    /// its own replication connection to `database_url`. Fails with an error naming the fix
+    /// when the server cannot do logical replication; once started, a slot that breaks is
+    /// retried in the background while the polling claim serves.
+    pub async fn start(store: PgStore, database_url: &str, config: CdcConfig) -> Result<Self> {
+        config.validate()?;
+        let schema = store.default_schema();
+        setup::prepare(store.pool(), &schema, &config).await?;
+        let progress = Arc::new(Progress::default());
+        let cancel = CancellationToken::new();
+        let tasks = stream::spawn(stream::Stream {
+            url: database_url.to_owned(),
+            config: config.clone(),
+            schema: schema.clone(),
+            pool: store.pool().clone(),
+            progress: Arc::clone(&progress),
+            cancel: cancel.clone(),
+        });
+        Ok(CdcStore {
+            inner: store,
+            schema,
+            progress,
+            poll_every: config.poll_interval,
+            polled: Mutex::default(),
+            cancel,
+            tasks,
+            slot: config.slot,
+        })
+    }
+
+    /// Where the slot stands now.
+    pub fn status(&self) -> CdcStatus {
+        let (confirmed_lsn, received_lsn) = self.progress.positions();
+        CdcStatus {
+            slot: self.slot.clone(),
+            streaming: self.progress.streaming(),
+            confirmed_lsn,
+            received_lsn,
+            unrecorded: self.progress.unrecorded(),
+        }
+    }
+
+    /// The PostgreSQL store underneath.
+    pub fn pg(&self) -> &PgStore {
+        &self.inner
+    }
+
+    /// Stops reading the slot (also done on drop). What was delivered and not recorded is
+    /// delivered again to the next reader of the slot.
+    pub async fn stop(&mut self) {
+        self.cancel.cancel();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+
+    fn cdc_target(&self, target: &Target) -> bool {
+        target.tenant.is_none() && target.schema == self.schema
+    }
+
+    /// Whether the polling claim runs now: always while the slot is not read; else at most every
+    /// `poll_every`, or again at once while it keeps finding work.
+    fn poll_due(&self) -> bool {
+        if !self.progress.streaming() {
+            return true;
+        }
+        let polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+        polled.found || polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
+    }
+
+    fn polled(&self, found: bool) {
+        let mut polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+        *polled = Polled {
+            at: Some(Instant::now()),
+            found,
+        };
+    }
+}
+
+impl Drop for CdcStore {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+#[async_trait]
+impl Store for CdcStore {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn default_schema(&self) -> SchemaName {
+        self.inner.default_schema()
+    }
+
+    async fn events_claim(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
+        if !self.cdc_target(p.target) {
+            return self.inner.events_claim(p).await;
+        }
+        let ids = self
+            .progress
+            .take(usize::try_from(p.batch_size).unwrap_or(usize::MAX));
+        if !ids.is_empty() {
+            let claimed = match self.inner.events_claim_ids(p, &ids).await {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    self.progress.put_back(&ids);
+                    return Err(e);
+                }
+            };
+            // What this claim did not get is someone else's, finished, or waits behind its
+            // aggregate or for a retry: the polling claim's, and nothing more to wait for here.
+            let got: HashSet<i64> = claimed
+                .events
+                .iter()
+                .map(|e| e.id)
+                .chain(claimed.undecodable.iter().map(|u| u.id))
+                .collect();
+            self.progress
+                .done(ids.into_iter().filter(|id| !got.contains(id)));
+            if self.progress.waiting() {
+                self.progress.arrived.notify_one();
+            }
+            return Ok(claimed);
+        }
+        if !self.poll_due() {
+            return Ok(Claimed::default());
+        }
+        let claimed = self.inner.events_claim(p).await?;
+        self.polled(!claimed.events.is_empty() || !claimed.exhausted.is_empty());
+        Ok(claimed)
+    }
+
+    async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> postbox::Result<i64> {
+        self.inner.claim_floor(target, from, settled).await
+    }
+
+    async fn claim_gaps(&self, p: &GapParams<'_>) -> postbox::Result<Gaps> {
+        self.inner.claim_gaps(p).await
+    }
+
+    async fn leases_renew(&self, p: &RenewParams<'_>) -> postbox::Result<u64> {
+        self.inner.leases_renew(p).await
+    }
+
+    async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> postbox::Result<u64> {
+        // Recorded or not, the rows are in the table under a lease: a mark that failed is taken
+        // over by the polling claim when the lease ends, so the slot need not wait for it.
+        let marked = self.inner.events_mark_processed(p).await;
+        self.progress.done(p.ids.iter().copied());
+        marked
+    }
+
+    async fn events_mark_failed(
+        &self,
+        p: &MarkFailedParams<'_>,
+    ) -> postbox::Result<Vec<FailedMark>> {
+        let marked = self.inner.events_mark_failed(p).await;
+        self.progress.done(p.tries.iter().map(|t| t.id));
+        marked
+    }
+
+    async fn events_release(&self, p: &ReleaseParams<'_>) -> postbox::Result<u64> {
+        let released = self.inner.events_release(p).await;
+        self.progress.done(p.releases.iter().map(|r| r.id));
+        released
+    }
+
+    async fn backlog(&self, target: &Target, ordered: &[String]) -> postbox::Result<Backlog> {
+        self.inner.backlog(target, ordered).await
+    }
+
+    async fn commit_horizon(
+        &self,
+        target: &Target,
+        probe: Option<&HorizonProbe>,
+    ) -> postbox::Result<Horizon> {
+        self.inner.commit_horizon(target, probe).await
+    }
+
+    async fn wakeups(&self) -> postbox::Result<Option<Box<dyn Wakeups>>> {
+        Ok(Some(Box::new(Arrivals {
+            progress: Arc::clone(&self.progress),
+            schema: self.schema.as_str().to_owned(),
+        })))
+    }
+
+    async fn outbox_heads(&self, targets: &[Target]) -> postbox::Result<Vec<Option<i64>>> {
+        self.inner.outbox_heads(targets).await
+    }
+}
+
+postbox::forward_store_ops!(CdcStore, |self| &self.inner);
+
+/// Wakes the relay when the slot delivers outbox ids.
+struct Arrivals {
+    progress: Arc<Progress>,
+    schema: String,
+}
+
+#[async_trait]
+impl Wakeups for Arrivals {
+    async fn next(&mut self) -> postbox::Result<Option<String>> {
+        self.progress.arrived.notified().await;
+        Ok(Some(self.schema.clone()))
+    }
+}

@@ -1,0 +1,243 @@
+//! The slot's reader and its two helpers: the heartbeat that keeps the slot moving while the
+//! outbox is idle, and the lag check that feeds the metrics and the alert.
+//!
+//! The replication protocol and pgoutput decoding are pg_walstream's: of the crates that speak
+//! them (pgwire-replication, pgoutput, the unpublished rust-postgres forks), it is the one kept
+//! up to date that decodes pgoutput including logical messages (the heartbeat), sends standby
+//! status updates from positions the consumer confirms (never on its own), and connects over
+//! rustls without libpq. sqlx, which every other query uses, cannot open a replication
+//! connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pg_walstream::{
+    CancellationToken, EventType, LogicalReplicationStream, ReplicationError,
+    ReplicationStreamConfig, RetryConfig, StreamingMode,
+};
+use postbox::{Backoff, SchemaName};
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use crate::config::CdcConfig;
+use crate::progress::Progress;
+
+/// The prefix of the relay's heartbeat messages in the WAL.
+const HEARTBEAT: &str = "postbox-heartbeat";
+
+/// Metric names (documented in docs/cdc.md).
+pub(crate) mod metric {
+    /// 1 while the slot is read, 0 while the polling claim carries the load.
+    pub(crate) const STREAMING: &str = "postbox_cdc_streaming";
+    /// Outbox events the slot delivered.
+    pub(crate) const EVENTS: &str = "postbox_cdc_events_total";
+    /// WAL the slot holds back, in bytes.
+    pub(crate) const LAG_BYTES: &str = "postbox_cdc_slot_lag_bytes";
+    /// Seconds the confirmed position trails the server.
+    pub(crate) const LAG_SECONDS: &str = "postbox_cdc_slot_lag_seconds";
+    /// WAL the slot may still hold before `max_slot_wal_keep_size` invalidates it.
+    pub(crate) const SAFE_WAL: &str = "postbox_cdc_slot_safe_wal_bytes";
+}
+
+/// What the reader needs.
+pub(crate) struct Stream {
+    pub(crate) url: String,
+    pub(crate) config: CdcConfig,
+    pub(crate) schema: SchemaName,
+    pub(crate) pool: PgPool,
+    pub(crate) progress: Arc<Progress>,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// Starts the reader, the heartbeat and the lag check.
+pub(crate) fn spawn(stream: Stream) -> Vec<JoinHandle<()>> {
+    let stream = Arc::new(stream);
+    vec![
+        tokio::spawn(read(Arc::clone(&stream))),
+        tokio::spawn(heartbeat(Arc::clone(&stream))),
+        tokio::spawn(lag(stream)),
+    ]
+}
+
+/// Reads the slot until cancelled; when it breaks, the polling claim serves while it is opened
+/// again (100 ms, doubling to 5 s between tries).
+async fn read(s: Arc<Stream>) {
+    let slot = s.config.slot.as_str();
+    let mut retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).attempts();
+    let gauge = metrics::gauge!(metric::STREAMING, "slot" => slot.to_owned());
+    while !s.cancel.is_cancelled() {
+        let result = read_once(&s, &mut retry).await;
+        s.progress.stopped();
+        gauge.set(0.0);
+        match result {
+            Ok(()) => break,
+            Err(e) => {
+                let text = e.to_string();
+                if text.contains("can no longer get changes") || text.contains("invalidated") {
+                    error!(slot, error = %text,
+                        "the CDC slot was invalidated (it held more WAL than max_slot_wal_keep_size \
+                         allows): dropping it and creating a new one; events committed meanwhile \
+                         are claimed by the polling claim");
+                    if let Err(e) = sqlx::query(include_str!("../sql/slot_drop.sql"))
+                        .bind(slot)
+                        .execute(&s.pool)
+                        .await
+                    {
+                        warn!(slot, error = %e, "cannot drop the invalidated slot");
+                    }
+                } else if text.contains("is active for PID") {
+                    warn!(
+                        slot,
+                        "the CDC slot is read by another relay; polling until it is free"
+                    );
+                } else {
+                    error!(slot, error = %text,
+                        "the CDC slot cannot be read; the polling claim carries the load until it \
+                         can (check the server's logs and pg_replication_slots)");
+                }
+            }
+        }
+        let wait = retry.next_delay();
+        tokio::select! {
+            () = s.cancel.cancelled() => break,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// One replication connection, from the slot's confirmed position, until it breaks (`Err`) or
+/// the relay stops (`Ok`).
+async fn read_once(
+    s: &Stream,
+    retry: &mut postbox::backoff::Attempts,
+) -> Result<(), ReplicationError> {
+    let slot = s.config.slot.as_str();
+    let config = ReplicationStreamConfig::builder(slot, s.config.publication.as_str())
+        .with_protocol_version(1)
+        .with_streaming_mode(StreamingMode::Off)
+        .with_messages(true)
+        .with_feedback_interval(Duration::from_millis(200))
+        .with_connection_timeout(Duration::from_secs(10))
+        .with_retry_config(RetryConfig {
+            max_attempts: 1,
+            ..RetryConfig::default()
+        });
+    let mut stream = LogicalReplicationStream::new(&replication_url(&s.url), config).await?;
+    stream.start(None).await?;
+    s.progress.restart(Arc::clone(&stream.shared_lsn_feedback));
+    metrics::gauge!(metric::STREAMING, "slot" => slot.to_owned()).set(1.0);
+    retry.reset();
+    info!(slot, publication = %s.config.publication, "CDC relay reading the slot");
+    let events = metrics::counter!(metric::EVENTS, "slot" => slot.to_owned());
+    let schema = s.schema.as_str();
+    let mut ids: Vec<i64> = Vec::new();
+    loop {
+        let event = match stream.next_event(&s.cancel).await {
+            Ok(event) => event,
+            Err(ReplicationError::Cancelled(_)) => {
+                let _ = stream.stop().await;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        match event.event_type {
+            EventType::Begin { .. } => ids.clear(),
+            EventType::Insert {
+                schema: ref in_schema,
+                ref table,
+                ref data,
+                ..
+            } if &**in_schema == schema && &**table == "outbox_events" => {
+                match data
+                    .get("id")
+                    .and_then(|v| v.as_str())
+                    .and_then(|v| v.parse::<i64>().ok())
+                {
+                    Some(id) => ids.push(id),
+                    None => warn!(
+                        slot,
+                        "an outbox insert without a readable id; the polling claim takes it"
+                    ),
+                }
+            }
+            EventType::Commit { end_lsn, .. } => {
+                events.increment(ids.len() as u64);
+                s.progress
+                    .committed(end_lsn.value(), std::mem::take(&mut ids));
+            }
+            EventType::Message { ref prefix, .. } if &**prefix == HEARTBEAT => {
+                s.progress.passed(event.lsn.value());
+            }
+            _ => {}
+        }
+        stream.maybe_send_feedback().await;
+    }
+}
+
+/// `url` as a replication connection to its database.
+fn replication_url(url: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}replication=database")
+}
+
+/// Writes a heartbeat into the WAL every `heartbeat`.
+async fn heartbeat(s: Arc<Stream>) {
+    let mut every = tokio::time::interval(s.config.heartbeat);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = s.cancel.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if let Err(e) = sqlx::query(include_str!("../sql/heartbeat.sql"))
+            .execute(&s.pool)
+            .await
+        {
+            warn!(slot = %s.config.slot, error = %e,
+                "cannot write the CDC heartbeat; the slot advances only with outbox events meanwhile");
+        }
+    }
+}
+
+/// Reads the slot's lag into the metrics every `lag_check`, and logs an error past `lag_alert`.
+async fn lag(s: Arc<Stream>) {
+    let slot = s.config.slot.as_str();
+    let mut every = tokio::time::interval(s.config.lag_check);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = s.cancel.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let row: Result<Option<SlotLag>, _> = sqlx::query_as(include_str!("../sql/slot_lag.sql"))
+            .bind(slot)
+            .fetch_optional(&s.pool)
+            .await;
+        let Ok(Some(lag)) = row else {
+            continue;
+        };
+        let bytes = u64::try_from(lag.lag_bytes.unwrap_or(0)).unwrap_or(0);
+        metrics::gauge!(metric::LAG_BYTES, "slot" => slot.to_owned()).set(bytes as f64);
+        metrics::gauge!(metric::LAG_SECONDS, "slot" => slot.to_owned())
+            .set(lag.lag_seconds.unwrap_or(0.0));
+        if let Some(safe) = lag.safe_wal_size {
+            metrics::gauge!(metric::SAFE_WAL, "slot" => slot.to_owned()).set(safe as f64);
+        }
+        if bytes > s.config.lag_alert || lag.wal_status.as_deref() == Some("unreserved") {
+            error!(slot, lag_bytes = bytes, wal_status = ?lag.wal_status, active = lag.active,
+                "the CDC slot holds back more WAL than the alert allows; the server keeps it \
+                 until the slot advances (is the relay reading? see docs/cdc.md, \
+                 max_slot_wal_keep_size)");
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct SlotLag {
+    lag_bytes: Option<i64>,
+    lag_seconds: Option<f64>,
+    wal_status: Option<String>,
+    safe_wal_size: Option<i64>,
+    active: bool,
+}

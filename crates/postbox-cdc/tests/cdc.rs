@@ -1,0 +1,388 @@
+//! The CDC relay against the PostgreSQL on this machine (`wal_level = logical`, set by
+//! scripts/services): each test has its own database, slot and publication.
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use postbox::{PgStore, Relay, RelayConfig, Store};
+use postbox_cdc::{CdcConfig, CdcStore, Error};
+use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
+use sqlx::{Executor, PgPool};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A migrated database and a CDC store on it, its slot named after the database.
+async fn cdc(db: &TestDb, config: CdcConfig) -> Arc<CdcStore> {
+    let pg = PgStore::new(db.pool().clone());
+    postbox::migrate(&pg).await.unwrap();
+    let slot = slot_name(db);
+    Arc::new(
+        CdcStore::start(pg, db.url(), config.slot(slot))
+            .await
+            .unwrap(),
+    )
+}
+
+fn slot_name(db: &TestDb) -> String {
+    db.url().rsplit('/').next().unwrap().to_owned()
+}
+
+/// The relay as the binary starts it, with ordering on for every aggregate.
+fn relay(store: &Arc<CdcStore>, sink: &RecordingSink) -> Relay {
+    relay_with(store, sink, RelayConfig::default())
+}
+
+fn relay_with(store: &Arc<CdcStore>, sink: &RecordingSink, config: RelayConfig) -> Relay {
+    let config = config.ordered_aggregate_types(vec!["*".to_owned()]);
+    Relay::from_parts(
+        Arc::clone(store) as Arc<dyn Store>,
+        Arc::new(sink.clone()),
+        config,
+    )
+    .unwrap()
+}
+
+/// Inserts one event as a producer in another language would, in its own transaction.
+async fn insert(pool: &PgPool, event_type: &str, aggregate: &str) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ($1, 'Order', $2, '{}') RETURNING id",
+    )
+    .bind(event_type)
+    .bind(aggregate)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn processed(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The slot's confirmed position and the server's current one.
+async fn slot_position(pool: &PgPool, slot: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (confirmed_flush_lsn - '0/0')::bigint, (pg_current_wal_lsn() - '0/0')::bigint \
+         FROM pg_replication_slots WHERE slot_name = $1",
+    )
+    .bind(slot)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_delivers_committed_events_in_commit_order_and_never_a_rolled_back_one() {
+    let db = TestDb::new().await;
+    // The polling claim runs once at start, then not for an hour: what is published below came
+    // through the slot.
+    let store = cdc(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_secs(3600)),
+    )
+    .await;
+    let sink = RecordingSink::new();
+    let handle = relay(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+
+    // Two transactions on one aggregate, committed against their id order; a third rolled back.
+    let mut first = db.pool().begin().await.unwrap();
+    let mut second = db.pool().begin().await.unwrap();
+    let mut ghost = db.pool().begin().await.unwrap();
+    let insert_in = "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+                     VALUES ($1, 'Order', 'o-1', '{}') RETURNING id";
+    let first_id: i64 = sqlx::query_scalar(insert_in)
+        .bind("First")
+        .fetch_one(&mut *first)
+        .await
+        .unwrap();
+    let second_id: i64 = sqlx::query_scalar(insert_in)
+        .bind("Second")
+        .fetch_one(&mut *second)
+        .await
+        .unwrap();
+    sqlx::query_scalar::<_, i64>(insert_in)
+        .bind("Ghost")
+        .fetch_one(&mut *ghost)
+        .await
+        .unwrap();
+    assert!(first_id < second_id);
+    second.commit().await.unwrap();
+    wait_until("the second commit is published", PATIENCE, || async {
+        sink.published_ids().contains(&second_id)
+    })
+    .await;
+    ghost.rollback().await.unwrap();
+    first.commit().await.unwrap();
+    wait_until("the first commit is published", PATIENCE, || async {
+        sink.published_ids().contains(&first_id)
+    })
+    .await;
+    assert_eq!(
+        sink.published_ids(),
+        vec![second_id, first_id],
+        "commit order"
+    );
+    wait_until("both are PROCESSED", PATIENCE, || async {
+        processed(db.pool()).await == 2
+    })
+    .await;
+    assert!(store.status().received_lsn > 0);
+    handle.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_is_confirmed_only_once_the_events_are_recorded() {
+    let db = TestDb::new().await;
+    let store = cdc(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_secs(3600)),
+    )
+    .await;
+    let slot = slot_name(&db);
+    let sink = RecordingSink::new();
+    sink.script("Slow", Behaviour::Slow(Duration::from_secs(3)));
+    let handle = relay(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+
+    insert(db.pool(), "Slow", "o-1").await;
+    let (_, committed) = slot_position(db.pool(), &slot).await;
+    wait_until("the event is delivered", PATIENCE, || async {
+        store.status().unrecorded == 1
+    })
+    .await;
+    // While its publish lasts, the server is never told the slot is past it.
+    for _ in 0..10 {
+        let (confirmed, _) = slot_position(db.pool(), &slot).await;
+        assert!(
+            confirmed < committed,
+            "confirmed {confirmed} past the unpublished commit at {committed}"
+        );
+        assert_eq!(processed(db.pool()).await, 0);
+        // Looks spread over a second of the three the publish takes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_until(
+        "the slot is confirmed past the commit",
+        PATIENCE,
+        || async { slot_position(db.pool(), &slot).await.0 >= committed },
+    )
+    .await;
+    assert_eq!(processed(db.pool()).await, 1);
+    handle.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_restarted_on_the_slot_publishes_every_event_and_repeats_only_what_was_in_flight() {
+    let db = TestDb::new().await;
+    let sink = RecordingSink::new();
+    // Leases of 2 s: what the killed relay held is taken over by the polling claim soon after.
+    let config = || {
+        RelayConfig::default()
+            .lease(Duration::from_secs(2))
+            .publish_timeout(Duration::from_secs(1))
+    };
+    let cdc_config = || CdcConfig::default().poll_interval(Duration::from_millis(500));
+    let store = cdc(&db, cdc_config()).await;
+    let killed = relay_with(&store, &sink, config());
+    let task = tokio::spawn(async move { killed.run(std::future::pending()).await });
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    for i in 0..300 {
+        insert(db.pool(), "Placed", &format!("o-{}", i % 7)).await;
+    }
+    wait_until("some are published", PATIENCE, || async {
+        sink.published_ids().len() >= 50
+    })
+    .await;
+    // Killed mid-stream: the relay's task and the slot's reader end without recording more.
+    task.abort();
+    let _ = task.await;
+    drop(store);
+
+    let store = cdc(&db, cdc_config()).await;
+    let handle = relay_with(&store, &sink, config()).start();
+    for i in 300..400 {
+        insert(db.pool(), "Placed", &format!("o-{}", i % 7)).await;
+    }
+    wait_until(
+        "every event is PROCESSED",
+        Duration::from_secs(60),
+        || async { processed(db.pool()).await == 400 },
+    )
+    .await;
+    let mut times: HashMap<i64, u32> = HashMap::new();
+    for id in sink.published_ids() {
+        *times.entry(id).or_default() += 1;
+    }
+    assert_eq!(times.len(), 400, "each event published");
+    let repeated = times.values().filter(|&&n| n > 1).count();
+    let in_flight = RelayConfig::default().max_batch_size as usize * 2;
+    assert!(
+        repeated <= in_flight,
+        "{repeated} repeated, more than in flight"
+    );
+    handle.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_advances_while_the_outbox_is_idle_and_other_tables_churn() {
+    let db = TestDb::new().await;
+    let store = cdc(
+        &db,
+        CdcConfig::default().heartbeat(Duration::from_millis(200)),
+    )
+    .await;
+    let slot = slot_name(&db);
+    let sink = RecordingSink::new();
+    let handle = relay(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    db.pool()
+        .execute("CREATE TABLE churn (id bigserial PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        db.pool()
+            .execute(
+                "INSERT INTO churn (body) SELECT repeat('x', 500) FROM generate_series(1, 2000)",
+            )
+            .await
+            .unwrap();
+    }
+    let (_, written) = slot_position(db.pool(), &slot).await;
+    wait_until("the slot is confirmed past the churn", PATIENCE, || async {
+        slot_position(db.pool(), &slot).await.0 >= written
+    })
+    .await;
+    handle.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_slot_is_said_loudly_polled_around_and_made_again() {
+    let db = TestDb::new().await;
+    let store = cdc(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_millis(200)),
+    )
+    .await;
+    let slot = slot_name(&db);
+    let sink = RecordingSink::new();
+    let handle = relay(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    // An operator drops the slot from under the relay: its reader is ended first, as
+    // pg_drop_replication_slot refuses an active slot.
+    wait_until("the slot is dropped", PATIENCE, || async {
+        sqlx::query(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE slot_name = $1 AND active_pid IS NOT NULL",
+        )
+        .bind(&slot)
+        .execute(db.pool())
+        .await
+        .unwrap();
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM (SELECT pg_drop_replication_slot(slot_name) \
+             FROM pg_replication_slots WHERE slot_name = $1 AND NOT active) d",
+        )
+        .bind(&slot)
+        .fetch_one(db.pool())
+        .await
+        .map(|n| n == 1)
+        .unwrap_or(false)
+    })
+    .await;
+    // Events committed now are claimed whether or not the new slot sees them.
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(insert(db.pool(), "Placed", &format!("o-{i}")).await);
+    }
+    wait_until("every event is PROCESSED", PATIENCE, || async {
+        processed(db.pool()).await == 20
+    })
+    .await;
+    wait_until("the slot is made again and read", PATIENCE, || async {
+        store.status().streaming
+            && sqlx::query_scalar::<_, bool>(
+                "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)",
+            )
+            .bind(&slot)
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+    })
+    .await;
+    let late = insert(db.pool(), "Placed", "o-late").await;
+    wait_until(
+        "an event after the new slot is published",
+        PATIENCE,
+        || async { sink.published_ids().contains(&late) },
+    )
+    .await;
+    for id in ids {
+        assert!(sink.published_ids().contains(&id));
+    }
+    handle.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_may_not_replicate_is_told_the_statement_that_fixes_it() {
+    let db = TestDb::new().await;
+    let pg = PgStore::new(db.pool().clone());
+    postbox::migrate(&pg).await.unwrap();
+    let role = format!(
+        "norepl_{}",
+        slot_name(&db).trim_start_matches("postbox_test_")
+    );
+    db.pool()
+        .execute(sqlx::AssertSqlSafe(format!("CREATE ROLE \"{role}\" LOGIN")))
+        .await
+        .unwrap();
+    let url = format!("{}?user={role}", db.url());
+    let pool = PgPool::connect(&url).await.unwrap();
+    let err = CdcStore::start(
+        PgStore::new(pool.clone()),
+        &url,
+        CdcConfig::default().slot(slot_name(&db)),
+    )
+    .await
+    .err()
+    .expect("a role without REPLICATION is refused");
+    pool.close().await;
+    db.pool()
+        .execute(sqlx::AssertSqlSafe(format!("DROP ROLE \"{role}\"")))
+        .await
+        .unwrap();
+    assert!(matches!(err, Error::NoReplication { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("ALTER ROLE \"{role}\" REPLICATION")),
+        "{err}"
+    );
+    let wal = Error::WalLevel {
+        found: "replica".to_owned(),
+    };
+    assert!(
+        wal.to_string()
+            .contains("ALTER SYSTEM SET wal_level = logical"),
+        "{wal}"
+    );
+}
