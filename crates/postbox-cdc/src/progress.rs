@@ -58,9 +58,7 @@ impl Progress {
     /// usual; their `done` finds no owner and changes nothing.
     pub(crate) fn restart(&self, feedback: Arc<SharedLsnFeedback>) {
         let mut s = self.state();
-        s.queue.clear();
-        s.owner.clear();
-        s.txns.clear();
+        forget(&mut s);
         s.received = s.confirmed;
         s.streaming = true;
         s.feedback = Some(feedback);
@@ -69,11 +67,9 @@ impl Progress {
     /// The stream stopped (an error, a lost slot): the polling claim carries the load.
     pub(crate) fn stopped(&self) {
         let mut s = self.state();
+        forget(&mut s);
         s.streaming = false;
         s.feedback = None;
-        s.queue.clear();
-        s.owner.clear();
-        s.txns.clear();
     }
 
     /// Whether the slot is being read now.
@@ -170,6 +166,13 @@ impl Progress {
     }
 }
 
+/// Forgets what a stream delivered: the next reader of the slot delivers it again.
+fn forget(s: &mut State) {
+    s.queue.clear();
+    s.owner.clear();
+    s.txns.clear();
+}
+
 /// Confirms every finished transaction at the front, and what was delivered past the last one
 /// when none is left.
 fn advance(s: &mut State) {
@@ -191,10 +194,6 @@ fn advance(s: &mut State) {
 mod tests {
     use super::*;
 
-    fn positions(p: &Progress) -> (u64, u64) {
-        p.positions()
-    }
-
     #[test]
     fn a_position_is_confirmed_only_when_every_transaction_up_to_it_is_recorded() {
         let p = Progress::default();
@@ -204,14 +203,14 @@ mod tests {
         assert_eq!(p.take(10), vec![1, 2, 3]);
         p.done([3]);
         assert_eq!(
-            positions(&p),
+            p.positions(),
             (0, 200),
             "the second is done, the first is not"
         );
         p.done([1]);
-        assert_eq!(positions(&p).0, 0);
+        assert_eq!(p.positions().0, 0);
         p.done([2]);
-        assert_eq!(positions(&p), (200, 200));
+        assert_eq!(p.positions(), (200, 200));
     }
 
     #[test]
@@ -219,12 +218,12 @@ mod tests {
         let p = Progress::default();
         p.restart(SharedLsnFeedback::new_shared());
         p.passed(50);
-        assert_eq!(positions(&p).0, 50);
+        assert_eq!(p.positions().0, 50);
         p.committed(100, vec![7]);
         p.passed(150);
-        assert_eq!(positions(&p).0, 50, "event 7 is not recorded");
+        assert_eq!(p.positions().0, 50, "event 7 is not recorded");
         p.done(p.take(1));
-        assert_eq!(positions(&p).0, 150);
+        assert_eq!(p.positions().0, 150);
     }
 
     #[test]
@@ -239,6 +238,6 @@ mod tests {
         assert!(!p.waiting());
         assert_eq!(p.unrecorded(), 0);
         p.done([1, 2, 3]);
-        assert_eq!(positions(&p), (0, 0), "nothing past the confirmed position");
+        assert_eq!(p.positions(), (0, 0), "nothing past the confirmed position");
     }
 }

@@ -128,11 +128,6 @@ impl CdcStore {
         }
     }
 
-    /// The PostgreSQL store underneath.
-    pub fn pg(&self) -> &PgStore {
-        &self.inner
-    }
-
     /// Stops reading the slot (also done on drop). What was delivered and not recorded is
     /// delivered again to the next reader of the slot.
     pub async fn stop(&mut self) {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use postbox::{PgStore, Relay, RelayConfig, Store};
+use postbox::{PgStore, Relay, RelayConfig, RelayHandle, Store};
 use postbox_cdc::{CdcConfig, CdcStore, Error};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 use sqlx::{Executor, PgPool};
@@ -27,6 +27,18 @@ async fn cdc(db: &TestDb, config: CdcConfig) -> Arc<CdcStore> {
 
 fn slot_name(db: &TestDb) -> String {
     db.url().rsplit('/').next().unwrap().to_owned()
+}
+
+/// A CDC store on a migrated database and a relay on it, started, once the slot is read.
+async fn running(db: &TestDb, config: CdcConfig) -> (Arc<CdcStore>, RecordingSink, RelayHandle) {
+    let store = cdc(db, config).await;
+    let sink = RecordingSink::new();
+    let handle = relay(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    (store, sink, handle)
 }
 
 /// The relay as the binary starts it, with ordering on for every aggregate.
@@ -81,16 +93,10 @@ async fn the_slot_delivers_committed_events_in_commit_order_and_never_a_rolled_b
     let db = TestDb::new().await;
     // The polling claim runs once at start, then not for an hour: what is published below came
     // through the slot.
-    let store = cdc(
+    let (store, sink, handle) = running(
         &db,
         CdcConfig::default().poll_interval(Duration::from_secs(3600)),
     )
-    .await;
-    let sink = RecordingSink::new();
-    let handle = relay(&store, &sink).start();
-    wait_until("the slot is read", PATIENCE, || async {
-        store.status().streaming
-    })
     .await;
 
     // Two transactions on one aggregate, committed against their id order; a third rolled back.
@@ -142,19 +148,13 @@ async fn the_slot_delivers_committed_events_in_commit_order_and_never_a_rolled_b
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slot_is_confirmed_only_once_the_events_are_recorded() {
     let db = TestDb::new().await;
-    let store = cdc(
+    let (store, sink, handle) = running(
         &db,
         CdcConfig::default().poll_interval(Duration::from_secs(3600)),
     )
     .await;
     let slot = slot_name(&db);
-    let sink = RecordingSink::new();
     sink.script("Slow", Behaviour::Slow(Duration::from_secs(3)));
-    let handle = relay(&store, &sink).start();
-    wait_until("the slot is read", PATIENCE, || async {
-        store.status().streaming
-    })
-    .await;
 
     insert(db.pool(), "Slow", "o-1").await;
     let (_, committed) = slot_position(db.pool(), &slot).await;
@@ -241,18 +241,12 @@ async fn a_relay_restarted_on_the_slot_publishes_every_event_and_repeats_only_wh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slot_advances_while_the_outbox_is_idle_and_other_tables_churn() {
     let db = TestDb::new().await;
-    let store = cdc(
+    let (_store, _sink, handle) = running(
         &db,
         CdcConfig::default().heartbeat(Duration::from_millis(200)),
     )
     .await;
     let slot = slot_name(&db);
-    let sink = RecordingSink::new();
-    let handle = relay(&store, &sink).start();
-    wait_until("the slot is read", PATIENCE, || async {
-        store.status().streaming
-    })
-    .await;
     db.pool()
         .execute("CREATE TABLE churn (id bigserial PRIMARY KEY, body text)")
         .await
@@ -274,20 +268,14 @@ async fn the_slot_advances_while_the_outbox_is_idle_and_other_tables_churn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_slot_is_said_loudly_polled_around_and_made_again() {
+async fn a_dropped_slot_is_polled_around_and_made_again() {
     let db = TestDb::new().await;
-    let store = cdc(
+    let (store, sink, handle) = running(
         &db,
         CdcConfig::default().poll_interval(Duration::from_millis(200)),
     )
     .await;
     let slot = slot_name(&db);
-    let sink = RecordingSink::new();
-    let handle = relay(&store, &sink).start();
-    wait_until("the slot is read", PATIENCE, || async {
-        store.status().streaming
-    })
-    .await;
     // An operator drops the slot from under the relay: its reader is ended first, as
     // pg_drop_replication_slot refuses an active slot.
     wait_until("the slot is dropped", PATIENCE, || async {

@@ -313,16 +313,7 @@ impl PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
-        let mut claimed = Claimed {
-            claim_token: token,
-            events: Vec::with_capacity(rows.len()),
-            ..Claimed::default()
-        };
-        for row in &rows {
-            add_claimed_row(&mut claimed, row, p.target.tenant.as_ref())?;
-        }
-        claimed.events.sort_unstable_by_key(|e| e.id);
-        Ok(claimed)
+        claimed_from(&rows, token, p.target)
     }
 
     async fn migrate_in(
@@ -513,6 +504,21 @@ async fn retention_lock(tx: &mut sqlx::PgConnection, schema: &SchemaName) -> Res
 }
 
 /// A batch size as the SQL functions take it.
+/// A claim's rows as [`Claimed`], in id order: UPDATE … RETURNING does not keep the order of
+/// the picked rows (a join that spills into batches reorders them); the contract is id order.
+fn claimed_from(rows: &[PgRow], token: Uuid, target: &Target) -> Result<Claimed> {
+    let mut claimed = Claimed {
+        claim_token: token,
+        events: Vec::with_capacity(rows.len()),
+        ..Claimed::default()
+    };
+    for row in rows {
+        add_claimed_row(&mut claimed, row, target.tenant.as_ref())?;
+    }
+    claimed.events.sort_unstable_by_key(|e| e.id);
+    Ok(claimed)
+}
+
 fn batch_size(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
@@ -609,18 +615,7 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
-        let mut claimed = Claimed {
-            claim_token: token,
-            events: Vec::with_capacity(rows.len()),
-            ..Claimed::default()
-        };
-        for row in &rows {
-            add_claimed_row(&mut claimed, row, p.target.tenant.as_ref())?;
-        }
-        // UPDATE … RETURNING does not keep the order of the picked rows (a join that spills into
-        // batches reorders them); the contract is id order.
-        claimed.events.sort_unstable_by_key(|e| e.id);
-        Ok(claimed)
+        claimed_from(&rows, token, p.target)
     }
 
     async fn leases_renew(&self, p: &RenewParams<'_>) -> Result<u64> {
