@@ -289,14 +289,14 @@ enum Hold {
 /// A transaction that read the outbox table and stays open: its snapshot keeps every row
 /// version the drain's marks replace (PostgreSQL), or keeps InnoDB's purge from removing the
 /// index entries they delete-mark (MySQL).
-enum Held {
+pub(crate) enum Held {
     Pg(sqlx::Transaction<'static, sqlx::Postgres>),
     MySql(sqlx::pool::PoolConnection<sqlx::MySql>),
 }
 
 impl Held {
     /// A report's snapshot ([`Hold::Snapshot`]).
-    async fn open(db: &Db) -> Result<Held, BenchError> {
+    pub(crate) async fn open(db: &Db) -> Result<Held, BenchError> {
         Self::begin(
             db,
             &[
@@ -355,7 +355,7 @@ impl Held {
         }
     }
 
-    async fn close(self) -> Result<(), BenchError> {
+    pub(crate) async fn close(self) -> Result<(), BenchError> {
         match self {
             Held::Pg(report) => report.rollback().await.map_err(BenchError::db),
             Held::MySql(mut conn) => {

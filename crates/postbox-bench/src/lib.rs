@@ -1,11 +1,12 @@
 //! The benchmarks behind `postbox bench`: enqueue overhead (beside a second business row, the
 //! floor of any second statement), drain against the raw-SQL ceiling of the relay's own
 //! statements, commit-to-publish latency with debounced NOTIFY, NOTIFY on every commit and
-//! polling only, and a soak.
+//! polling only, a soak, and (PostgreSQL) the CDC relay beside the polling relay.
 //!
 //! Everything runs in a scratch database of its own (PostgreSQL: a new database on the server
 //! given, dropped afterwards; SQLite: a temporary file).
 
+mod cdc;
 mod claims;
 mod db;
 mod history;
@@ -19,8 +20,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use postbox::{RelayConfig, StoreExt};
 
 pub use report::{
-    BenchReport, ClaimTimes, DrainCase, DrainRun, EnqueueOverhead, HeldDrain, HistoryDrain,
-    HistoryRun, HistoryWindow, LatencyRun, OrderingRun, Percentiles, Soak, Throughput,
+    BenchReport, CdcOutcome, CdcRun, CdcWal, ClaimTimes, DrainCase, DrainRun, EnqueueOverhead,
+    HeldDrain, HistoryDrain, HistoryRun, HistoryWindow, LatencyRun, OrderingRun, Percentiles, Soak,
+    Throughput,
 };
 
 use db::Extra;
@@ -87,6 +89,14 @@ pub struct BenchOptions {
     pub history_rate: u64,
     /// The history phase's measurement window.
     pub history_window: Duration,
+    /// Events in each backlog of the CDC comparison (PostgreSQL); 0 skips it.
+    pub cdc_events: u64,
+    /// Producer rate of the CDC comparison's latency runs, events/s.
+    pub cdc_rate: u64,
+    /// How long the CDC comparison watches the slot while other tables churn.
+    pub cdc_churn: Duration,
+    /// How long the CDC relay then stays stopped while they churn on.
+    pub cdc_stopped: Duration,
     /// Relay batch size.
     pub batch_size: u32,
     /// Dead rows that make the relays vacuum the outbox table (`RelayConfig::vacuum_threshold`);
@@ -116,6 +126,10 @@ impl BenchOptions {
             history_duration: Duration::from_secs(300),
             history_rate: 1000,
             history_window: Duration::from_secs(30),
+            cdc_events: 500_000,
+            cdc_rate: 1000,
+            cdc_churn: Duration::from_secs(60),
+            cdc_stopped: Duration::from_secs(30),
             batch_size: 100,
             vacuum_threshold: RelayConfig::default().vacuum_threshold,
             progress: true,
@@ -136,6 +150,10 @@ impl BenchOptions {
             history_duration: Duration::from_secs(6),
             history_rate: 200,
             history_window: Duration::from_secs(2),
+            cdc_events: 2_000,
+            cdc_rate: 200,
+            cdc_churn: Duration::from_secs(3),
+            cdc_stopped: Duration::from_secs(1),
             vacuum_threshold: RelayConfig::default().vacuum_threshold,
             ..Self::full(database_url)
         }
@@ -327,7 +345,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
             let b = bar(opts, expected, &format!("latency: {mode}"));
             let percentiles = phases::latency(
                 &db,
-                &relay_db,
+                relay_db.store(),
                 &producer,
                 &relay_config,
                 opts.rate,
@@ -445,6 +463,12 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         });
     }
 
+    let mut cdc = None;
+    if opts.cdc_events > 0 && scratch.is_postgres() {
+        let bars = |len: u64, what: &str| bar(opts, len, what);
+        cdc = Some(cdc::run(scratch, &db, opts, &bars).await?);
+    }
+
     Ok(BenchReport {
         backend: scratch.backend(),
         batch_size: opts.batch_size,
@@ -455,5 +479,6 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         soak,
         history,
         held_drain,
+        cdc,
     })
 }

@@ -10,7 +10,7 @@ use futures::future::try_join_all;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use postbox::{
-    Outbox, OutboxEvent, PublishError, Relay, RelayConfig, Sink, Target,
+    Outbox, OutboxEvent, PublishError, Relay, RelayConfig, Sink, Store, Target,
     store::{ClaimParams, MarkProcessedParams},
 };
 
@@ -130,6 +130,65 @@ pub(crate) async fn drain(
     Ok((throughput, claims::take()))
 }
 
+/// How long a running relay may publish nothing before [`drain_running`] calls the run void.
+const STALL: Duration = Duration::from_secs(60);
+
+/// Drains a backlog with one relay on `store` that runs as a service does (`Relay::run`, not
+/// `drain`: a CDC relay's claim can come back empty while its slot is still being read), stopped
+/// once `expected` events are published.
+pub(crate) async fn drain_running(
+    store: Arc<dyn Store>,
+    config: &RelayConfig,
+    expected: u64,
+    bar: &ProgressBar,
+) -> Result<Throughput, BenchError> {
+    let sink = Arc::new(CountingSink::default());
+    let started = Instant::now();
+    let relay = Relay::from_parts(store, sink.clone() as Arc<dyn Sink>, config.clone())?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let relay_task = tokio::spawn(async move {
+        relay
+            .run(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    let mut seen = (0, Instant::now());
+    let outcome = loop {
+        let published = sink.published.load(Ordering::Relaxed);
+        bar.set_position(published);
+        if published >= expected {
+            break Ok(Throughput::new(published, started.elapsed()));
+        }
+        if relay_task.is_finished() {
+            break Err(BenchError::Check(format!(
+                "the relay stopped after publishing {published} of {expected} events"
+            )));
+        }
+        if published > seen.0 {
+            seen = (published, Instant::now());
+        } else if seen.1.elapsed() > STALL {
+            break Err(BenchError::Check(format!(
+                "the relay published nothing for {} s ({published} of {expected} events)",
+                STALL.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let _ = stop_tx.send(());
+    relay_task
+        .await
+        .map_err(|e| BenchError::Check(format!("relay task failed: {e}")))??;
+    let throughput = outcome?;
+    let published = sink.published.load(Ordering::Relaxed);
+    if published != expected {
+        return Err(BenchError::Check(format!(
+            "drain published {published} events, expected {expected}"
+        )));
+    }
+    Ok(throughput)
+}
+
 fn watch_progress(sink: Arc<CountingSink>, bar: ProgressBar) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -216,7 +275,7 @@ impl Sink for LatencySink {
 /// `rate` events/s in total while one relay with `config` runs.
 pub(crate) async fn latency(
     db: &Db,
-    relay_db: &Db,
+    store: Arc<dyn Store>,
     outbox: &Outbox,
     config: &RelayConfig,
     rate: u64,
@@ -225,11 +284,7 @@ pub(crate) async fn latency(
 ) -> Result<Percentiles, BenchError> {
     db.create_business_table().await?;
     let sink = Arc::new(LatencySink::default());
-    let relay = Relay::from_parts(
-        relay_db.store(),
-        sink.clone() as Arc<dyn Sink>,
-        config.clone(),
-    )?;
+    let relay = Relay::from_parts(store, sink.clone() as Arc<dyn Sink>, config.clone())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let relay_task = tokio::spawn(async move {
         relay

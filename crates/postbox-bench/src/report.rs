@@ -304,6 +304,84 @@ pub struct DrainCase {
     pub producer_over_quiet: f64,
 }
 
+/// The CDC relay beside the polling relay, in the same run on the same server (PostgreSQL).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CdcOutcome {
+    /// Both measured.
+    Measured(Box<CdcRun>),
+    /// The server cannot feed a CDC relay (`wal_level`, a role without `REPLICATION`): why, and
+    /// the fix.
+    Unavailable {
+        /// The CDC relay's error.
+        reason: String,
+    },
+}
+
+/// CDC against polling: both relays as a user starts them (defaults, one process), on the same
+/// plain-SQL producers and backlogs.
+#[derive(Clone, Debug, Serialize)]
+pub struct CdcRun {
+    /// The run's replication slot.
+    pub slot: String,
+    /// Producer rate of the latency runs, events/s.
+    pub rate: u64,
+    /// Commit-to-publish latency of the polling relay, plain-SQL producers (no `NOTIFY`).
+    pub latency_poll: Percentiles,
+    /// The same producers, CDC relay.
+    pub latency_cdc: Percentiles,
+    /// Events in each drained backlog.
+    pub events: u64,
+    /// The relay's own claim + mark statements, 4 clients at once.
+    pub ceiling: Throughput,
+    /// One polling relay draining the backlog.
+    pub poll: Throughput,
+    /// One CDC relay draining the same backlog from its slot (timed from its start).
+    pub cdc: Throughput,
+    /// `cdc / poll` events/s.
+    pub cdc_over_poll: f64,
+    /// `cdc / ceiling` events/s.
+    pub cdc_over_ceiling: f64,
+    /// The polling drain with a snapshot held open throughout.
+    pub poll_held: Throughput,
+    /// The CDC drain with a snapshot held open throughout.
+    pub cdc_held: Throughput,
+    /// `cdc_held / cdc`.
+    pub cdc_held_over_quiet: f64,
+    /// `poll_held / poll`.
+    pub poll_held_over_quiet: f64,
+    /// The slot's retained WAL while other tables churn.
+    pub wal: CdcWal,
+}
+
+/// The WAL a CDC relay's slot keeps while other tables take writes and the outbox is idle.
+#[derive(Clone, Debug, Serialize)]
+pub struct CdcWal {
+    /// Tables taking writes.
+    pub tables: u32,
+    /// How long the relay ran beside them, seconds.
+    pub seconds: f64,
+    /// WAL the server wrote meanwhile, MiB.
+    pub written_mib: f64,
+    /// The same per second.
+    pub written_mib_per_second: f64,
+    /// Retained WAL (current position − the slot's confirmed one), sampled each second: median.
+    pub retained_p50_mib: f64,
+    /// The most retained.
+    pub retained_max_mib: f64,
+    /// Retained when the relay was stopped.
+    pub retained_end_mib: f64,
+    /// How long the relay then stayed stopped while the tables churned, seconds.
+    pub stopped_seconds: f64,
+    /// Retained at the end of the stop.
+    pub retained_after_stop_mib: f64,
+    /// From the restart until the slot was confirmed past the WAL position of the restart,
+    /// seconds.
+    pub catch_up_seconds: f64,
+    /// Retained then.
+    pub retained_after_catch_up_mib: f64,
+}
+
 /// Everything one `postbox bench` run measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
@@ -328,6 +406,8 @@ pub struct BenchReport {
     /// backlog on a quiet database and beside a transaction held open (InnoDB's purge waits for
     /// it).
     pub held_drain: Option<HeldDrain>,
+    /// CDC against polling, when run (PostgreSQL).
+    pub cdc: Option<CdcOutcome>,
 }
 
 /// One relay draining the same plain-SQL backlog (`ANALYZE TABLE` while it is pending) on a
@@ -573,7 +653,92 @@ impl BenchReport {
                 h.archived_at_end
             );
         }
+        match &self.cdc {
+            Some(CdcOutcome::Unavailable { reason }) => {
+                let _ = writeln!(out);
+                let _ = writeln!(out, "CDC against polling: not measured: {reason}");
+            }
+            Some(CdcOutcome::Measured(c)) => c.table(&mut out),
+            None => {}
+        }
         out
+    }
+}
+
+impl CdcRun {
+    fn table(&self, out: &mut String) {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "CDC against polling (one relay each, defaults; slot {})",
+            self.slot
+        );
+        let _ = writeln!(
+            out,
+            "  commit-to-publish latency (ms), plain-SQL producers at {}/s",
+            self.rate
+        );
+        let _ = writeln!(
+            out,
+            "    {:<10}  {:>8}  {:>8}  {:>8}  {:>8}",
+            "relay", "p50", "p95", "p99", "max"
+        );
+        for (what, p) in [("polling", &self.latency_poll), ("CDC", &self.latency_cdc)] {
+            let _ = writeln!(
+                out,
+                "    {:<10}  {:>8.2}  {:>8.2}  {:>8.2}  {:>8.2}",
+                what, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  drain of {} plain-SQL events (events/s): ceiling (4 clients) {:.0}",
+            self.events, self.ceiling.per_second
+        );
+        let _ = writeln!(
+            out,
+            "    {:<10}  {:>10}  {:>14}  {:>11}",
+            "relay", "quiet", "snapshot held", "held/quiet"
+        );
+        for (what, quiet, held, ratio) in [
+            (
+                "polling",
+                self.poll,
+                self.poll_held,
+                self.poll_held_over_quiet,
+            ),
+            ("CDC", self.cdc, self.cdc_held, self.cdc_held_over_quiet),
+        ] {
+            let _ = writeln!(
+                out,
+                "    {:<10}  {:>10.0}  {:>14.0}  {:>10.2}x",
+                what, quiet.per_second, held.per_second, ratio
+            );
+        }
+        let _ = writeln!(
+            out,
+            "    CDC/polling {:.2}x, CDC/ceiling {:.2}x",
+            self.cdc_over_poll, self.cdc_over_ceiling
+        );
+        let w = &self.wal;
+        let _ = writeln!(
+            out,
+            "  slot WAL, outbox idle, {} tables churning: {:.0} MiB written in {:.0} s ({:.1} MiB/s)",
+            w.tables, w.written_mib, w.seconds, w.written_mib_per_second
+        );
+        let _ = writeln!(
+            out,
+            "    retained with the relay running: median {:.1} MiB, max {:.1} MiB, at stop {:.1} MiB",
+            w.retained_p50_mib, w.retained_max_mib, w.retained_end_mib
+        );
+        let _ = writeln!(
+            out,
+            "    relay stopped {:.0} s: {:.1} MiB retained; restarted: caught up in {:.1} s ({:.1} MiB retained)",
+            w.stopped_seconds,
+            w.retained_after_stop_mib,
+            w.catch_up_seconds,
+            w.retained_after_catch_up_mib
+        );
     }
 }
 

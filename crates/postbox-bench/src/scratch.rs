@@ -11,6 +11,8 @@ use crate::db::Db;
 pub(crate) enum Scratch {
     Postgres {
         admin: Box<PgConnectOptions>,
+        /// The URL given, for connections made outside sqlx (the CDC relay's).
+        url: String,
         name: String,
     },
     Sqlite {
@@ -41,6 +43,7 @@ impl Scratch {
                 conn.close().await.ok();
                 Ok(Scratch::Postgres {
                     admin: Box::new(admin),
+                    url: u.to_owned(),
                     name,
                 })
             }
@@ -73,6 +76,28 @@ impl Scratch {
         matches!(self, Scratch::Postgres { .. })
     }
 
+    /// A URL of the scratch database (PostgreSQL), for a connection the pools do not make (the
+    /// CDC relay's replication connection).
+    pub(crate) fn url(&self) -> Option<String> {
+        match self {
+            Scratch::Postgres { url, name, .. } => {
+                let mut url = url::Url::parse(url).ok()?;
+                url.set_path(name);
+                Some(url.to_string())
+            }
+            _ => None,
+        }
+    }
+
+    /// The run's own replication slot name (PostgreSQL): slot names are the server's, not the
+    /// database's, so a fixed one would collide with another run or a relay on the same server.
+    pub(crate) fn slot_name(&self) -> Option<String> {
+        match self {
+            Scratch::Postgres { name, .. } => Some(name.clone()),
+            _ => None,
+        }
+    }
+
     /// The backend's name in the report.
     pub(crate) fn backend(&self) -> &'static str {
         match self {
@@ -85,7 +110,7 @@ impl Scratch {
     /// A pool with `connections` connections on the scratch database, migrated.
     pub(crate) async fn open(&self, connections: u32) -> Result<Db, BenchError> {
         let db = match self {
-            Scratch::Postgres { admin, name } => Db::Pg(
+            Scratch::Postgres { admin, name, .. } => Db::Pg(
                 PgPoolOptions::new()
                     .max_connections(connections)
                     .connect_with(admin.clone().database(name))
@@ -117,7 +142,7 @@ impl Scratch {
     /// Empties the outbox between phases, so each starts from the same table state.
     pub(crate) async fn reset(&self) -> Result<(), BenchError> {
         match self {
-            Scratch::Postgres { admin, name } => {
+            Scratch::Postgres { admin, name, .. } => {
                 let mut conn = admin
                     .clone()
                     .database(name)
@@ -176,8 +201,24 @@ impl Scratch {
     /// Drops the scratch database.
     pub(crate) async fn drop_now(self) {
         match self {
-            Scratch::Postgres { admin, name } => {
+            Scratch::Postgres { admin, name, .. } => {
                 if let Ok(mut conn) = admin.connect().await {
+                    // A slot of the run's (the CDC comparison's, left by a failed run) would
+                    // keep the database from being dropped and WAL on the server for ever.
+                    let _ = sqlx::query(
+                        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                         WHERE database = $1 AND active_pid IS NOT NULL",
+                    )
+                    .bind(&name)
+                    .execute(&mut conn)
+                    .await;
+                    let _ = sqlx::query(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                         WHERE database = $1",
+                    )
+                    .bind(&name)
+                    .execute(&mut conn)
+                    .await;
                     let _ = sqlx::raw_sql(AssertSqlSafe(format!(
                         "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
                     )))

@@ -6,7 +6,7 @@
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-use postbox_bench::{BenchOptions, run};
+use postbox_bench::{BenchOptions, CdcOutcome, run};
 
 fn quiet(mut o: BenchOptions) -> BenchOptions {
     o.progress = false;
@@ -72,6 +72,39 @@ async fn quick_bench_runs_on_postgres() {
     let soak = report.soak.as_ref().expect("soak");
     assert_eq!(soak.windows_per_second.len(), 4);
     assert_eq!(soak.vacuum_threshold, Some(50_000), "the default");
+    if report.backend == "postgres" {
+        // The test server runs wal_level = logical (scripts/services): the comparison is
+        // measured, not reported unavailable.
+        let cdc = match report
+            .cdc
+            .as_ref()
+            .expect("the CDC comparison on PostgreSQL")
+        {
+            CdcOutcome::Measured(cdc) => cdc,
+            other => panic!("CDC not measured: {other:?}"),
+        };
+        for drained in [cdc.poll, cdc.cdc, cdc.poll_held, cdc.cdc_held, cdc.ceiling] {
+            assert_eq!(drained.count, 2_000, "{cdc:?}");
+        }
+        for p in [&cdc.latency_poll, &cdc.latency_cdc] {
+            assert!(p.samples > 0 && p.p99_ms >= p.p50_ms, "{cdc:?}");
+        }
+        assert!(
+            cdc.wal.written_mib > 0.0 && cdc.wal.catch_up_seconds > 0.0,
+            "{cdc:?}"
+        );
+        // The run's slot is gone with it: nothing keeps WAL on the server afterwards.
+        let pool = sqlx::PgPool::connect(&postbox_testkit::admin_url())
+            .await
+            .unwrap();
+        let left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1")
+                .bind(&cdc.slot)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(left, 0, "slot {} left behind", cdc.slot);
+    }
     let table = report.table();
     for part in [
         "ceiling",
@@ -109,4 +142,5 @@ async fn quick_bench_runs_on_sqlite() {
     assert!(table.contains("3 business statements each"), "{table}");
     assert!(table.contains("relay vacuum off"), "{table}");
     assert!(!table.contains("latency"), "{table}");
+    assert!(report.cdc.is_none(), "CDC is PostgreSQL's");
 }

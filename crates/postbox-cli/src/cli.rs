@@ -991,6 +991,25 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) history_window: Option<Duration>,
 
+    /// Events in each backlog of the CDC comparison, 0 to skip it (PostgreSQL; needs
+    /// wal_level = logical, else the report says why it was not measured) [default: 500000;
+    /// quick: 2000]
+    #[arg(long, value_name = "N")]
+    pub(crate) cdc_events: Option<u64>,
+
+    /// Producer rate of the CDC comparison's latency runs, events/s [default: 1000; quick: 200]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) cdc_rate: Option<u64>,
+
+    /// How long the CDC comparison watches the slot's retained WAL while 20 other tables churn
+    /// [default: 1m; quick: 3s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) cdc_churn: Option<Duration>,
+
+    /// How long the CDC relay then stays stopped while they churn on [default: 30s; quick: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) cdc_stopped: Option<Duration>,
+
     /// Relay and ceiling batch size [config: batch_size; default: 100]
     #[arg(long, value_name = "N")]
     pub(crate) batch_size: Option<u32>,

@@ -75,6 +75,18 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
     if let Some(w) = args.history_window {
         opts.history_window = w;
     }
+    if let Some(n) = args.cdc_events {
+        opts.cdc_events = n;
+    }
+    if let Some(r) = args.cdc_rate {
+        opts.cdc_rate = r;
+    }
+    if let Some(d) = args.cdc_churn {
+        opts.cdc_churn = d;
+    }
+    if let Some(d) = args.cdc_stopped {
+        opts.cdc_stopped = d;
+    }
     anyhow::ensure!(
         opts.history_rows == 0
             || (opts.history_window > Duration::ZERO
