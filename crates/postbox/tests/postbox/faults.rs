@@ -2,17 +2,14 @@
 //! events retried for a very long time. None of them may lose an event or fail events that had
 //! nothing to do with the fault.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Running, config, count, default_target, enqueue, events, pg, row};
+use crate::common::{Running, config, count, default_target, enqueue, events, pg, row};
 use postbox::{PublishError, Relay};
 use postbox_testkit::{Behaviour, RecordingSink, wait_until};
 

@@ -3,18 +3,15 @@
 //! parks only its own aggregate, and an operator's skip or retry releases it. Needs PostgreSQL on
 //! 127.0.0.1:5432.
 
-#![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, reason = "tests")]
-
-mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::common::{Running, config, count, default_target, enqueue, pg, table_buffers};
 use async_trait::async_trait;
-use common::{Running, config, count, default_target, enqueue, pg, table_buffers};
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
 use postbox::store::{ClaimOrder, ClaimParams, Claimed, Store};

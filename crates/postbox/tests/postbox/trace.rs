@@ -1,18 +1,15 @@
 //! Trace context (feature `otel`): `enqueue` records the current span's `traceparent` unless the
 //! caller set one, and the relay's publish span links to the producer's trace.
 
-#![cfg(all(feature = "otel", feature = "postgres"))]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, pg};
+use crate::common::{config, pg};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use postbox::{Event, Relay};

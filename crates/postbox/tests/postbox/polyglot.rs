@@ -1,9 +1,9 @@
 //! The SQL API from other languages: a Java program (plain JDBC) and a Python program (psycopg 3),
-//! in `tests/polyglot/`, write business rows and events through `postbox_enqueue` inside their own
-//! transactions, commit some and roll back others, while a Rust relay runs in this process. The
-//! relay publishes exactly the committed events; duplicates come back as NULL / `None` where Rust
-//! says `Enqueued::Duplicate`; and the commit's notification wakes an idle relay as fast as a
-//! Rust producer's does.
+//! in `tests/postbox/polyglot/`, write business rows and events through `postbox_enqueue` inside
+//! their own transactions, commit some and roll back others, while a Rust relay runs in this
+//! process. The relay publishes exactly the committed events; duplicates come back as NULL /
+//! `None` where Rust says `Enqueued::Duplicate`; and the commit's notification wakes an idle relay
+//! as fast as a Rust producer's does.
 //!
 //! The programs read one command per line on stdin and answer each with one line:
 //! - `enqueue <order> <key>`: a row in `orders` and an `OrderPlaced` event of aggregate
@@ -20,15 +20,13 @@
 //! Java (`javac`, `java`, `/usr/share/java/postgresql.jar`) and Python 3 with psycopg are
 //! required: without them the test fails, it never skips. `scripts/install-deps` installs them.
 //!
-//! The latency figures: `cargo test -p postbox --all-features --test polyglot -- --nocapture`.
+//! The latency figures:
+//! `cargo test -p postbox --all-features --test postbox polyglot -- --nocapture`.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
-
-mod common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -37,8 +35,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::common::{Running, config, own_store, pg, tally};
 use async_trait::async_trait;
-use common::{Running, config, own_store, pg, tally};
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
 use postbox::{Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, Sink, Store};
@@ -46,7 +44,7 @@ use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::mpsc;
 
 const JDBC_JAR: &str = "/usr/share/java/postgresql.jar";
-const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/polyglot");
+const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/postbox/polyglot");
 /// Latency samples per producer, after one round to warm up.
 const ROUNDS: usize = 10;
 
@@ -511,7 +509,7 @@ async fn java_and_python_producers_get_the_rust_producers_guarantees_and_latency
     }
 }
 
-/// The Python consumer (`tests/polyglot/consumer.py`), on the same line protocol.
+/// The Python consumer (`tests/postbox/polyglot/consumer.py`), on the same line protocol.
 fn python_consumer(db: &TestDb) -> Producer {
     let mut command = Command::new("python3");
     command.arg(format!("{SOURCES}/consumer.py")).arg(db.url());

@@ -4,13 +4,9 @@
 //! version a mark left behind — and the floor never passes an event that is still to be
 //! published.
 
-#![cfg(feature = "postgres")]
-
-mod common;
-
 use std::time::Duration;
 
-use common::{Running, config, default_target, enqueue, events, pg, table_buffers};
+use crate::common::{Running, config, default_target, enqueue, events, pg, table_buffers};
 use postbox::StoreExt;
 use postbox::store::{ClaimParams, MarkProcessedParams};
 use postbox::{PgStore, Relay, Store};
@@ -102,7 +98,10 @@ async fn claims_from_the_floor_do_not_walk_the_dead_rows_a_held_snapshot_keeps()
             .await
             .expect("mark");
     }
-    assert_eq!(common::count(&db, "PROCESSED").await, i64::from(events));
+    assert_eq!(
+        crate::common::count(&db, "PROCESSED").await,
+        i64::from(events)
+    );
     insert_pending(&db, 100).await;
     let floor = store
         .claim_floor(&target, floor, settled(&store).await)
@@ -158,7 +157,10 @@ async fn a_relay_drains_while_analyze_runs_and_its_claims_stay_a_batch_wide() {
     relay.drain(std::future::pending()).await.expect("drain");
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let analyzed = analyzer.await.expect("analyzer");
-    assert_eq!(common::count(&db, "PROCESSED").await, i64::from(events));
+    assert_eq!(
+        crate::common::count(&db, "PROCESSED").await,
+        i64::from(events)
+    );
     assert_eq!(sink.published_ids().len(), 20_000);
     assert!(
         analyzed > 1,
@@ -291,35 +293,36 @@ async fn an_outbox_of_the_previous_release_is_upgraded_while_its_relays_still_cl
     let previous = [
         (
             "outbox_0001_events",
-            include_str!("../sql/postgres/0001_outbox_events.sql"),
+            include_str!("../../sql/postgres/0001_outbox_events.sql"),
         ),
         (
             "outbox_0002_claim_function",
-            include_str!("../sql/postgres/0002_claim_function.sql"),
+            include_str!("../../sql/postgres/0002_claim_function.sql"),
         ),
         (
             "outbox_0003_no_auto_analyze",
-            include_str!("../sql/postgres/0003_no_auto_analyze.sql"),
+            include_str!("../../sql/postgres/0003_no_auto_analyze.sql"),
         ),
         (
             "outbox_0004_bounded_reads",
-            include_str!("../sql/postgres/0004_bounded_reads.sql"),
+            include_str!("../../sql/postgres/0004_bounded_reads.sql"),
         ),
         (
             "outbox_0005_sql_enqueue",
-            include_str!("../sql/postgres/0005_sql_enqueue.sql"),
+            include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
         ),
         (
             "outbox_0006_retention",
-            include_str!("../sql/postgres/0006_retention.sql"),
+            include_str!("../../sql/postgres/0006_retention.sql"),
         ),
         (
             "outbox_0007_ordering",
-            include_str!("../sql/postgres/0007_ordering.sql"),
+            include_str!("../../sql/postgres/0007_ordering.sql"),
         ),
     ];
     let mut conn = db.pool().acquire().await.expect("connection");
-    let history = include_str!("../sql/postgres/history_create.sql").replace("{schema}", "public");
+    let history =
+        include_str!("../../sql/postgres/history_create.sql").replace("{schema}", "public");
     sqlx::raw_sql(sqlx::AssertSqlSafe(history))
         .execute(&mut *conn)
         .await

@@ -2,18 +2,15 @@
 //!
 //! Each test has a database of its own and waits on conditions, never on guessed sleeps.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use common::{Running, config, default_target, enqueue, own_store, pg, row};
+use crate::common::{Running, config, default_target, enqueue, own_store, pg, row};
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
 use postbox::{Error, Event, OutboxEvent, PgStore, Relay, SchemaName, TenantId, TenantStatus};
@@ -276,7 +273,7 @@ async fn a_dropped_tenant_schema_and_a_database_blip_do_not_stop_the_relay() {
     // The first round: the default schema's claim fails as if the connection dropped, the
     // tenant's with missing tables. Once, that round's last error decided, and the relay quit.
     faulty.fail_next(postbox_testkit::StoreOp::Claim, 1);
-    let ids = enqueue(&db, &db.outbox(), common::events("E", 5)).await;
+    let ids = enqueue(&db, &db.outbox(), crate::common::events("E", 5)).await;
     let sink = RecordingSink::new();
     let running = Running::start(Relay::new(faulty, sink.clone(), config()).unwrap());
     wait_until(
@@ -367,7 +364,7 @@ async fn hostile_schema_and_tenant_names_are_refused_and_create_nothing() {
 /// Autovacuum analyzes every outbox table, the default one and each tenant's: migration
 /// `outbox_0003_no_auto_analyze` turned it off while claims walked the dead rows an ANALYZE's
 /// snapshot keeps; since claims take new work from a floor, `outbox_0009_ordered_heads` turns
-/// it back on (`tests/floor.rs` drains while ANALYZE runs).
+/// it back on (`tests/postbox/floor.rs` drains while ANALYZE runs).
 #[tokio::test]
 async fn every_outbox_table_is_analyzed_by_autovacuum() {
     let (db, store) = pg().await;

@@ -1,6 +1,6 @@
 """A Python consumer that applies each message's effect once, through Postbox's SQL inbox: in one
 psycopg 3 transaction it calls postbox_inbox_receive and, only when that answers true, writes
-the effect (a row of `ledger`). Driven by crates/postbox/tests/polyglot.rs, one command per line
+the effect (a row of `ledger`). Driven by crates/postbox/tests/postbox/polyglot.rs, one command per line
 on stdin, one answer per line on stdout:
 - `handle <message id> <amount>`: receive, apply, commit. -> `new` or `duplicate`
 - `hold <message id> <amount>`: receive and apply, leaving the transaction open (the test then

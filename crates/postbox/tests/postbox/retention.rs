@@ -1,17 +1,14 @@
 //! Retention on PostgreSQL: relays archive and purge while they publish, one table at a time;
 //! purging drops whole weeks of the partitioned archive.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Running, config, count, default_target, pg};
+use crate::common::{Running, config, count, default_target, pg};
 use postbox::Relay;
 use postbox::store::{PurgeKind, PurgeParams, purge_all};
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
@@ -63,7 +60,8 @@ async fn relays_archive_and_purge_while_they_publish() {
          INSERT INTO inbox_messages (consumer, message_id) VALUES ('billing', 'fresh');",
     )
     .await;
-    let fresh = common::enqueue(&db, &db.outbox(), common::events("New", 2_000)).await;
+    let fresh =
+        crate::common::enqueue(&db, &db.outbox(), crate::common::events("New", 2_000)).await;
     let store = std::sync::Arc::new(store);
     let sink = RecordingSink::new();
     let relay = |id: &str| {
@@ -248,11 +246,11 @@ async fn purging_drops_whole_weeks_of_the_archive() {
 async fn upgrading_moves_an_existing_archive_into_weekly_partitions() {
     let db = TestDb::new().await;
     let before = [
-        include_str!("../sql/postgres/0001_outbox_events.sql"),
-        include_str!("../sql/postgres/0002_claim_function.sql"),
-        include_str!("../sql/postgres/0003_no_auto_analyze.sql"),
-        include_str!("../sql/postgres/0004_bounded_reads.sql"),
-        include_str!("../sql/postgres/0005_sql_enqueue.sql"),
+        include_str!("../../sql/postgres/0001_outbox_events.sql"),
+        include_str!("../../sql/postgres/0002_claim_function.sql"),
+        include_str!("../../sql/postgres/0003_no_auto_analyze.sql"),
+        include_str!("../../sql/postgres/0004_bounded_reads.sql"),
+        include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
     ];
     sql(&db, "CREATE SCHEMA old_outbox").await;
     for migration in before {
@@ -269,7 +267,8 @@ async fn upgrading_moves_an_existing_archive_into_weekly_partitions() {
     .await;
     sql(
         &db,
-        &include_str!("../sql/postgres/0006_retention.sql").replace("{schema}", "\"old_outbox\""),
+        &include_str!("../../sql/postgres/0006_retention.sql")
+            .replace("{schema}", "\"old_outbox\""),
     )
     .await;
     assert_eq!(

@@ -21,15 +21,13 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-mod any;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use any::Conn;
+use crate::any::Conn;
 use postbox::ops::StoreOps;
 use postbox::{Backoff, Event, Relay, RelayConfig, RelayStats, Store, StoreExt};
-use postbox_testkit::RecordingSink;
+use postbox_testkit::{RecordingSink, wait_until};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
@@ -424,18 +422,15 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
 
     // Every transaction has ended: the relays finish the outbox.
     let target = postbox::Target::default_schema(db.store.default_schema());
-    let finished = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
+    let finished = wait_until(
+        &format!("{name}, seed {seed}: the relays finish the outbox\nschedule: {steps:?}"),
+        Duration::from_secs(30),
+        || async {
             let c = db.store.status_counts(&target).await.unwrap();
-            if c.pending == 0 && c.processing == 0 {
-                return c;
-            }
-            // A poll of the table, which signals nothing; bounded by the timeout above.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| fail("the relays did not finish the outbox in 30 s".into()));
+            (c.pending == 0 && c.processing == 0).then_some(c)
+        },
+    )
+    .await;
     relays.stop_all().await;
     if finished.failed != 0 {
         fail(format!("{} events FAILED", finished.failed));

@@ -4,23 +4,20 @@
 //!
 //! Each test has a database of its own and waits on conditions, never on guessed sleeps.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use common::{
+use crate::common::{
     Running, config, count, default_target, enqueue, events, own_store, pg, publish_marker, row,
     tally,
 };
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use postbox::ops::StoreOps;
 use postbox::store::ClaimParams;
 use postbox::{

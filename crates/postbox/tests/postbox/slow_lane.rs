@@ -2,18 +2,15 @@
 //! try every `dead_letter_retry_interval`, `dead_letter_max_retries` times, then leave it to an
 //! operator.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Running, config, enqueue, events, pg, row};
+use crate::common::{Running, config, enqueue, events, pg, row};
 use postbox::Relay;
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, relay_until, wait_until};
 

@@ -1,5 +1,5 @@
 // A Java service writing its business rows and its events in one JDBC transaction, through
-// Postbox's SQL API. Driven by crates/postbox/tests/polyglot.rs: one command per line on stdin,
+// Postbox's SQL API. Driven by crates/postbox/tests/postbox/polyglot.rs: one command per line on stdin,
 // one answer per line on stdout (the protocol is described there).
 //
 // Compile: javac -cp /usr/share/java/postgresql.jar Producer.java

@@ -7,12 +7,10 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-mod any;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use any::TestStore;
+use crate::any::TestStore;
 use postbox::ops::StoreOps;
 use postbox::store::ClaimParams;
 use postbox::{Backoff, Event, Relay, RelayConfig, Store, StoreExt, Target};

@@ -4,7 +4,6 @@
 //! the ids handed out and the row locks of those not yet committed). Needs MySQL 8.0+ or MariaDB 10.6+ on 127.0.0.1:3306
 //! (`POSTBOX_TEST_MYSQL_URL`).
 
-#![cfg(feature = "mysql")]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::collections::HashMap;
@@ -12,6 +11,7 @@ use std::time::Duration;
 
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
+use postbox::store::Horizon;
 use postbox::{Backoff, Event, MySqlStore, Relay, RelayConfig, Store};
 use postbox_testkit::{Behaviour, RecordingSink, TestMySql, wait_until};
 use tokio::sync::oneshot;
@@ -69,6 +69,32 @@ async fn migrated() -> (TestMySql, MySqlStore) {
         .await
         .unwrap();
     (db, store)
+}
+
+/// Asks `store` for its commit horizon of `t`, from `from` on, until `done` holds for it;
+/// returns that horizon. Panics after `within`, naming `what` and the last horizon.
+async fn horizon_until(
+    store: &MySqlStore,
+    t: &postbox::Target,
+    from: Horizon,
+    what: &str,
+    within: Duration,
+    done: impl Fn(&Horizon) -> bool,
+) -> Horizon {
+    if done(&from) {
+        return from;
+    }
+    let last = tokio::sync::Mutex::new(from);
+    wait_until(what, within, || async {
+        let mut last = last.lock().await;
+        *last = store.commit_horizon(t, last.probe.as_ref()).await.unwrap();
+        if done(&last) {
+            Ok(last.clone())
+        } else {
+            Err(format!("{:?}", *last))
+        }
+    })
+    .await
 }
 
 async fn processed(store: &MySqlStore) -> i64 {
@@ -300,7 +326,7 @@ async fn the_commit_horizon_names_the_open_transaction_it_stops_below() {
     let (_db, store) = migrated().await;
     let outbox = store.outbox();
     let t = postbox::Target::default_schema(store.default_schema());
-    let mut horizon = store.commit_horizon(&t, None).await.unwrap();
+    let horizon = store.commit_horizon(&t, None).await.unwrap();
     let mut rolled_back = store.pool().begin().await.unwrap();
     let gone = outbox
         .enqueue(&mut rolled_back, invoice("X", "1", 0))
@@ -325,39 +351,33 @@ async fn the_commit_horizon_names_the_open_transaction_it_stops_below() {
         .unwrap();
     committed.commit().await.unwrap();
     assert!(gone < held && held < after);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while horizon.settled != Some(held - 1) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the horizon did not reach {} (past the rolled-back id, below the open one): {horizon:?}",
+    let horizon = horizon_until(
+        &store,
+        &t,
+        horizon,
+        &format!(
+            "the horizon reaches {} (past the rolled-back id, below the open one)",
             held - 1
-        );
-        // A poll of the horizon, which signals nothing; bounded by the deadline above.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        horizon = store
-            .commit_horizon(&t, horizon.probe.as_ref())
-            .await
-            .unwrap();
-    }
+        ),
+        Duration::from_secs(5),
+        |h| h.settled == Some(held - 1),
+    )
+    .await;
     let waits_for = horizon.probe.as_ref().unwrap().writers.clone();
     assert_eq!(
         waits_for,
         [format!("the transaction that inserted id {held}")]
     );
     open.commit().await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while horizon.settled < Some(after) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "every id is settled once it commits: {horizon:?}"
-        );
-        // A poll of the horizon, which signals nothing; bounded by the deadline above.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        horizon = store
-            .commit_horizon(&t, horizon.probe.as_ref())
-            .await
-            .unwrap();
-    }
+    horizon_until(
+        &store,
+        &t,
+        horizon,
+        "every id is settled once it commits",
+        Duration::from_secs(5),
+        |h| h.settled >= Some(after),
+    )
+    .await;
 }
 
 /// A relay that starts while a producer transaction is open far behind the head — more than
@@ -395,7 +415,8 @@ async fn a_relay_that_starts_behind_an_open_transaction_waits_for_it() {
             horizon.settled.is_none_or(|s| s < held),
             "settled past id {held}, which an open transaction holds: {horizon:?}"
         );
-        // The horizon checks ids read 100 ms before; polled for three seconds, as relays do.
+        // The subject is a period: for three seconds no horizon passes the open id. The horizon
+        // checks ids read 100 ms before; asked every 20 ms, as a busy relay asks.
         tokio::time::sleep(Duration::from_millis(20)).await;
         horizon = relay_store
             .commit_horizon(&t, horizon.probe.as_ref())
@@ -404,19 +425,15 @@ async fn a_relay_that_starts_behind_an_open_transaction_waits_for_it() {
     }
     assert_eq!(horizon.settled, Some(held - 1), "{horizon:?}");
     open.commit().await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while horizon.settled < Some(head) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "every id is settled once it commits: {horizon:?}"
-        );
-        // A poll of the horizon, which signals nothing; bounded by the deadline above.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        horizon = relay_store
-            .commit_horizon(&t, horizon.probe.as_ref())
-            .await
-            .unwrap();
-    }
+    horizon_until(
+        &relay_store,
+        &t,
+        horizon,
+        "every id is settled once it commits",
+        Duration::from_secs(10),
+        |h| h.settled >= Some(head),
+    )
+    .await;
 }
 
 /// An outbox of the previous release (migration 0001 only), with events that went wrong there
@@ -430,12 +447,12 @@ async fn an_outbox_of_the_previous_release_is_upgraded_and_its_retries_still_fou
     let store = db.store().await;
     let pool = store.pool();
     for statement in [
-        include_str!("../sql/mysql/history_create.sql"),
-        include_str!("../sql/mysql/0001_outbox_events.sql"),
+        include_str!("../../sql/mysql/history_create.sql"),
+        include_str!("../../sql/mysql/0001_outbox_events.sql"),
     ] {
         sqlx::raw_sql(statement).execute(pool).await.unwrap();
     }
-    sqlx::query(include_str!("../sql/mysql/history_record.sql"))
+    sqlx::query(include_str!("../../sql/mysql/history_record.sql"))
         .bind("outbox_0001_events")
         .execute(pool)
         .await

@@ -1,17 +1,14 @@
 //! `Outbox::enqueue_with` on PostgreSQL: a business statement and its event as one SQL statement.
 //! Both are written or neither; bad input is refused before anything is sent.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Running, config, own_store, pg, publish_marker};
+use crate::common::{Running, config, own_store, pg, publish_marker};
 use postbox::{Enqueued, Error, Event, Relay};
 use postbox_testkit::{RecordingSink, TestDb};
 

@@ -2,19 +2,16 @@
 //!
 //! Each test has a database of its own and waits on conditions, never on guessed sleeps.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Running, config, count, enqueue, events, pg, row};
+use crate::common::{Running, config, count, enqueue, events, pg, row};
 use postbox::{DomainEvent, Event, Handlers, OutboxEvent, PublishError, Relay, RelayStats, Sink};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 use serde::{Deserialize, Serialize};

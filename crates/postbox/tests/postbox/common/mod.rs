@@ -1,7 +1,10 @@
-//! Helpers shared by the relay test binaries: a migrated database per test, enqueueing, row
+//! Helpers shared by the relay tests: a migrated database per test, enqueueing, row
 //! inspection, and relays running in the background.
 
-#![allow(dead_code, reason = "each test binary uses some of the helpers")]
+#![allow(
+    dead_code,
+    reason = "the tests of each store feature use part of the helpers"
+)]
 
 use std::collections::HashMap;
 use std::time::Duration;

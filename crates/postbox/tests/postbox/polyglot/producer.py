@@ -1,5 +1,5 @@
 """A Python service writing its business rows and its events in one psycopg 3 transaction,
-through Postbox's SQL API. Driven by crates/postbox/tests/polyglot.rs: one command per line on
+through Postbox's SQL API. Driven by crates/postbox/tests/postbox/polyglot.rs: one command per line on
 stdin, one answer per line on stdout (the protocol is described there).
 
 Run: python3 producer.py postgres://postgres@127.0.0.1:5432/app

@@ -5,19 +5,17 @@
 //! registered. (`docs/operations.md` and `deploy/` are checked against the same list by
 //! `postbox-admin`'s tests; the metrics only `postbox-admin` records are not the relay's.)
 //!
-//! The recorder is this process's global one: this binary holds this one test.
+//! The recorder is this process's global one, installed once; the other tests of the binary run
+//! relays beside this one, so it notes only what the threads of this test's own runtime register.
 
-#![cfg(feature = "postgres")]
-
-mod common;
-
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::common::{Running, config, enqueue, events, pg};
 use async_trait::async_trait;
-use common::{Running, config, enqueue, events, pg};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use postbox::store::ClaimParams;
 use postbox::{Event, OutboxEvent, PublishError, Relay, Sink, SinkHealth, Store};
@@ -49,9 +47,33 @@ impl Seen {
     }
 }
 
-/// Notes every metric the relay registers (each `counter!`, `gauge!`, `histogram!` call
-/// registers its key); records no values.
-struct NameRecorder(Seen);
+thread_local! {
+    /// Where the registrations made on this thread are noted: set on the threads of the test's
+    /// own runtime, none elsewhere.
+    static NOTED: RefCell<Option<Seen>> = const { RefCell::new(None) };
+}
+
+/// Notes every metric registered on a thread of the test's runtime (each `counter!`, `gauge!`,
+/// `histogram!` call registers its key); records no values.
+struct NameRecorder;
+
+impl NameRecorder {
+    fn note(key: &Key) {
+        NOTED.with(|noted| {
+            if let Some(seen) = &*noted.borrow() {
+                seen.note(key);
+            }
+        });
+    }
+
+    /// Installs the recorder as the process's global one, once.
+    fn install() {
+        static INSTALLED: OnceLock<()> = OnceLock::new();
+        INSTALLED.get_or_init(|| {
+            metrics::set_global_recorder(NameRecorder).expect("the only recorder");
+        });
+    }
+}
 
 impl Recorder for NameRecorder {
     fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
@@ -59,17 +81,17 @@ impl Recorder for NameRecorder {
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        self.0.note(key);
+        Self::note(key);
         Counter::noop()
     }
 
     fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        self.0.note(key);
+        Self::note(key);
         Gauge::noop()
     }
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        self.0.note(key);
+        Self::note(key);
         Histogram::noop()
     }
 }
@@ -105,10 +127,32 @@ async fn sql(db: &TestDb, sql: &str) {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_relay_records_exactly_the_listed_metrics_with_their_labels() {
+/// Runs `test` on a multi-threaded runtime of its own (two workers, as `#[tokio::test]` would
+/// make) whose threads, and this one, note the metrics they register into `seen`.
+fn noted_into<F: std::future::Future<Output = ()>>(seen: &Seen, test: F) {
+    let set = |seen: Option<Seen>| NOTED.with(|noted| *noted.borrow_mut() = seen);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start({
+            let seen = seen.clone();
+            move || set(Some(seen.clone()))
+        })
+        .build()
+        .expect("runtime");
+    set(Some(seen.clone()));
+    runtime.block_on(test);
+    set(None);
+}
+
+#[test]
+fn the_relay_records_exactly_the_listed_metrics_with_their_labels() {
     let seen = Seen::default();
-    metrics::set_global_recorder(NameRecorder(seen.clone())).expect("the only recorder");
+    NameRecorder::install();
+    noted_into(&seen, the_relay_records_the_listed_metrics(seen.clone()));
+}
+
+async fn the_relay_records_the_listed_metrics(seen: Seen) {
     let (db, store) = pg().await;
 
     // For retention: a PROCESSED event of 40 days ago (archived), an event archived 100 days
@@ -127,7 +171,7 @@ async fn the_relay_records_exactly_the_listed_metrics_with_their_labels() {
     let stale = enqueue(&db, &db.outbox(), events("Stale", 1)).await[0];
     let gone = store
         .events_claim(&ClaimParams {
-            target: &common::default_target(),
+            target: &crate::common::default_target(),
             batch_size: 1,
             lease: Duration::from_millis(1),
             relay_id: "gone",
@@ -201,12 +245,19 @@ async fn the_relay_records_exactly_the_listed_metrics_with_their_labels() {
         let names = seen.names();
         want.difference(&names).cloned().collect::<Vec<_>>()
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !missing().is_empty() && tokio::time::Instant::now() < deadline {
-        // A poll of what was recorded (a recorder signals nothing); the deadline bounds it and
-        // the assertion below names what is missing.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(
+        "the relay has registered every listed metric",
+        Duration::from_secs(60),
+        || async {
+            let missing = missing();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("not registered yet: {missing:?}"))
+            }
+        },
+    )
+    .await;
     relay.stop().await;
 
     let recorded = seen.snapshot();

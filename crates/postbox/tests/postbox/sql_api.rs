@@ -2,18 +2,15 @@
 //! agrees with the Rust `Outbox`: the same rows, the same daily key, the same duplicates, the
 //! same refusals, the same wake-ups. Each test has a database of its own.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{Running, config, enqueue, events, own_store, pg, publish_marker};
 use chrono::{NaiveDate, Utc};
-use common::{Running, config, enqueue, events, own_store, pg, publish_marker};
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
 use postbox::{Enqueued, Error, Event, PgStore, Relay, TenantId};

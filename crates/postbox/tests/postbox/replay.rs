@@ -1,22 +1,19 @@
 //! Replays on PostgreSQL: chosen by filter from the table and the archive, marked as replays,
 //! with the dedup id asked for; originals untouched; no long transaction; failures reported.
 
-#![cfg(feature = "postgres")]
 #![allow(
     clippy::unwrap_used,
     reason = "tests fail loudly on the first unexpected error"
 )]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{default_target, pg};
+use crate::common::{default_target, pg};
 use postbox::replay::{REPLAY_ID_HEADER, REPLAY_OF_HEADER, Replay, ReplayDedup, ReplayOptions};
 use postbox::store::{EventFilter, EventStatus};
 use postbox::{PublishError, Store};
-use postbox_testkit::{Behaviour, RecordingSink, TestDb};
+use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 
 async fn sql(db: &TestDb, sql: &str) {
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -159,21 +156,27 @@ async fn a_replay_reports_what_it_could_not_publish_and_holds_no_long_transactio
     let started = std::time::Instant::now();
     let running =
         tokio::spawn(async move { replay.run(&target, &EventFilter::default(), |_| {}).await });
-    // While it runs, no session of this database keeps a transaction open for long.
-    let mut longest = 0.0f64;
-    while !running.is_finished() {
-        let age: Option<f64> = sqlx::query_scalar(
-            "SELECT max(extract(epoch FROM now() - xact_start))::float8 FROM pg_stat_activity
+    // While it runs, no session of this database keeps a transaction open for long: sampled at
+    // each look until it ends.
+    let longest = std::cell::Cell::new(0.0f64);
+    wait_until(
+        "the replay has finished",
+        Duration::from_secs(60),
+        || async {
+            let age: Option<f64> = sqlx::query_scalar(
+                "SELECT max(extract(epoch FROM now() - xact_start))::float8 FROM pg_stat_activity
              WHERE datname = current_database() AND pid <> pg_backend_pid()
                AND xact_start IS NOT NULL",
-        )
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
-        longest = longest.max(age.unwrap_or(0.0));
-        // The sampling interval of this watch over the server's sessions: the subject.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            )
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            longest.set(longest.get().max(age.unwrap_or(0.0)));
+            running.is_finished()
+        },
+    )
+    .await;
+    let longest = longest.get();
     let report = running.await.unwrap().unwrap();
     assert!(longest < 0.5, "a transaction stayed open {longest}s");
     assert_eq!(report.published, 39);

@@ -1,7 +1,11 @@
 //! A database of each store for the tests that run on every store, reached the way users reach
 //! one (`postbox::connect(url)`), and producer connections to it driven by plain statements.
 
-#![allow(dead_code, reason = "each test binary uses some of the helpers")]
+#![allow(clippy::unwrap_used, reason = "tests")]
+#![allow(
+    dead_code,
+    reason = "the tests of each store feature use part of the helpers"
+)]
 
 use postbox::{Event, Outbox};
 
