@@ -187,33 +187,41 @@ async fn metrics_are_scraped_and_parsed_while_events_flow() {
         let lines = text.lines().map(|l| Ok(l.to_owned()));
         (prometheus_parse::Scrape::parse(lines).unwrap(), text)
     };
-    let counted = |scrape: &prometheus_parse::Scrape, name: &str, label: (&str, &str)| {
+    let counted = |scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]| {
         scrape
             .samples
             .iter()
-            .find(|x| x.metric == name && x.labels.get(label.0) == Some(label.1))
+            .find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
             .and_then(|x| match &x.value {
                 prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => Some(*v),
                 _ => None,
             })
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let (scrape, text) = loop {
-        let (scrape, text) = scraped().await;
-        let published = counted(
-            &scrape,
-            "postbox_events_published_total",
-            ("tenant", "default"),
-        );
-        let pending = counted(&scrape, "postbox_events", ("status", "PENDING"));
-        if (published >= Some(25.0) && pending == Some(0.0))
-            || tokio::time::Instant::now() >= deadline
-        {
-            break (scrape, text);
-        }
-        // A poll of the metrics, which signal nothing; bounded by the deadline above.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (scrape, text) = wait_until(
+        "the scrape shows this test's events published and none pending",
+        Duration::from_secs(10),
+        || async {
+            let (scrape, text) = scraped().await;
+            let published = counted(
+                &scrape,
+                "postbox_events_published_total",
+                &[("tenant", "default")],
+            );
+            let pending = counted(
+                &scrape,
+                "postbox_events",
+                &[("tenant", "default"), ("status", "PENDING")],
+            );
+            if published >= Some(25.0) && pending == Some(0.0) {
+                Ok((scrape, text))
+            } else {
+                Err(format!(
+                    "published {published:?}, pending {pending:?}\n{text}"
+                ))
+            }
+        },
+    )
+    .await;
     let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
         scrape
             .samples
@@ -807,7 +815,7 @@ async fn the_page_shows_a_person_the_failed_event_and_retries_it() {
         .failed_event("InvoiceRejected", Behaviour::FailPermanently)
         .await;
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("admin-page.png");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/page.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/admin/browser/page.py");
     let base = s.url("");
     let id_text = id.to_string();
     let shot = screenshot.display().to_string();
