@@ -3,7 +3,6 @@
 //! in its own process, watches its stats, and stops it. Needs PostgreSQL on 127.0.0.1:5432 and
 //! NATS with JetStream on 127.0.0.1:4222.
 
-#![cfg(all(feature = "nats", feature = "webhook"))]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::sync::{Arc, Mutex};

@@ -1,14 +1,14 @@
 //! Every sink's CloudEvents output (`format = "cloudevents"`), binary and structured, as a
 //! consumer receives it from the real broker, decoded by the official CloudEvents SDK for Python
-//! (`cloudevents` 2.x, `tests/cloudevents/decode.py`): each mapped attribute and the payload must
-//! come out as Postbox wrote them.
+//! (`cloudevents` 2.x, `tests/sinks/cloudevents/decode.py`): each mapped attribute and the payload
+//! must come out as Postbox wrote them.
 //!
 //! Needs `python3` with `cloudevents` (scripts/install-deps installs it) and the loopback
 //! services of the conformance suite.
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::io::Write;
@@ -106,7 +106,10 @@ fn as_received(binding: &str, got: &Received) -> Value {
 
 /// Runs the SDK over `messages`.
 fn sdk_decode(messages: &[Value]) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cloudevents/decode.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/sinks/cloudevents/decode.py"
+    );
     let mut child = Command::new("python3")
         .arg(script)
         .stdin(Stdio::piped())

@@ -10,14 +10,12 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-mod support;
-
 /// Runs the shared suite against one harness.
 macro_rules! conformance {
     ($module:ident, $feature:literal, $harness:ty, concurrency = $n:expr) => {
         #[cfg(feature = $feature)]
         mod $module {
-            use super::support;
+            use crate::support;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn delivers_exactly_what_was_acked() {
@@ -91,9 +89,9 @@ mod kafka_broker {
 
     use postbox::{OutboxEvent, Sink};
 
-    use super::support;
-    use super::support::kafka::TansuHarness;
-    use super::support::{Harness, full_event};
+    use crate::support;
+    use crate::support::kafka::TansuHarness;
+    use crate::support::{Harness, full_event};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn delivers_exactly_what_was_acked() {
@@ -135,17 +133,20 @@ mod kafka_broker {
                     while let Err(e) = h.sink.publish(&event).await {
                         tries += 1;
                         assert!(tries < 20, "event {} never acknowledged: {e}", event.id);
-                        // The relay's backoff, shortened.
+                        // The relay's backoff between two tries of an event, shortened: the
+                        // subject is a publisher that retries as the relay does.
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             }));
         }
-        while acked.load(std::sync::atomic::Ordering::SeqCst) < events.len() / 3 {
-            // Waiting for the first third to be acknowledged before the fault.
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        postbox_testkit::wait_until(
+            "a third of the events are acknowledged, before the fault",
+            Duration::from_secs(60),
+            || async { acked.load(std::sync::atomic::Ordering::SeqCst) >= events.len() / 3 },
+        )
+        .await;
         fault(&h).await;
         for worker in workers {
             worker.await.unwrap();
@@ -198,9 +199,9 @@ mod nats_specific {
 
     use postbox::Sink;
 
-    use super::support::nats::NatsHarness;
-    use super::support::proxy::Proxy;
-    use super::support::{Harness, full_event};
+    use crate::support::nats::NatsHarness;
+    use crate::support::proxy::Proxy;
+    use crate::support::{Harness, full_event};
 
     /// JetStream drops a repeat of the same `Nats-Msg-Id`; both publishes are acknowledged.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,8 +218,8 @@ mod nats_specific {
     /// A subject no stream captures fails as retryable and says so.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_stream_for_the_subject_is_an_error() {
-        let proxy = Proxy::start(super::support::nats::SERVER.parse().unwrap()).await;
-        let prefix = format!("postbox_nostream_{}", super::support::suffix());
+        let proxy = Proxy::start(crate::support::nats::SERVER.parse().unwrap()).await;
+        let prefix = format!("postbox_nostream_{}", crate::support::suffix());
         let sink = postbox_sinks::NatsSink::connect(NatsHarness::config(
             &prefix,
             &proxy,
@@ -234,7 +235,7 @@ mod nats_specific {
     /// `connect` fails with the address when nothing listens there.
     #[tokio::test]
     async fn connect_fails_when_unreachable() {
-        let proxy = Proxy::start(super::support::nats::SERVER.parse().unwrap()).await;
+        let proxy = Proxy::start(crate::support::nats::SERVER.parse().unwrap()).await;
         proxy.down();
         let mut config = NatsHarness::config("x", &proxy, Duration::from_secs(1));
         config.connect_timeout = Duration::from_secs(1);
@@ -250,9 +251,9 @@ mod amqp_specific {
     use lapin::options::ExchangeDeleteOptions;
     use postbox::Sink;
 
-    use super::support::amqp::{admin, declare_exchange, sink_config};
-    use super::support::proxy::Proxy;
-    use super::support::{full_event, suffix};
+    use crate::support::amqp::{admin, declare_exchange, sink_config};
+    use crate::support::proxy::Proxy;
+    use crate::support::{full_event, suffix};
 
     /// With `mandatory`, a message no queue receives is returned: the publish fails (retryable).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,7 +261,7 @@ mod amqp_specific {
         let (connection, channel) = admin().await;
         let exchange = format!("postbox_test_unbound_{}", suffix());
         declare_exchange(&channel, &exchange).await;
-        let proxy = Proxy::start(super::support::amqp::BROKER.parse().unwrap()).await;
+        let proxy = Proxy::start(crate::support::amqp::BROKER.parse().unwrap()).await;
         let sink = postbox_sinks::AmqpSink::connect(sink_config(
             &proxy,
             &exchange,
@@ -282,7 +283,7 @@ mod amqp_specific {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn missing_exchange_fails_then_recovers() {
         let exchange = format!("postbox_test_missing_{}", suffix());
-        let proxy = Proxy::start(super::support::amqp::BROKER.parse().unwrap()).await;
+        let proxy = Proxy::start(crate::support::amqp::BROKER.parse().unwrap()).await;
         let sink = postbox_sinks::AmqpSink::connect(sink_config(
             &proxy,
             &exchange,
@@ -335,8 +336,8 @@ mod kafka_specific {
     use postbox::Sink;
     use rdkafka::types::RDKafkaRespErr;
 
-    use super::support::kafka::{Command, KafkaHarness};
-    use super::support::{Harness, full_event};
+    use crate::support::kafka::{Command, KafkaHarness};
+    use crate::support::{Harness, full_event};
 
     /// A broker error that retrying cannot fix (message too large) is permanent.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,9 +382,9 @@ mod redis_specific {
     use postbox::Sink;
     use redis::AsyncCommands;
 
-    use super::support::proxy::Proxy;
-    use super::support::redis::{admin, sink_config};
-    use super::support::{full_event, suffix};
+    use crate::support::proxy::Proxy;
+    use crate::support::redis::{admin, sink_config};
+    use crate::support::{full_event, suffix};
 
     /// A key that holds something else than a stream is a permanent error.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,7 +392,7 @@ mod redis_specific {
         let mut conn = admin().await;
         let key = format!("postbox_test_wrongtype_{}", suffix());
         let _: () = conn.set(&key, "a string").await.unwrap();
-        let proxy = Proxy::start(super::support::redis::SERVER.parse().unwrap()).await;
+        let proxy = Proxy::start(crate::support::redis::SERVER.parse().unwrap()).await;
         let sink =
             postbox_sinks::RedisSink::connect(sink_config(&proxy, &key, Duration::from_secs(3)))
                 .await
@@ -406,7 +407,7 @@ mod redis_specific {
     async fn maxlen_trims_the_stream() {
         let mut conn = admin().await;
         let key = format!("postbox_test_maxlen_{}", suffix());
-        let proxy = Proxy::start(super::support::redis::SERVER.parse().unwrap()).await;
+        let proxy = Proxy::start(crate::support::redis::SERVER.parse().unwrap()).await;
         let mut config = sink_config(&proxy, &key, Duration::from_secs(5));
         config.maxlen = Some(10);
         let sink = postbox_sinks::RedisSink::connect(config).await.unwrap();
@@ -425,8 +426,8 @@ mod mqtt_specific {
 
     use postbox::Sink;
 
-    use super::support::mqtt::MqttHarness;
-    use super::support::{Harness, full_event};
+    use crate::support::mqtt::MqttHarness;
+    use crate::support::{Harness, full_event};
 
     /// Publishes made while the broker is away all fail (none claims success); after it comes
     /// back, a new burst of 200 is acknowledged and received in full.
@@ -503,8 +504,8 @@ mod webhook_specific {
 
     use postbox::Sink;
 
-    use super::support::webhook::WebhookHarness;
-    use super::support::{Harness, full_event};
+    use crate::support::webhook::WebhookHarness;
+    use crate::support::{Harness, full_event};
 
     async fn answer(status: u16, body: &str) -> postbox::PublishError {
         let h = WebhookHarness::start(Duration::from_secs(3)).await;

@@ -3,7 +3,6 @@
 //! spent, the endpoint is probed rather than flooded, and everything is published once it is
 //! back. Needs PostgreSQL on 127.0.0.1:5432.
 
-#![cfg(feature = "webhook")]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::sync::Arc;
