@@ -170,7 +170,8 @@ async fn the_slot_is_confirmed_only_once_the_events_are_recorded() {
             "confirmed {confirmed} past the unpublished commit at {committed}"
         );
         assert_eq!(processed(db.pool()).await, 0);
-        // Looks spread over a second of the three the publish takes.
+        // The subject is a period: nothing is confirmed while the publish lasts. Looks spread
+        // over a second of the three it takes.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     wait_until(

@@ -40,4 +40,4 @@ pub use pg::{TestDb, admin_url};
 pub use sinks::{Behaviour, RecordingSink};
 #[cfg(feature = "sqlite")]
 pub use sqlite::TestSqlite;
-pub use wait::{relay_until, settled, wait_until};
+pub use wait::{Ready, relay_until, settled, wait_until};

@@ -12,7 +12,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The tansu version `scripts/install-deps` installs and these tests are written against.
 pub const VERSION: &str = "0.6.0";
@@ -175,28 +175,32 @@ impl Tansu {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start tansu ({}): {e}", binary().display()));
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
-            if let Some(child) = &mut self.child
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!(
-                    "tansu exited ({status}) before it listened:\n{}",
-                    self.log()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tansu did not listen on {} within 30 s:\n{}",
-                self.bootstrap(),
-                self.log()
-            );
-            // Polling the port: the broker says nothing else when it is ready.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // Polling the port: the broker says nothing else when it is ready.
+        let (port, log) = (self.port, self.dir.path().join("tansu.log"));
+        crate::wait_until(
+            &format!("tansu listens on {}", self.bootstrap()),
+            Duration::from_secs(30),
+            || {
+                if let Some(child) = &mut self.child
+                    && let Ok(Some(status)) = child.try_wait()
+                {
+                    panic!(
+                        "tansu exited ({status}) before it listened:\n{}",
+                        self.log()
+                    );
+                }
+                let log = log.clone();
+                async move {
+                    tokio::net::TcpStream::connect(("127.0.0.1", port))
+                        .await
+                        .map_err(|e| {
+                            let log = std::fs::read_to_string(log).unwrap_or_default();
+                            format!("{e}; its log:\n{log}")
+                        })
+                }
+            },
+        )
+        .await;
     }
 }
 

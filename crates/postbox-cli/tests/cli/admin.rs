@@ -3,9 +3,10 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{Pg, Running, postbox, run};
+use postbox_testkit::wait_until;
 
 const TOKEN: &str = "cli-test-token-0123456789";
 
@@ -29,21 +30,21 @@ fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String
     Some((status, body.to_owned()))
 }
 
-/// Polls `path` until `check` holds; panics after 30 s with the last answer.
-fn wait_for(addr: SocketAddr, path: &str, what: &str, check: impl Fn(u16, &str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = None;
-    while Instant::now() < deadline {
-        if let Some((status, body)) = get(addr, path, None) {
-            if check(status, &body) {
-                return body;
-            }
-            last = Some((status, body));
+/// Asks for `path` until `check` holds for the answer, which it returns; panics after 30 s with
+/// the last answer.
+async fn wait_for(
+    addr: SocketAddr,
+    path: &str,
+    what: &str,
+    check: impl Fn(u16, &str) -> bool,
+) -> String {
+    wait_until(what, Duration::from_secs(30), || async {
+        match get(addr, path, None) {
+            Some((status, body)) if check(status, &body) => Ok(body),
+            last => Err(format!("last answer of {path}: {last:?}")),
         }
-        // A poll of the relay's admin port, which signals nothing; bounded by the deadline above.
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what}: last answer of {path}: {last:?}");
+    })
+    .await
 }
 
 #[tokio::test]
@@ -62,16 +63,18 @@ async fn the_admin_port_is_ready_once_migrated_and_counts_what_the_relay_publish
     cmd.env("POSTBOX_ADMIN_TOKEN", TOKEN);
     let relay = Running::spawn(cmd);
     // Up, alive, and not ready: the tables do not exist yet.
-    wait_for(addr, "/healthz", "alive", |s, _| s == 200);
+    wait_for(addr, "/healthz", "alive", |s, _| s == 200).await;
     let body = wait_for(addr, "/readyz", "not ready before migrating", |s, _| {
         s == 503
-    });
+    })
+    .await;
     assert!(body.contains("not migrated"), "{body}");
 
     pg.ok(&["migrate"]);
     wait_for(addr, "/readyz", "ready after migrating", |s, b| {
         s == 200 && b == "ready\n"
-    });
+    })
+    .await;
     pg.insert_events("outbox_events", "OrderPlaced", 40, true)
         .await;
     let metrics = wait_for(addr, "/metrics", "40 events counted", |s, b| {
@@ -80,7 +83,8 @@ async fn the_admin_port_is_ready_once_migrated_and_counts_what_the_relay_publish
                 l.starts_with("postbox_events_published_total{tenant=\"default\"}")
                     && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(40.0)
             })
-    });
+    })
+    .await;
     assert!(
         metrics.contains("postbox_publish_latency_seconds_bucket"),
         "{metrics}"
@@ -243,8 +247,9 @@ async fn a_sink_outage_shows_in_metrics_and_readiness_until_it_is_back() {
     };
     wait_for(addr, "/metrics", "the sink is down", |s, b| {
         s == 200 && down(b)
-    });
-    let body = wait_for(addr, "/readyz", "not ready while down", |s, _| s == 503);
+    })
+    .await;
+    let body = wait_for(addr, "/readyz", "not ready while down", |s, _| s == 503).await;
     assert!(body.contains("down since"), "{body}");
 
     // The endpoint comes up: the events go out, the sink is up, the relay ready.
@@ -261,8 +266,9 @@ async fn a_sink_outage_shows_in_metrics_and_readiness_until_it_is_back() {
                 l.starts_with("postbox_events_published_total{tenant=\"default\"}")
                     && l.ends_with(" 3")
             })
-    });
-    wait_for(addr, "/readyz", "ready again", |s, _| s == 200);
+    })
+    .await;
+    wait_for(addr, "/readyz", "ready again", |s, _| s == 200).await;
     relay.signal("TERM");
     let out = relay.finish(Duration::from_secs(30));
     assert!(out.status.success(), "{}", out.stderr);

@@ -8,9 +8,9 @@
 
 use std::collections::HashMap;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use crate::support::{DEADLINE, Pg, Running};
+use postbox_testkit::wait_until;
 
 /// Events committed.
 const EVENTS: i64 = 100_000;
@@ -22,25 +22,6 @@ const CONSUMER_KILLS: i64 = 20;
 /// timeout, which must be shorter).
 const LEASE: &str = "3s";
 const PUBLISH_TIMEOUT: &str = "2s";
-
-/// Polls `done` every 100 ms until it holds; panics after `within`. A poll of the database or
-/// the broker, which signal nothing; `postbox_testkit::wait_until` looks every 5 ms, and each
-/// look here counts a table of up to 100,000 rows beside the consumer it waits for.
-async fn until<F, Fut>(what: &str, within: Duration, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !done().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting until {what}"
-        );
-        // A poll (see above); the deadline bounds it.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn scalar(pg: &Pg, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql)
@@ -158,13 +139,13 @@ async fn consumer_killed_20_times(consumer: fn(&str, &str) -> Command) {
     // A relay killed mid-drain: what it had claimed and not marked is published again by its
     // successor once the lease runs out.
     let first = relay();
-    until("the relay is draining", DEADLINE, || async {
+    wait_until("the relay is draining", DEADLINE, || async {
         processed().await >= 10_000
     })
     .await;
     first.kill();
     let second = relay();
-    until("the replayed type is published", DEADLINE, || async {
+    wait_until("the replayed type is published", DEADLINE, || async {
         scalar(
             &pg,
             "SELECT count(*) FROM outbox_events WHERE event_type = 'Replayed' AND status = 'PROCESSED'",
@@ -183,7 +164,7 @@ async fn consumer_killed_20_times(consumer: fn(&str, &str) -> Command) {
     // The consumer dies 20 times while it works through the stream.
     for kill in 0..CONSUMER_KILLS {
         let at = (kill + 1) * EVENTS / (CONSUMER_KILLS + 2);
-        until(
+        wait_until(
             &format!("the consumer handled {at} events (kill {kill})"),
             DEADLINE,
             || async { handled().await >= at },
@@ -192,7 +173,7 @@ async fn consumer_killed_20_times(consumer: fn(&str, &str) -> Command) {
         reader.kill();
         reader = consumer();
     }
-    until("every event is published", DEADLINE, || async {
+    wait_until("every event is published", DEADLINE, || async {
         processed().await == EVENTS
     })
     .await;
@@ -200,19 +181,22 @@ async fn consumer_killed_20_times(consumer: fn(&str, &str) -> Command) {
     second.finish(DEADLINE);
 
     let mut redis = postbox_testkit::consumers::redis::connect().await;
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let info = group_info(&mut redis, &stream).await;
-        if info.get("pending") == Some(&0) && info.get("lag") == Some(&0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the consumer did not read and acknowledge the whole stream: {info:?}"
-        );
-        // A poll of the consumer group, which signals nothing; the deadline bounds it.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "the consumer has read and acknowledged the whole stream",
+        DEADLINE,
+        || {
+            let (mut redis, stream) = (redis.clone(), &stream);
+            async move {
+                let info = group_info(&mut redis, stream).await;
+                if info.get("pending") == Some(&0) && info.get("lag") == Some(&0) {
+                    Ok(())
+                } else {
+                    Err(format!("{info:?}"))
+                }
+            }
+        },
+    )
+    .await;
     // Nothing more comes; the consumer stops here.
     reader.kill();
 

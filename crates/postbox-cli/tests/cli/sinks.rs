@@ -13,6 +13,7 @@ use postbox_testkit::consumers::{
     AmqpQueue, MqttTopics, NatsStream, Received, RedisStreams, Webhook,
 };
 use postbox_testkit::proxy::Proxy;
+use postbox_testkit::wait_until;
 
 /// How long a consumer may take to see what the relay published.
 const ARRIVAL: Duration = Duration::from_secs(20);
@@ -477,15 +478,10 @@ async fn kafka_broker_restarted_mid_drain_loses_nothing_read_back_by_kafka_pytho
         .await
         .expect("count")
     };
-    let deadline = std::time::Instant::now() + DEADLINE;
-    while processed().await < EVENTS / 3 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the relay did not get a third of the way"
-        );
-        // Polling the table: the relay says nothing per batch.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the relay got a third of the way", DEADLINE, || async {
+        processed().await >= EVENTS / 3
+    })
+    .await;
     broker.restart().await;
     let at_restart = processed().await;
     assert!(
@@ -855,8 +851,7 @@ async fn a_broker_away_at_start_up_is_waited_for_and_gets_every_event() {
 
     // Every event is tried and put back while the broker is away, spending no try; none is
     // PROCESSED.
-    let deadline = tokio::time::Instant::now() + ARRIVAL;
-    loop {
+    wait_until("every event was tried", ARRIVAL, || async {
         let states = states(&pg).await;
         assert!(
             states
@@ -869,15 +864,12 @@ async fn a_broker_away_at_start_up_is_waited_for_and_gets_every_event() {
                 .as_deref()
                 .is_some_and(|e| e.contains("not connected yet"))
         }) {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{states:?}"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not every event was tried: {states:?}"
-        );
-        // A poll of the table, which signals nothing; bounded by the deadline above.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     assert!(streams.collector.snapshot().is_empty());
 
     proxy.up();

@@ -270,23 +270,23 @@ impl Running {
 
     /// Waits for exit within `within` (killing it and failing the test otherwise).
     pub(crate) fn finish(mut self, within: Duration) -> Finished {
-        let deadline = Instant::now() + within;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "postbox did not exit within {within:?}; stderr:\n{}",
-                    text(&self.stderr)
-                );
-            }
-            // A poll of the child's exit, which std signals only to a wait without a deadline;
-            // bounded by the deadline above.
-            std::thread::sleep(Duration::from_millis(10));
+        // The exit is signalled to a thread that waits for it without a deadline; the deadline
+        // is this thread's wait for that thread's word.
+        let pid = self.pid().to_string();
+        let mut child = self.child;
+        let (exited_tx, exited) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let _ = exited_tx.send(child.wait().expect("wait"));
+        });
+        let Ok(status) = exited.recv_timeout(within) else {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            let _ = waiter.join();
+            panic!(
+                "postbox did not exit within {within:?}; stderr:\n{}",
+                text(&self.stderr)
+            );
         };
+        waiter.join().expect("waiter thread");
         for reader in self.readers.drain(..) {
             reader.join().expect("reader thread");
         }

@@ -66,15 +66,16 @@ impl<'a, B: StoreHarness> Horizon<'a, B> {
 
     /// Follows the horizon until it has passed `id`; panics after [`SETTLE_WITHIN`].
     async fn until_past(&mut self, id: i64) {
-        let deadline = Instant::now() + SETTLE_WITHIN;
-        while self.next().await.is_none_or(|settled| settled < id) {
-            assert!(
-                Instant::now() < deadline,
-                "the commit horizon did not pass {id} within {SETTLE_WITHIN:?}"
-            );
-            // A poll of the horizon, which signals nothing; bounded by the deadline above.
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let follower = tokio::sync::Mutex::new(self);
+        crate::wait_until(
+            &format!("the commit horizon passes {id}"),
+            SETTLE_WITHIN,
+            || async {
+                let settled = follower.lock().await.next().await;
+                settled.is_some_and(|settled| settled >= id)
+            },
+        )
+        .await;
     }
 
     /// The highest id settled in `rounds` calls spread over at least `at_least`.

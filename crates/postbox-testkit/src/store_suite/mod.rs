@@ -249,27 +249,22 @@ async fn claim_from<B: StoreHarness>(
 
 /// The commit horizon once it has passed `id` (no transaction writes to the table here).
 async fn settled_past<B: StoreHarness>(b: &B, id: i64) -> i64 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let mut probe = None;
-    loop {
-        let horizon = b
-            .store()
-            .commit_horizon(&target(b), probe.as_ref())
-            .await
-            .expect("commit horizon");
-        if let Some(settled) = horizon.settled
-            && settled >= id
-        {
-            return settled;
-        }
-        probe = horizon.probe;
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the commit horizon did not pass {id} in 5 s"
-        );
-        // A poll of the horizon, which signals nothing; bounded by the deadline above.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let probe = tokio::sync::Mutex::new(None);
+    crate::wait_until(
+        &format!("the commit horizon passes {id}"),
+        Duration::from_secs(5),
+        || async {
+            let mut probe = probe.lock().await;
+            let horizon = b
+                .store()
+                .commit_horizon(&target(b), probe.as_ref())
+                .await
+                .expect("commit horizon");
+            *probe = horizon.probe;
+            horizon.settled.filter(|settled| *settled >= id)
+        },
+    )
+    .await
 }
 
 async fn mark_processed<B: StoreHarness>(b: &B, token: Uuid, ids: &[i64]) -> u64 {
