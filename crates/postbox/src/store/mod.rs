@@ -18,24 +18,39 @@ use crate::outbox::{Outbox, OutboxBuilder};
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 mod list;
 mod migrations;
-#[cfg(feature = "mysql")]
-mod mysql;
-#[cfg(feature = "postgres")]
-mod postgres;
 mod reads;
 mod retention;
 mod row;
+
+// One folder per database, each built only with its cargo feature: the one place a database's
+// feature gates its code (the enums that list every database, `AnyStore` and the outbox's
+// connection, name the features once in a macro). The databases' stores are re-exported here
+// and at the crate root through `stores`.
+#[cfg(feature = "mysql")]
+pub(crate) mod mysql;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
-mod sqlite;
+pub(crate) mod sqlite;
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod server;
+
+/// The store of each database this build has, re-exported here and at the crate root.
+pub(crate) mod stores {
+    #[cfg(feature = "mysql")]
+    pub use super::mysql::MySqlStore;
+    #[cfg(feature = "postgres")]
+    pub use super::postgres::PgStore;
+    #[cfg(feature = "sqlite")]
+    pub use super::sqlite::SqliteStore;
+}
 
 pub use crate::schema::{Tenant, TenantStatus};
-#[cfg(feature = "mysql")]
-pub use mysql::MySqlStore;
 #[cfg(feature = "postgres")]
-pub use postgres::{PgStore, pg_locks};
+pub use postgres::pg_locks;
 pub use reads::{
     EventFilter, EventStatus, FilterText, ListParams, Order, ParseTimeError, StoredEvent,
     StoredEventError, parse_time,
@@ -44,15 +59,7 @@ pub use retention::{
     ArchiveBatch, ArchiveParams, PurgeBatch, PurgeKind, PurgeParams, archive_all, purge_all,
 };
 pub use row::Undecodable;
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
-
-/// A duration as milliseconds, the unit the SQL takes leases and backoffs in (MySQL's take
-/// microseconds).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+pub use stores::*;
 
 /// Seconds read from SQL as a duration; a negative value (overdue) is zero.
 pub(crate) fn secs(v: Option<f64>) -> Option<Duration> {
@@ -64,16 +71,6 @@ pub(crate) fn secs(v: Option<f64>) -> Option<Duration> {
 /// relay that held it.
 pub(crate) const LEASE_EXPIRED: &str =
     "lease expired: relay {relay} did not finish publishing in time (crashed or stalled)";
-
-/// What an operator's retry writes to `last_error` when it is empty: below a relay's floor a
-/// retried event is found by its `last_error` (every store's claim). Bound into each store's
-/// statement, one text for every store that claims from a floor (SQLite claims without one).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) const RETRIED_BY_OPERATOR: &str = "retried by an operator";
-
-/// What the slow lane writes to `last_error` when it is empty (see `RETRIED_BY_OPERATOR`).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) const RETRIED_BY_SLOW_LANE: &str = "retried by the slow lane";
 
 /// Parameters of [`Store::events_claim`].
 #[derive(Clone, Debug)]
@@ -175,26 +172,6 @@ pub struct PassedEvent {
     pub unfinished: bool,
     /// Unfinished, and no relay holds a lease on it: a claim may take it now.
     pub claimable: bool,
-}
-
-/// [`Gaps`] from a store's rows of [`Store::claim_gaps`]: (id, one of the passed ids,
-/// unfinished, claimable), the range's rows in id order.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) fn gaps_from(rows: Vec<(i64, bool, bool, bool)>) -> Gaps {
-    let mut gaps = Gaps::default();
-    for (id, passed, unfinished, claimable) in rows {
-        if passed {
-            gaps.found.push(PassedEvent {
-                id,
-                unfinished,
-                claimable,
-            });
-        } else {
-            gaps.present.push(id);
-        }
-    }
-    gaps.present.sort_unstable();
-    gaps
 }
 
 /// A probe of a table's commit horizon, kept between calls of [`Store::commit_horizon`]: the
@@ -520,7 +497,6 @@ pub trait Wakeups: Send {
 /// wraps, and cannot drop a capability by leaving a method out.
 ///
 /// ```
-/// # #[cfg(feature = "sqlite")]
 /// # async fn example() -> postbox::Result<()> {
 /// use postbox::Store;
 /// let store = postbox::connect("sqlite::memory:").await?;
@@ -657,7 +633,6 @@ pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
 /// so that every store, wrappers included, has them the same.
 ///
 /// ```
-/// # #[cfg(feature = "sqlite")]
 /// # async fn example() -> postbox::Result<()> {
 /// use postbox::StoreExt;
 /// let store = postbox::connect("sqlite::memory:").await?;

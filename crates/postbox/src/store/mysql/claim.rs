@@ -215,7 +215,7 @@ impl MySqlStore {
                 Ok((r.try_get(0)?, flag(1)?, flag(2)?, flag(3)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(crate::store::gaps_from(rows))
+        Ok(crate::store::server::gaps_from(rows))
     }
 }
 

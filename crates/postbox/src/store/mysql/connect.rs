@@ -6,10 +6,12 @@ use std::str::FromStr;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 
 use super::MySqlStore;
+use crate::connect::ConnectOptions;
 use crate::error::{Error, Result};
+use crate::store::server::probe;
 
 /// The oldest servers with `FOR UPDATE SKIP LOCKED` (and on MySQL, invisible columns).
-pub(super) const NEEDED: &str = "MySQL 8.0.23 or later (SKIP LOCKED, invisible columns), or MariaDB \
+const NEEDED: &str = "MySQL 8.0.23 or later (SKIP LOCKED, invisible columns), or MariaDB \
                       10.6 or later (SKIP LOCKED)";
 
 /// Which server answers: MySQL or MariaDB, and its version.
@@ -140,6 +142,36 @@ impl MySqlStore {
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
     }
+}
+
+impl MySqlStore {
+    /// The store [`ConnectOptions::connect`] opens for a `mysql://` or `mariadb://` URL: one
+    /// connection alone first, then a pool of 10 connections unless the options say otherwise.
+    pub(crate) async fn from_options(o: &ConnectOptions) -> Result<Self> {
+        let options = mysql_options(&o.url)?;
+        probe::<MySqlConnection>(&options).await?;
+        MySqlStore::connect_pool(options, o.max_connections.unwrap_or(10), o.acquire_timeout).await
+    }
+}
+
+/// The options of a `mysql://` or `mariadb://` URL (sqlx reads the first spelling only).
+fn mysql_options(url: &str) -> Result<MySqlConnectOptions> {
+    let url = url.trim();
+    let url = match url.get(..10) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("mariadb://") => {
+            format!("mysql://{}", &url[10..])
+        }
+        _ => url.to_owned(),
+    };
+    url.parse().map_err(|e: sqlx::Error| {
+        Error::invalid_config(
+            "database_url",
+            format!(
+                "{:?} is not a valid MySQL URL: {e}",
+                crate::redact::redact(&url)
+            ),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -4,9 +4,10 @@
 use super::{MySqlStore, bind_ids, micros, spelled, with_ids};
 use crate::error::Result;
 use crate::schema::Target;
+use crate::store::server::{RETRIED_BY_OPERATOR, RETRIED_BY_SLOW_LANE};
 use crate::store::{
-    FailedMark, MarkFailedParams, MarkProcessedParams, RETRIED_BY_OPERATOR, RETRIED_BY_SLOW_LANE,
-    ReleaseParams, RenewParams, RetryFailedParams, SlowLaneParams, storable_error,
+    FailedMark, MarkFailedParams, MarkProcessedParams, ReleaseParams, RenewParams,
+    RetryFailedParams, SlowLaneParams, storable_error,
 };
 
 impl MySqlStore {

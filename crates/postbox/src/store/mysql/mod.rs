@@ -30,9 +30,10 @@ mod connect;
 mod health;
 mod history;
 mod horizon;
-mod inbox;
+pub(crate) mod inbox;
 mod marks;
 mod migrate;
+pub(crate) mod outbox;
 mod status;
 
 use std::time::Duration;

@@ -4,12 +4,12 @@
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
-use super::{PgStore, map_missing_table};
+use super::sql::safe;
+use super::{PgStore, map_missing_table, ms};
 use crate::error::Result;
 use crate::schema::Target;
-use crate::sql::safe;
 use crate::store::row::add_claimed_row;
-use crate::store::{ClaimParams, Claimed, GapParams, Gaps, LEASE_EXPIRED, ms};
+use crate::store::{ClaimParams, Claimed, GapParams, Gaps, LEASE_EXPIRED};
 
 /// A claim's rows as [`Claimed`], in id order: UPDATE … RETURNING does not keep the order of
 /// the picked rows (a join that spills into batches reorders them); the contract is id order.
@@ -124,6 +124,6 @@ impl PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
-        Ok(crate::store::gaps_from(rows))
+        Ok(crate::store::server::gaps_from(rows))
     }
 }

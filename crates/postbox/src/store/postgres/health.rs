@@ -1,9 +1,9 @@
 //! Sink health on PostgreSQL: what each relay last reported of its sinks.
 
+use super::sql::safe;
 use super::{PgStore, map_missing_table};
 use crate::error::Result;
 use crate::sink::SinkHealth;
-use crate::sql::safe;
 use crate::store::{ReportedSink, storable_error};
 
 impl PgStore {

@@ -6,11 +6,11 @@ use std::borrow::Cow;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
+use super::sql::{render, safe};
 use super::{PgStore, batch_size, count, map_missing_table, pg_locks};
 use crate::error::{Error, Result};
 use crate::glob::Glob;
 use crate::schema::SchemaName;
-use crate::sql::{render, safe};
 use crate::store::list::{ListDialect, list_query};
 use crate::store::row::stored_event;
 use crate::store::{

@@ -1,9 +1,9 @@
 //! The PostgreSQL commit horizon (probes of the table's writers) and the outbox tables' heads.
 
+use super::sql::safe;
 use super::{PgStore, map_missing_table};
 use crate::error::Result;
 use crate::schema::Target;
-use crate::sql::safe;
 use crate::store::{Horizon, HorizonProbe};
 
 impl PgStore {

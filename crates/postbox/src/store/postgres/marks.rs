@@ -3,13 +3,13 @@
 
 use sqlx::Row;
 
-use super::{PgStore, map_missing_table};
+use super::sql::safe;
+use super::{PgStore, map_missing_table, ms};
 use crate::error::Result;
 use crate::schema::Target;
-use crate::sql::safe;
 use crate::store::{
     FailedMark, MarkFailedParams, MarkProcessedParams, ReleaseParams, RenewParams,
-    RetryFailedParams, SlowLaneParams, ms, storable_error,
+    RetryFailedParams, SlowLaneParams, storable_error,
 };
 
 impl PgStore {
@@ -98,7 +98,7 @@ impl PgStore {
         let sql = self.sql.get(&p.target.schema);
         let done = sqlx::query(safe(&sql.retry_failed))
             .bind(p.ids)
-            .bind(crate::store::RETRIED_BY_OPERATOR)
+            .bind(crate::store::server::RETRIED_BY_OPERATOR)
             .execute(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
@@ -114,7 +114,7 @@ impl PgStore {
             .bind(i32::try_from(p.max_tries).unwrap_or(i32::MAX))
             .bind(i64::from(p.batch_size))
             .bind(&exclude)
-            .bind(crate::store::RETRIED_BY_SLOW_LANE)
+            .bind(crate::store::server::RETRIED_BY_SLOW_LANE)
             .execute(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;

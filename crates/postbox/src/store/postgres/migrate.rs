@@ -4,10 +4,10 @@
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
+use super::sql::{render, safe};
 use super::{PgStore, map_missing_table, pg_locks};
 use crate::error::{Error, Result};
 use crate::schema::SchemaName;
-use crate::sql::{render, safe};
 use crate::store::migrations::{self, Migration};
 
 /// The index of the events below a relay's floor that claims still take (migration

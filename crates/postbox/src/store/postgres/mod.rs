@@ -8,12 +8,15 @@
 //! inbox (`inbox.rs`).
 
 mod claim;
+mod connect;
 mod health;
 mod history;
 mod horizon;
-mod inbox;
+pub(crate) mod inbox;
 mod marks;
 mod migrate;
+pub(crate) mod outbox;
+mod sql;
 mod status;
 mod tenants;
 mod wakeups;
@@ -35,7 +38,7 @@ use crate::inbox::InboxStats;
 use crate::ops::StoreOps;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
-use crate::sql::{PerSchema, render};
+use sql::{PerSchema, render};
 
 /// The advisory locks Postbox takes on PostgreSQL, one key each, as `pg_locks` shows them
 /// (`classid` the key, `objid` the schema's `hashtext`): every lock is the two-key form
@@ -210,6 +213,11 @@ pub struct PgStore {
     pool: PgPool,
     default_schema: SchemaName,
     sql: PerSchema<PgSql>,
+}
+
+/// A duration as milliseconds, the unit the SQL takes leases and backoffs in.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// A batch size as the SQL functions take it.

@@ -7,10 +7,10 @@ use sqlx::Connection;
 use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
+use super::sql::safe;
 use super::{PgStore, map_missing_table, pg_locks};
 use crate::error::{Error, Result};
 use crate::schema::Target;
-use crate::sql::safe;
 use crate::store::{Backlog, EXACT_PROCESSED_COUNT, StatusCounts, secs};
 
 impl PgStore {

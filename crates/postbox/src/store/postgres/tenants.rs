@@ -3,10 +3,10 @@
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
+use super::sql::safe;
 use super::{PgStore, map_missing_table};
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, TenantId};
-use crate::sql::safe;
 use crate::store::{RejectedTenant, Tenant, TenantAddParams, TenantStatus};
 
 impl PgStore {
@@ -112,5 +112,16 @@ impl PgStore {
             status: TenantStatus::from_sql(&status),
             created_at: row.try_get(3)?,
         })
+    }
+}
+
+impl TenantStatus {
+    /// The status as the registry stores it (anything but `ACTIVE` is suspended).
+    fn from_sql(s: &str) -> Self {
+        if s == "ACTIVE" {
+            TenantStatus::Active
+        } else {
+            TenantStatus::Suspended
+        }
     }
 }

@@ -2,11 +2,11 @@
 
 use uuid::Uuid;
 
-use super::{SqliteStore, ids_json, map_missing_table};
+use super::{SqliteStore, ids_json, map_missing_table, ms};
 use crate::error::Result;
 use crate::schema::Target;
 use crate::store::row::add_claimed_row;
-use crate::store::{ClaimParams, Claimed, LEASE_EXPIRED, ms};
+use crate::store::{ClaimParams, Claimed, LEASE_EXPIRED};
 
 impl SqliteStore {
     /// [`Store::events_claim`](crate::Store::events_claim).

@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use super::SqliteStore;
+use crate::connect::ConnectOptions;
 use crate::error::Result;
 
 impl SqliteStore {
@@ -44,5 +45,18 @@ impl SqliteStore {
     /// The connection pool.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+}
+
+impl SqliteStore {
+    /// The store [`ConnectOptions::connect`] opens for an `sqlite:` URL, or for a file path
+    /// ending in `.db`, `.sqlite` or `.sqlite3` (created if missing).
+    pub(crate) async fn from_options(o: &ConnectOptions) -> Result<Self> {
+        let url = o.url.trim();
+        if url.to_ascii_lowercase().starts_with("sqlite:") {
+            SqliteStore::connect(url).await
+        } else {
+            SqliteStore::open(url).await
+        }
     }
 }

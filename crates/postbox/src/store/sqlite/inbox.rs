@@ -1,9 +1,37 @@
-//! The SQLite inbox: its consumers' statistics.
+//! The SQLite inbox: the record of a message received, and the consumers' statistics.
+
+use sqlx::sqlite::SqliteConnection;
 
 use super::{SqliteStore, map_missing_table};
 use crate::error::Result;
-use crate::inbox::InboxStats;
-use crate::schema::Target;
+use crate::inbox::{Inbox, InboxStats};
+use crate::schema::{SchemaName, Target};
+
+/// What an inbox keeps for SQLite: nothing, its statement names no schema.
+#[derive(Clone, Debug)]
+pub(crate) struct Prepared;
+
+impl Prepared {
+    pub(crate) fn new(_schema: &SchemaName) -> Self {
+        Prepared
+    }
+}
+
+/// Records that `inbox`'s consumer handles `message_id`, in `conn`'s transaction: whether it is
+/// new.
+pub(crate) async fn receive(
+    inbox: &Inbox,
+    _prepared: &Prepared,
+    conn: &mut SqliteConnection,
+    message_id: &str,
+) -> Result<bool> {
+    let duplicates: i64 = sqlx::query_scalar(include_str!("../../../sql/sqlite/inbox_receive.sql"))
+        .bind(inbox.consumer())
+        .bind(message_id)
+        .fetch_one(conn)
+        .await?;
+    Ok(duplicates == 0)
+}
 
 impl SqliteStore {
     /// [`StoreOps::inbox_stats`](crate::ops::StoreOps::inbox_stats).

@@ -1,12 +1,12 @@
 //! What SQLite relays and operators write on claimed or failed events: leases renewed, events
 //! processed, failed, released, retried and skipped.
 
-use super::{SqliteStore, ids_json, map_missing_table};
+use super::{SqliteStore, ids_json, map_missing_table, ms};
 use crate::error::Result;
 use crate::schema::Target;
 use crate::store::{
     FailedMark, MarkFailedParams, MarkProcessedParams, ReleaseParams, RenewParams,
-    RetryFailedParams, SlowLaneParams, ms, storable_error,
+    RetryFailedParams, SlowLaneParams, storable_error,
 };
 
 impl SqliteStore {

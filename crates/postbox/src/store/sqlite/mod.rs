@@ -11,9 +11,10 @@ mod claim;
 mod connect;
 mod health;
 mod history;
-mod inbox;
+pub(crate) mod inbox;
 mod marks;
 mod migrate;
+pub(crate) mod outbox;
 mod status;
 
 use std::time::Duration;
@@ -47,6 +48,11 @@ const NO_TENANTS: &str =
 /// ```
 pub struct SqliteStore {
     pool: SqlitePool,
+}
+
+/// A duration as milliseconds, the unit the SQL takes leases and backoffs in.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 fn ids_json(ids: &[i64]) -> String {
