@@ -17,14 +17,14 @@ use crate::store::{ClaimParams, Claimed, GapParams, Gaps, LEASE_EXPIRED};
 
 /// The claim's two reads (claim_pick.sql, claim_retried.sql), with the ordering rule they share
 /// (claim_in_order.sql) written in.
-pub(super) static CLAIM_PICK: LazyLock<String> = LazyLock::new(|| {
+static CLAIM_PICK: LazyLock<String> = LazyLock::new(|| {
     include_str!("../../../sql/mysql/claim_pick.sql").replace(
         "{in_order}",
         include_str!("../../../sql/mysql/claim_in_order.sql"),
     )
 });
 
-pub(super) static CLAIM_RETRIED: LazyLock<String> = LazyLock::new(|| {
+static CLAIM_RETRIED: LazyLock<String> = LazyLock::new(|| {
     include_str!("../../../sql/mysql/claim_retried.sql").replace(
         "{in_order}",
         include_str!("../../../sql/mysql/claim_in_order.sql"),
@@ -32,12 +32,12 @@ pub(super) static CLAIM_RETRIED: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// One picked row: id, whether it is a stale claim, and its aggregate.
-pub(super) type Picked = (i64, bool, Option<String>, Option<String>);
+type Picked = (i64, bool, Option<String>, Option<String>);
 
 /// Keeps of `picked` (in id order) only the ordered events whose every earlier unfinished event
 /// (`unfinished`: id and aggregate) was picked too: another claim in flight may hold one, and
 /// then the later ones are not this claim's to publish.
-pub(super) fn keep_own_heads(
+fn keep_own_heads(
     picked: Vec<Picked>,
     types: &[String],
     unfinished: &[(i64, String, String)],
@@ -141,7 +141,7 @@ impl MySqlStore {
     /// The ordered events of `picked` that are this claim's: every earlier unfinished event of
     /// their aggregate was picked too (read committed: an event another claim has locked but
     /// not yet taken still reads `PENDING`, and holds its aggregate back here).
-    pub(super) async fn own_heads(
+    async fn own_heads(
         &self,
         tx: &mut MySqlConnection,
         picked: Vec<Picked>,

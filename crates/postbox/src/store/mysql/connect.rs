@@ -55,7 +55,7 @@ impl ServerVersion {
 }
 
 /// Refuses a server without `SKIP LOCKED`, naming the versions needed.
-pub(super) async fn check_version(conn: &mut MySqlConnection) -> Result<ServerVersion> {
+async fn check_version(conn: &mut MySqlConnection) -> Result<ServerVersion> {
     let version: String = sqlx::query_scalar(include_str!("../../../sql/mysql/version.sql"))
         .fetch_one(&mut *conn)
         .await?;
@@ -70,9 +70,7 @@ pub(super) async fn check_version(conn: &mut MySqlConnection) -> Result<ServerVe
 
 /// Every session of a store's pool: `READ COMMITTED`, and on MySQL live `information_schema`
 /// table statistics (its `AUTO_INCREMENT` is cached for a day otherwise).
-pub(super) async fn prepare_session(
-    conn: &mut MySqlConnection,
-) -> std::result::Result<(), sqlx::Error> {
+async fn prepare_session(conn: &mut MySqlConnection) -> std::result::Result<(), sqlx::Error> {
     sqlx::query(include_str!("../../../sql/mysql/session.sql"))
         .execute(&mut *conn)
         .await?;

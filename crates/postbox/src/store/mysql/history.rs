@@ -19,7 +19,7 @@ use crate::store::{
 
 /// The list statement's MySQL words (`store/list.rs`): `IN (?, ?)` for lists, `LIKE` for globs
 /// (the table's collation is binary: case-sensitive, as the globs are), UTC times without a zone.
-pub(super) struct MySqlList;
+struct MySqlList;
 
 impl ListDialect for MySqlList {
     type Db = MySql;
@@ -90,7 +90,7 @@ impl MySqlStore {
         batch.map(Some)
     }
 
-    pub(super) async fn archive_batch(
+    async fn archive_batch(
         &self,
         conn: &mut MySqlConnection,
         p: &ArchiveParams<'_>,

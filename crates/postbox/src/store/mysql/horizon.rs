@@ -11,11 +11,11 @@ use crate::store::{Horizon, HorizonProbe};
 /// How long after the last id was read the commit horizon checks the ids up to it. InnoDB hands
 /// an id out and writes its row (taking the row's lock) within one statement; this leaves that
 /// step ample time.
-pub(super) const ID_SETTLE_DELAY: Duration = Duration::from_millis(100);
+const ID_SETTLE_DELAY: Duration = Duration::from_millis(100);
 
 /// The most ids one call of [`Store::commit_horizon`] checks: a relay that starts beside a long
 /// history settles it in steps of this many ids, one per round.
-pub(super) const CHECK_SPAN: i64 = 100_000;
+const CHECK_SPAN: i64 = 100_000;
 
 impl MySqlStore {
     /// [`Store::commit_horizon`](crate::Store::commit_horizon).
@@ -118,7 +118,7 @@ impl MySqlStore {
     /// committed yet, which a locking read that does not wait finds); `Err(id)` with the lowest
     /// id an open transaction holds, when one holds an id below every committed one. A few
     /// locking reads of ranges with no committed row (a binary search), whatever the history.
-    pub(super) async fn first_horizon(&self, head: i64) -> Result<std::result::Result<i64, i64>> {
+    async fn first_horizon(&self, head: i64) -> Result<std::result::Result<i64, i64>> {
         let lowest: Option<i64> =
             sqlx::query_scalar(include_str!("../../../sql/mysql/horizon_lowest.sql"))
                 .fetch_one(&self.pool)
@@ -144,7 +144,7 @@ impl MySqlStore {
     /// Whether an open transaction holds an id in `from..=to` (a range with no committed row).
     /// A read that fails for another reason counts as held: the horizon then waits, never
     /// passes an id it could not check.
-    pub(super) async fn held_in(&self, from: i64, to: i64) -> bool {
+    async fn held_in(&self, from: i64, to: i64) -> bool {
         sqlx::query(include_str!("../../../sql/mysql/horizon_locked_range.sql"))
             .bind(from)
             .bind(to)

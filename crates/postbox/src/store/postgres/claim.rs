@@ -13,7 +13,7 @@ use crate::store::{ClaimParams, Claimed, GapParams, Gaps, LEASE_EXPIRED};
 
 /// A claim's rows as [`Claimed`], in id order: UPDATE … RETURNING does not keep the order of
 /// the picked rows (a join that spills into batches reorders them); the contract is id order.
-pub(super) fn claimed_from(rows: &[PgRow], token: Uuid, target: &Target) -> Result<Claimed> {
+fn claimed_from(rows: &[PgRow], token: Uuid, target: &Target) -> Result<Claimed> {
     let mut claimed = Claimed {
         claim_token: token,
         events: Vec::with_capacity(rows.len()),

@@ -19,7 +19,7 @@ use crate::store::{
 
 /// The list statement's PostgreSQL words (`store/list.rs`): tables in the schema, arrays for
 /// lists, `LIKE` with an escape for globs.
-pub(super) struct PgList<'a>(&'a SchemaName);
+struct PgList<'a>(&'a SchemaName);
 
 impl ListDialect for PgList<'_> {
     type Db = sqlx::Postgres;

@@ -16,7 +16,7 @@ pub(super) const RETRY_INDEX: &str = "outbox_events_retry_idx";
 
 /// Migrations of every outbox schema, in order. Names are recorded in the schema's
 /// `postbox_schema_history` table, never in the application's own migration table.
-pub(super) const OUTBOX_MIGRATIONS: &[Migration] = &[
+const OUTBOX_MIGRATIONS: &[Migration] = &[
     Migration {
         name: "outbox_0001_events",
         sql: include_str!("../../../sql/postgres/0001_outbox_events.sql"),
@@ -76,7 +76,7 @@ pub(super) const OUTBOX_MIGRATIONS: &[Migration] = &[
 ];
 
 /// Migrations of the default schema only.
-pub(super) const REGISTRY_MIGRATIONS: &[Migration] = &[
+const REGISTRY_MIGRATIONS: &[Migration] = &[
     Migration {
         name: "registry_0001_tenants",
         sql: include_str!("../../../sql/postgres/0001_tenants.sql"),

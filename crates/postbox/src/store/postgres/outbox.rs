@@ -20,8 +20,8 @@ pub(crate) struct Prepared {
     one_notify: Arc<str>,
     many: Arc<str>,
     many_notify: Arc<str>,
-    pub(super) with: Wrapped,
-    pub(super) with_notify: Wrapped,
+    with: Wrapped,
+    with_notify: Wrapped,
 }
 
 impl Prepared {
@@ -286,7 +286,7 @@ impl Checked<'_> {
 /// The statement of [`Outbox::enqueue_with`] for one schema, cut where the caller's statement
 /// and the event's parameters go: their numbers depend on how many parameters the caller's
 /// statement has, so the text is put together for each call (a few string pushes).
-pub(super) struct Wrapped {
+struct Wrapped {
     /// Up to the caller's statement.
     head: String,
     /// After it: text, then the event's parameter number `k` (1-based), in turn.
@@ -317,7 +317,7 @@ impl Wrapped {
     }
 
     /// The statement around `business`, the event's parameters numbered from `first`.
-    pub(super) fn render(&self, business: &str, first: usize) -> String {
+    fn render(&self, business: &str, first: usize) -> String {
         use std::fmt::Write;
         let mut sql = String::with_capacity(self.head.len() + business.len() + 640);
         sql.push_str(&self.head);

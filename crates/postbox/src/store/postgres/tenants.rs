@@ -81,9 +81,7 @@ impl PgStore {
 
     /// Every registry row: a tenant, or why it cannot be served (a row added by hand with a
     /// name Postbox refuses).
-    pub(super) async fn tenant_rows(
-        &self,
-    ) -> Result<Vec<std::result::Result<Tenant, RejectedTenant>>> {
+    async fn tenant_rows(&self) -> Result<Vec<std::result::Result<Tenant, RejectedTenant>>> {
         let sql = self.sql.get(&self.default_schema);
         let rows = sqlx::query(safe(&sql.tenant_list))
             .fetch_all(&self.pool)
@@ -102,7 +100,7 @@ impl PgStore {
             .collect()
     }
 
-    pub(super) fn tenant_from_row(row: &PgRow) -> Result<Tenant> {
+    fn tenant_from_row(row: &PgRow) -> Result<Tenant> {
         let id: String = row.try_get(0)?;
         let schema: String = row.try_get(1)?;
         let status: String = row.try_get(2)?;

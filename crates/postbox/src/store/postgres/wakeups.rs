@@ -10,7 +10,7 @@ use crate::store::Wakeups;
 /// The channel enqueue notifies and relays listen on; the payload is the schema name.
 pub(crate) const NOTIFY_CHANNEL: &str = "postbox_events";
 
-pub(super) struct PgWakeups {
+struct PgWakeups {
     listener: PgListener,
 }
 

@@ -18,7 +18,7 @@ use crate::store::{
 /// The list statement's SQLite words (`store/list.rs`): JSON arrays read with `json_each` for
 /// lists, `GLOB` for globs (case-sensitive like the globs themselves), times compared through
 /// `julianday`, which reads every date form SQLite knows.
-pub(super) struct SqliteList;
+struct SqliteList;
 
 impl ListDialect for SqliteList {
     type Db = sqlx::Sqlite;
