@@ -1,13 +1,10 @@
 //! Connecting to an outbox database by URL: one entry point for every store this build has.
+//!
+//! How each database opens its store from the options is in its folder under `store/`
+//! (`connect.rs` there); [`AnyStore`] lists the databases once (`any_store!` below).
 
 use crate::error::{Error, Result};
 use crate::schema::SchemaName;
-#[cfg(feature = "mysql")]
-use crate::store::MySqlStore;
-#[cfg(feature = "postgres")]
-use crate::store::PgStore;
-#[cfg(feature = "sqlite")]
-use crate::store::SqliteStore;
 use crate::store::Store;
 
 /// Connects to the outbox database `url` names: `postgres://…` or `postgresql://…` for
@@ -42,10 +39,10 @@ pub async fn connect(url: &str) -> Result<AnyStore> {
 /// ```
 #[derive(Clone)]
 pub struct ConnectOptions {
-    url: String,
-    schema: Option<SchemaName>,
-    max_connections: Option<u32>,
-    acquire_timeout: Option<std::time::Duration>,
+    pub(crate) url: String,
+    pub(crate) schema: Option<SchemaName>,
+    pub(crate) max_connections: Option<u32>,
+    pub(crate) acquire_timeout: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for ConnectOptions {
@@ -147,101 +144,77 @@ impl ConnectOptions {
     /// that refuses it says why (refused, authentication failed, no such database) at once,
     /// where a pool would retry until its acquire timeout and report only that.
     pub async fn connect(&self) -> Result<AnyStore> {
-        match self.kind()? {
-            #[cfg(feature = "postgres")]
-            DatabaseKind::Postgres => {
-                let options: sqlx::postgres::PgConnectOptions =
-                    self.url.trim().parse().map_err(|e: sqlx::Error| {
-                        Error::invalid_config(
-                            "database_url",
-                            format!(
-                                "{:?} is not a valid PostgreSQL URL: {e}",
-                                crate::redact::redact(&self.url)
-                            ),
-                        )
-                    })?;
-                probe::<sqlx::postgres::PgConnection>(&options).await?;
-                let mut pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(self.max_connections.unwrap_or(10));
-                if let Some(timeout) = self.acquire_timeout {
-                    pool = pool.acquire_timeout(timeout);
-                }
-                let pool = pool.connect_with(options).await?;
-                let schema = self.schema.clone().unwrap_or_else(SchemaName::public);
-                Ok(AnyStore::Postgres(PgStore::with_schema(pool, schema)))
-            }
-            #[cfg(feature = "sqlite")]
-            DatabaseKind::Sqlite => {
-                let url = self.url.trim();
-                let store = if url.to_ascii_lowercase().starts_with("sqlite:") {
-                    SqliteStore::connect(url).await?
-                } else {
-                    SqliteStore::open(url).await?
-                };
-                Ok(AnyStore::Sqlite(store))
-            }
-            #[cfg(feature = "mysql")]
-            DatabaseKind::MySql => {
-                let options = mysql_options(&self.url)?;
-                probe::<sqlx::mysql::MySqlConnection>(&options).await?;
-                let store = MySqlStore::connect_pool(
-                    options,
-                    self.max_connections.unwrap_or(10),
-                    self.acquire_timeout,
-                )
-                .await?;
-                Ok(AnyStore::MySql(store))
-            }
-            #[allow(unreachable_patterns, reason = "a database left out of this build")]
-            kind => Err(Error::invalid_config(
-                "database_url",
-                format!("this build of Postbox has no {kind:?} store (cargo feature)"),
-            )),
-        }
+        AnyStore::open(self.kind()?, self).await
     }
 }
 
-/// Opens one connection alone and closes it: a server that refuses it says why at once, where
-/// a pool would retry until its acquire timeout and report only that.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-async fn probe<C: sqlx::Connection>(options: &C::Options) -> Result<()> {
-    C::connect_with(options).await?.close().await.ok();
-    Ok(())
-}
-
-/// The options of a `mysql://` or `mariadb://` URL (sqlx reads the first spelling only).
-#[cfg(feature = "mysql")]
-pub(crate) fn mysql_options(url: &str) -> Result<sqlx::mysql::MySqlConnectOptions> {
-    let url = url.trim();
-    let url = match url.get(..10) {
-        Some(scheme) if scheme.eq_ignore_ascii_case("mariadb://") => {
-            format!("mysql://{}", &url[10..])
+/// Writes [`AnyStore`] and what goes through its variants, once for every database: each line
+/// names the variant (the [`DatabaseKind`] of the same name), the store, and the cargo feature
+/// that builds it. Every variant and match arm written here is compiled with that feature only:
+/// the databases' features are named in this one list, and each store is gated once, at its
+/// folder under `store/`, where `from_options` opens it.
+macro_rules! any_store {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident($store:ident) if feature $feature:literal;
+    )*) => {
+        /// A store on whichever database [`connect`] found at the URL.
+        #[non_exhaustive]
+        pub enum AnyStore {
+            $(
+                $(#[$doc])*
+                #[cfg(feature = $feature)]
+                $variant(crate::store::$store),
+            )*
         }
-        _ => url.to_owned(),
+
+        impl AnyStore {
+            /// Which database it is.
+            pub fn kind(&self) -> DatabaseKind {
+                match *self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        AnyStore::$variant(_) => DatabaseKind::$variant,
+                    )*
+                }
+            }
+
+            fn inner(&self) -> &dyn Store {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        AnyStore::$variant(s) => s,
+                    )*
+                }
+            }
+
+            /// The store of `kind`, opened with `options`.
+            async fn open(kind: DatabaseKind, options: &ConnectOptions) -> Result<AnyStore> {
+                match kind {
+                    $(
+                        #[cfg(feature = $feature)]
+                        DatabaseKind::$variant => Ok(AnyStore::$variant(
+                            crate::store::$store::from_options(options).await?,
+                        )),
+                    )*
+                    #[allow(unreachable_patterns, reason = "a database left out of this build")]
+                    kind => Err(Error::invalid_config(
+                        "database_url",
+                        format!("this build of Postbox has no {kind:?} store (cargo feature)"),
+                    )),
+                }
+            }
+        }
     };
-    url.parse().map_err(|e: sqlx::Error| {
-        Error::invalid_config(
-            "database_url",
-            format!(
-                "{:?} is not a valid MySQL URL: {e}",
-                crate::redact::redact(&url)
-            ),
-        )
-    })
 }
 
-/// A store on whichever database [`connect`] found at the URL.
-#[non_exhaustive]
-pub enum AnyStore {
+any_store! {
     /// PostgreSQL.
-    #[cfg(feature = "postgres")]
-    Postgres(PgStore),
+    Postgres(PgStore) if feature "postgres";
     /// SQLite.
-    #[cfg(feature = "sqlite")]
-    Sqlite(SqliteStore),
+    Sqlite(SqliteStore) if feature "sqlite";
     /// MySQL or MariaDB.
-    #[cfg(feature = "mysql")]
-    MySql(MySqlStore),
+    MySql(MySqlStore) if feature "mysql";
 }
 
 impl std::fmt::Debug for AnyStore {
@@ -251,31 +224,6 @@ impl std::fmt::Debug for AnyStore {
             DatabaseKind::Sqlite => "AnyStore::Sqlite",
             DatabaseKind::MySql => "AnyStore::MySql",
         })
-    }
-}
-
-impl AnyStore {
-    /// Which database it is.
-    pub fn kind(&self) -> DatabaseKind {
-        match *self {
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres(_) => DatabaseKind::Postgres,
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(_) => DatabaseKind::Sqlite,
-            #[cfg(feature = "mysql")]
-            AnyStore::MySql(_) => DatabaseKind::MySql,
-        }
-    }
-
-    fn inner(&self) -> &dyn Store {
-        match self {
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres(s) => s,
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(s) => s,
-            #[cfg(feature = "mysql")]
-            AnyStore::MySql(s) => s,
-        }
     }
 }
 

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::outbox::{Conn, OutboxConnection};
+use crate::outbox::{InboxPrepared, OutboxConnection};
 use crate::schema::{SchemaName, Tenant};
 
 /// The longest consumer name, in characters (`inbox_messages.consumer`).
@@ -78,8 +78,8 @@ impl Received {
 pub struct Inbox {
     consumer: Arc<str>,
     schema: SchemaName,
-    #[cfg(feature = "postgres")]
-    pg_receive: Arc<str>,
+    /// What each database keeps for this inbox (its statement for the schema).
+    prepared: InboxPrepared,
 }
 
 impl Inbox {
@@ -97,11 +97,7 @@ impl Inbox {
     fn in_schema(consumer: &Arc<str>, schema: SchemaName) -> Self {
         Inbox {
             consumer: Arc::clone(consumer),
-            #[cfg(feature = "postgres")]
-            pg_receive: crate::sql::render(
-                include_str!("../sql/postgres/inbox_receive.sql"),
-                &schema,
-            ),
+            prepared: InboxPrepared::new(&schema),
             schema,
         }
     }
@@ -109,6 +105,11 @@ impl Inbox {
     /// The consumer's name.
     pub fn consumer(&self) -> &str {
         &self.consumer
+    }
+
+    /// What each database keeps for this inbox.
+    pub(crate) fn prepared(&self) -> &InboxPrepared {
+        &self.prepared
     }
 
     /// The schema whose `inbox_messages` this inbox writes to (PostgreSQL; SQLite has one per
@@ -131,36 +132,7 @@ impl Inbox {
         C: OutboxConnection + ?Sized,
     {
         check("message_id", message_id, MAX_MESSAGE_ID_LEN)?;
-        let new = match conn.outbox_connection() {
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => {
-                sqlx::query_scalar::<_, bool>(crate::sql::safe(&self.pg_receive))
-                    .bind(&*self.consumer)
-                    .bind(message_id)
-                    .fetch_one(c)
-                    .await?
-            }
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => {
-                let duplicates: i64 =
-                    sqlx::query_scalar(include_str!("../sql/sqlite/inbox_receive.sql"))
-                        .bind(&*self.consumer)
-                        .bind(message_id)
-                        .fetch_one(c)
-                        .await?;
-                duplicates == 0
-            }
-            #[cfg(feature = "mysql")]
-            Conn::MySql(c) => {
-                sqlx::query(include_str!("../sql/mysql/inbox_receive.sql"))
-                    .bind(&*self.consumer)
-                    .bind(message_id)
-                    .execute(c)
-                    .await?
-                    .rows_affected()
-                    == 1
-            }
-        };
+        let new = conn.outbox_connection().receive(self, message_id).await?;
         Ok(if new {
             Received::New
         } else {

@@ -22,8 +22,6 @@ mod relay;
 pub mod replay;
 mod schema;
 mod sink;
-#[cfg(feature = "postgres")]
-mod sql;
 pub mod status;
 pub mod store;
 pub mod trace;
@@ -47,12 +45,7 @@ pub use relay::{
 };
 pub use schema::{SchemaName, Target, TenantId};
 pub use sink::{PublishError, Sink, SinkHealth};
-#[cfg(feature = "mysql")]
-pub use store::MySqlStore;
-#[cfg(feature = "postgres")]
-pub use store::PgStore;
-#[cfg(feature = "sqlite")]
-pub use store::SqliteStore;
+pub use store::stores::*;
 pub use store::{Store, StoreExt, Tenant, TenantStatus};
 
 #[doc(hidden)]

@@ -277,15 +277,6 @@ impl TenantStatus {
             TenantStatus::Suspended => "SUSPENDED",
         }
     }
-
-    #[cfg(feature = "postgres")]
-    pub(crate) fn from_sql(s: &str) -> Self {
-        if s == "ACTIVE" {
-            TenantStatus::Active
-        } else {
-            TenantStatus::Suspended
-        }
-    }
 }
 
 impl std::fmt::Display for TenantStatus {

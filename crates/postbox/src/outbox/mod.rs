@@ -2,7 +2,8 @@
 //!
 //! An [`Outbox`] comes from the store whose relays read its table ([`Store::outbox`](crate::Store::outbox)), so the
 //! two cannot disagree on the schema; [`OutboxBuilder::tenant`] points it at a tenant's table.
-//! The statements of each database live in a module of their own.
+//! The statements of each database live in its folder under `store/` (`outbox.rs` there);
+//! [`conn`] hands each write to it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,12 +15,11 @@ use crate::error::{Error, Result};
 use crate::event::{DEFAULT_MAX_RETRIES, Enqueued, Event};
 use crate::schema::{SchemaName, Tenant};
 
-#[cfg(feature = "mysql")]
-mod mysql;
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "sqlite")]
-mod sqlite;
+mod conn;
+
+pub use conn::OutboxConnection;
+use conn::Prepared;
+pub(crate) use conn::{Conn, InboxPrepared};
 
 /// Default payload limit: 1 MiB of JSON.
 pub const DEFAULT_PAYLOAD_LIMIT: usize = 1024 * 1024;
@@ -64,8 +64,8 @@ struct Inner {
     /// When the last notifying enqueue ran, in microseconds since `epoch` plus one (0: never).
     last_notify: AtomicU64,
     epoch: Instant,
-    #[cfg(feature = "postgres")]
-    pg: postgres::Statements,
+    /// What each database keeps for this outbox (its statements for the schema).
+    prepared: Prepared,
 }
 
 impl std::fmt::Debug for Outbox {
@@ -94,7 +94,7 @@ impl Outbox {
         not(feature = "postgres"),
         allow(dead_code, reason = "PostgreSQL notifies")
     )]
-    fn notify_payload(&self) -> Option<&str> {
+    pub(crate) fn notify_payload(&self) -> Option<&str> {
         let inner = &*self.inner;
         if !inner.notify {
             return None;
@@ -129,25 +129,19 @@ impl Outbox {
 
     /// One checked event through `conn`.
     async fn insert_one(&self, conn: Conn<'_>, event: &Checked<'_>) -> Result<Enqueued> {
-        let id = match conn {
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => postgres::insert_one(self, c, event).await?,
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => sqlite::insert(c, event)
-                .await
-                .map_err(|e| self.write_error(e, "main"))?,
-            #[cfg(feature = "mysql")]
-            Conn::MySql(c) => mysql::insert(c, event)
-                .await
-                .map_err(|e| self.write_error(e, self.inner.schema.as_str()))?,
-        };
+        let id = conn.insert_one(self, event).await?;
         Ok(id.map_or(Enqueued::Duplicate, Enqueued::Inserted))
+    }
+
+    /// What each database keeps for this outbox.
+    pub(crate) fn prepared(&self) -> &Prepared {
+        &self.inner.prepared
     }
 
     /// The error of a failed insert. A primary-key collision is named as such: only an
     /// idempotency key that exists makes a duplicate (the statements' `ON CONFLICT` names it),
     /// so an id that is taken must never pass for one.
-    fn write_error(&self, err: sqlx::Error, schema: &str) -> Error {
+    pub(crate) fn write_error(&self, err: sqlx::Error, schema: &str) -> Error {
         if let sqlx::Error::Database(db) = &err
             && db.is_unique_violation()
             // PostgreSQL names the constraint; SQLite names the column, MySQL the key.
@@ -164,7 +158,7 @@ impl Outbox {
     }
 
     /// Validates `event` and works out what is written beside its own fields.
-    fn check<'e>(&self, event: &'e Event, today: NaiveDate) -> Result<Checked<'e>> {
+    pub(crate) fn check<'e>(&self, event: &'e Event, today: NaiveDate) -> Result<Checked<'e>> {
         let key = event.resolved_idempotency_key(today);
         event.validate(self.inner.payload_limit, key.as_deref())?;
         // The current trace, unless the caller named one (feature `otel`; else never).
@@ -204,16 +198,7 @@ impl Outbox {
             return Ok(Vec::new());
         }
         // PostgreSQL writes them in one multi-row INSERT; the others one at a time.
-        #[cfg(feature = "postgres")]
-        #[allow(irrefutable_let_patterns, reason = "a build with PostgreSQL alone")]
-        if let Conn::Postgres(c) = conn.outbox_connection() {
-            return postgres::insert_many(self, c, &checked).await;
-        }
-        let mut out = Vec::with_capacity(checked.len());
-        for event in &checked {
-            out.push(self.insert_one(conn.outbox_connection(), event).await?);
-        }
-        Ok(out)
+        conn.outbox_connection().insert_many(self, &checked).await
     }
 }
 
@@ -223,43 +208,11 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// An event that passed validation, with what is written beside its own fields.
-struct Checked<'e> {
-    event: &'e Event,
-    key: Option<String>,
-    headers: String,
-    max_retries: i32,
-}
-
-#[cfg(feature = "postgres")]
-/// Maps the rows a multi-row insert returned back to its inputs: a keyed event was inserted if
-/// its key came back (the first of equal keys wins); unkeyed events were all inserted, and
-/// identity values are handed out in input order.
-fn match_results(
-    keys: &[Option<String>],
-    rows: impl IntoIterator<Item = (i64, Option<String>)>,
-) -> Vec<Enqueued> {
-    let mut by_key = std::collections::HashMap::new();
-    let mut unkeyed = Vec::new();
-    for (id, key) in rows {
-        match key {
-            Some(k) => {
-                by_key.insert(k, id);
-            }
-            None => unkeyed.push(id),
-        }
-    }
-    unkeyed.sort_unstable();
-    let mut unkeyed = unkeyed.into_iter();
-    keys.iter()
-        .map(|key| match key {
-            Some(k) => by_key
-                .remove(k)
-                .map_or(Enqueued::Duplicate, Enqueued::Inserted),
-            None => unkeyed
-                .next()
-                .map_or(Enqueued::Duplicate, Enqueued::Inserted),
-        })
-        .collect()
+pub(crate) struct Checked<'e> {
+    pub(crate) event: &'e Event,
+    pub(crate) key: Option<String>,
+    pub(crate) headers: String,
+    pub(crate) max_retries: i32,
 }
 
 /// Settings of an [`Outbox`]; from [`Store::outbox_builder`](crate::Store::outbox_builder).
@@ -290,8 +243,7 @@ impl OutboxBuilder {
     /// ```no_run
     /// use postbox::ops::StoreOps;
     /// use postbox::{StoreExt, TenantId};
-    /// # #[cfg(feature = "postgres")]
-    /// # async fn example(store: postbox::PgStore) -> postbox::Result<()> {
+    /// # async fn example(store: postbox::AnyStore) -> postbox::Result<()> {
     /// let acme = store.tenant_add(&postbox::store::TenantAddParams::new(&TenantId::new("acme")?)).await?;
     /// let outbox = store.outbox_builder().tenant(&acme).build();
     /// assert_eq!(outbox.schema().as_str(), "s_acme");
@@ -350,8 +302,7 @@ impl OutboxBuilder {
     pub fn build(self) -> Outbox {
         Outbox {
             inner: Arc::new(Inner {
-                #[cfg(feature = "postgres")]
-                pg: postgres::Statements::build(&self.schema),
+                prepared: Prepared::new(&self.schema),
                 schema: self.schema,
                 payload_limit: self.payload_limit,
                 max_retries: self.max_retries,
@@ -361,89 +312,6 @@ impl OutboxBuilder {
                 epoch: Instant::now(),
             }),
         }
-    }
-}
-
-mod sealed {
-    /// A connection [`super::Outbox`] (and an [`Inbox`](crate::Inbox)) can write through.
-    pub enum Conn<'a> {
-        /// PostgreSQL.
-        #[cfg(feature = "postgres")]
-        Postgres(&'a mut sqlx::postgres::PgConnection),
-        /// SQLite.
-        #[cfg(feature = "sqlite")]
-        Sqlite(&'a mut sqlx::sqlite::SqliteConnection),
-        /// MySQL or MariaDB.
-        #[cfg(feature = "mysql")]
-        MySql(&'a mut sqlx::mysql::MySqlConnection),
-    }
-
-    pub trait Sealed {
-        fn outbox_connection(&mut self) -> Conn<'_>;
-    }
-}
-
-pub(crate) use sealed::Conn;
-use sealed::Sealed;
-
-/// A connection or transaction that [`Outbox::enqueue`] can write through: a PostgreSQL, SQLite
-/// or MySQL connection, pooled connection or transaction. Sealed.
-pub trait OutboxConnection: Sealed + Send {}
-
-macro_rules! outbox_connection {
-    ($variant:ident, $db:ty, $conn:ty) => {
-        impl Sealed for $conn {
-            fn outbox_connection(&mut self) -> Conn<'_> {
-                Conn::$variant(self)
-            }
-        }
-        impl OutboxConnection for $conn {}
-        impl Sealed for sqlx::Transaction<'_, $db> {
-            fn outbox_connection(&mut self) -> Conn<'_> {
-                Conn::$variant(&mut *self)
-            }
-        }
-        impl OutboxConnection for sqlx::Transaction<'_, $db> {}
-        impl Sealed for sqlx::pool::PoolConnection<$db> {
-            fn outbox_connection(&mut self) -> Conn<'_> {
-                Conn::$variant(&mut *self)
-            }
-        }
-        impl OutboxConnection for sqlx::pool::PoolConnection<$db> {}
-    };
-}
-
-#[cfg(feature = "postgres")]
-outbox_connection!(Postgres, sqlx::Postgres, sqlx::postgres::PgConnection);
-#[cfg(feature = "sqlite")]
-outbox_connection!(Sqlite, sqlx::Sqlite, sqlx::sqlite::SqliteConnection);
-#[cfg(feature = "mysql")]
-outbox_connection!(MySql, sqlx::MySql, sqlx::mysql::MySqlConnection);
-
-#[cfg(all(test, feature = "postgres"))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn results_map_back_in_input_order() {
-        let keys = vec![
-            Some("a".to_owned()),
-            None,
-            Some("a".to_owned()),
-            Some("b".to_owned()),
-            None,
-        ];
-        let rows = vec![(11, Some("a".to_owned())), (13, None), (12, None)];
-        assert_eq!(
-            match_results(&keys, rows),
-            vec![
-                Enqueued::Inserted(11),
-                Enqueued::Inserted(12),
-                Enqueued::Duplicate,
-                Enqueued::Duplicate,
-                Enqueued::Inserted(13),
-            ]
-        );
     }
 }
 

@@ -3,39 +3,66 @@
 //! The relay engine never names a database driver. It talks to a [`Store`], whose methods are
 //! noun-first with one params struct each; [`PgStore`], [`SqliteStore`] and [`MySqlStore`]
 //! implement it and pass one shared conformance suite (`tests/store_conformance.rs`).
+//!
+//! This file holds the traits ([`Store`], [`StoreExt`], [`Wakeups`]), what a store can do
+//! ([`Capabilities`]) and `forward_store!`; what the traits take and return is in `claims.rs`
+//! (the relay's hot path) and `operator.rs` (the operator's surface).
 
-use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use crate::error::Result;
-use crate::event::OutboxEvent;
-use crate::inbox::{INBOX_COUNT_LIMIT, Inbox, InboxStats};
+use crate::inbox::{INBOX_COUNT_LIMIT, Inbox};
 use crate::outbox::{Outbox, OutboxBuilder};
-use crate::schema::{SchemaName, Target, TenantId};
-use crate::sink::SinkHealth;
+use crate::schema::{SchemaName, Target};
 
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+mod claims;
 mod list;
 mod migrations;
-#[cfg(feature = "mysql")]
-mod mysql;
-#[cfg(feature = "postgres")]
-mod postgres;
+mod operator;
 mod reads;
 mod retention;
 mod row;
+
+// One folder per database, each built only with its cargo feature: the one place a database's
+// feature gates its code (the enums that list every database, `AnyStore` and the outbox's
+// connection, name the features once in a macro). The databases' stores are re-exported here
+// and at the crate root through `stores`.
+#[cfg(feature = "mysql")]
+pub(crate) mod mysql;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
-mod sqlite;
+pub(crate) mod sqlite;
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod server;
+
+/// The store of each database this build has, re-exported here and at the crate root.
+pub(crate) mod stores {
+    #[cfg(feature = "mysql")]
+    pub use super::mysql::MySqlStore;
+    #[cfg(feature = "postgres")]
+    pub use super::postgres::PgStore;
+    #[cfg(feature = "sqlite")]
+    pub use super::sqlite::SqliteStore;
+}
 
 pub use crate::schema::{Tenant, TenantStatus};
-#[cfg(feature = "mysql")]
-pub use mysql::MySqlStore;
+pub(crate) use claims::storable_error;
+pub use claims::{
+    ClaimOrder, ClaimParams, Claimed, ExhaustedEvent, FailedMark, FailedTry, GapParams, Gaps,
+    Horizon, HorizonProbe, MAX_ERROR_BYTES, MarkFailedParams, MarkProcessedParams, PassedEvent,
+    Release, ReleaseParams, RenewParams,
+};
+pub use operator::{
+    Backlog, EXACT_PROCESSED_COUNT, RejectedTenant, ReportedSink, RetryFailedParams,
+    SlowLaneParams, StatusCounts, TenantAddParams,
+};
+pub(crate) use operator::{ReportedRow, inbox_stats, reported_sinks};
 #[cfg(feature = "postgres")]
-pub use postgres::{PgStore, pg_locks};
+pub use postgres::pg_locks;
 pub use reads::{
     EventFilter, EventStatus, FilterText, ListParams, Order, ParseTimeError, StoredEvent,
     StoredEventError, parse_time,
@@ -44,15 +71,7 @@ pub use retention::{
     ArchiveBatch, ArchiveParams, PurgeBatch, PurgeKind, PurgeParams, archive_all, purge_all,
 };
 pub use row::Undecodable;
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
-
-/// A duration as milliseconds, the unit the SQL takes leases and backoffs in (MySQL's take
-/// microseconds).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+pub use stores::*;
 
 /// Seconds read from SQL as a duration; a negative value (overdue) is zero.
 pub(crate) fn secs(v: Option<f64>) -> Option<Duration> {
@@ -64,445 +83,6 @@ pub(crate) fn secs(v: Option<f64>) -> Option<Duration> {
 /// relay that held it.
 pub(crate) const LEASE_EXPIRED: &str =
     "lease expired: relay {relay} did not finish publishing in time (crashed or stalled)";
-
-/// What an operator's retry writes to `last_error` when it is empty: below a relay's floor a
-/// retried event is found by its `last_error` (every store's claim). Bound into each store's
-/// statement, one text for every store that claims from a floor (SQLite claims without one).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) const RETRIED_BY_OPERATOR: &str = "retried by an operator";
-
-/// What the slow lane writes to `last_error` when it is empty (see `RETRIED_BY_OPERATOR`).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) const RETRIED_BY_SLOW_LANE: &str = "retried by the slow lane";
-
-/// Parameters of [`Store::events_claim`].
-#[derive(Clone, Debug)]
-pub struct ClaimParams<'a> {
-    /// Whose events to claim.
-    pub target: &'a Target,
-    /// At most this many events.
-    pub batch_size: u32,
-    /// How long the claim lasts before another relay may take the events over.
-    pub lease: Duration,
-    /// This relay's id, written to `locked_by`.
-    pub relay_id: &'a str,
-    /// Which events go one aggregate at a time, in commit order (G6); none by default.
-    pub order: ClaimOrder<'a>,
-    /// Where new work is claimed from: an id below which every event is finished or went
-    /// wrong once (see [`Store::claim_floor`]); 0 claims from the start. Stores that do not
-    /// [claim from a floor](Store::claims_from_floor) ignore it.
-    pub floor: i64,
-}
-
-/// Per-aggregate ordering of a claim (G6, `docs/guarantees.md`): an event of an ordered
-/// aggregate type is claimed only once every earlier event of its aggregate is `PROCESSED` or
-/// skipped by an operator (or taken by the same claim, which then holds its aggregate's events
-/// in id order), and once its id is at or below the commit horizon.
-///
-/// ```
-/// let types = vec!["Invoice".to_owned()];
-/// let order = postbox::store::ClaimOrder {
-///     aggregate_types: &types,
-///     settled_through: 42,
-///     walk: 400,
-///     sweep: false,
-/// };
-/// assert!(order.is_on());
-/// assert!(!postbox::store::ClaimOrder::default().is_on());
-/// ```
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ClaimOrder<'a> {
-    /// Ordered aggregate types; `*` orders every aggregate; empty turns ordering off.
-    pub aggregate_types: &'a [String],
-    /// The commit horizon ([`Store::commit_horizon`]): ordered events above this id are not
-    /// claimed yet, since a transaction that may still commit an earlier id is running.
-    pub settled_through: i64,
-    /// With ordering on, the span of ids the claim reads in id order, from the first due event
-    /// at or above the floor, each event checked against the earlier events of its aggregate.
-    /// When events there wait for their aggregates and the batch is not full, it takes ready
-    /// aggregates' heads (and the events right behind them) directly, looking at up to
-    /// 4 × `batch_size` aggregates, so that its cost does not grow with the events waiting
-    /// behind aggregates in flight or parked; when nothing there waits, it reads on in id
-    /// order. 0 reads on to the end. Stores whose claim reads in id order only (MySQL/MariaDB,
-    /// SQLite) ignore it.
-    pub walk: u32,
-    /// Whether the claim is a sweep: it looks at every aggregate's head, not only the first
-    /// 4 × `batch_size`, and also takes the due events past the [`walk`](Self::walk) that are
-    /// not ordered (no aggregate, or a type not in [`aggregate_types`](Self::aggregate_types)),
-    /// in one read of them without a check of their aggregates. A relay makes one a second;
-    /// until then such events wait for the events before them.
-    pub sweep: bool,
-}
-
-impl ClaimOrder<'_> {
-    /// Whether any aggregate type is ordered.
-    pub fn is_on(&self) -> bool {
-        !self.aggregate_types.is_empty()
-    }
-}
-
-/// Parameters of [`Store::claim_gaps`].
-#[derive(Clone, Debug)]
-pub struct GapParams<'a> {
-    /// Whose table to read.
-    pub target: &'a Target,
-    /// Ranges of ids a relay's floor or cursor went past while none of them was visible (a
-    /// transaction still open, one that rolled back, rows removed): the rows in them now are
-    /// looked up.
-    pub passed: &'a [RangeInclusive<i64>],
-    /// The first `limit` ids present after this one are read, in id order.
-    pub after: i64,
-    /// See [`after`](Self::after); 0 reads none.
-    pub limit: u32,
-}
-
-/// The answer of [`Store::claim_gaps`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Gaps {
-    /// The ids present (visible, whatever their status) after [`GapParams::after`], ascending.
-    pub present: Vec<i64>,
-    /// The rows now in [`GapParams::passed`]: committed since the relay passed them.
-    pub found: Vec<PassedEvent>,
-}
-
-/// A row in one of [`GapParams::passed`], committed since the relay passed its id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PassedEvent {
-    /// Its id.
-    pub id: i64,
-    /// In flight or waiting without having gone wrong (no `last_error`): below the floor, only
-    /// the relay's passed ranges find it.
-    pub unfinished: bool,
-    /// Unfinished, and no relay holds a lease on it: a claim may take it now.
-    pub claimable: bool,
-}
-
-/// [`Gaps`] from a store's rows of [`Store::claim_gaps`]: (id, one of the passed ids,
-/// unfinished, claimable), the range's rows in id order.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) fn gaps_from(rows: Vec<(i64, bool, bool, bool)>) -> Gaps {
-    let mut gaps = Gaps::default();
-    for (id, passed, unfinished, claimable) in rows {
-        if passed {
-            gaps.found.push(PassedEvent {
-                id,
-                unfinished,
-                claimable,
-            });
-        } else {
-            gaps.present.push(id);
-        }
-    }
-    gaps.present.sort_unstable();
-    gaps
-}
-
-/// A probe of a table's commit horizon, kept between calls of [`Store::commit_horizon`]: the
-/// last id drawn when it was taken, and the transactions then writing to the table.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HorizonProbe {
-    /// The last id the table's sequence had handed out.
-    pub last_id: i64,
-    /// The writers of the table then (PostgreSQL virtual transaction ids).
-    pub writers: Vec<String>,
-}
-
-/// The answer of [`Store::commit_horizon`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Horizon {
-    /// Every event at or below this id is committed or rolled back for good, when known.
-    pub settled: Option<i64>,
-    /// The probe to pass to the next call.
-    pub probe: Option<HorizonProbe>,
-}
-
-/// The result of [`Store::events_claim`].
-#[derive(Debug, Default)]
-pub struct Claimed {
-    /// The fencing token of this claim; every later write on these events must present it.
-    pub claim_token: Uuid,
-    /// Events now `PROCESSING` under this relay's lease, in id order.
-    pub events: Vec<OutboxEvent>,
-    /// How many of `events` were stale claims of a relay that did not finish in time (their lost
-    /// lease counted as a failed try).
-    pub recovered: u64,
-    /// Stale events whose lost lease was their last allowed try: they are now `FAILED`.
-    pub exhausted: Vec<ExhaustedEvent>,
-    /// Claimed events whose rows cannot be read (a column a producer filled with what cannot be
-    /// decoded); the relay fails them at once, fenced by this claim's token.
-    pub undecodable: Vec<Undecodable>,
-}
-
-/// A stale event that went `FAILED` when its lease ran out on its last try.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExhaustedEvent {
-    /// The event id.
-    pub id: i64,
-    /// Its event type.
-    pub event_type: String,
-    /// The failed tries, now equal to the event's `max_retries`.
-    pub retry_count: i32,
-    /// The reason stored in `last_error`.
-    pub last_error: String,
-}
-
-/// Parameters of [`Store::leases_renew`].
-#[derive(Clone, Debug)]
-pub struct RenewParams<'a> {
-    /// Whose events.
-    pub target: &'a Target,
-    /// The claim's fencing token.
-    pub claim_token: Uuid,
-    /// The events still being published.
-    pub ids: &'a [i64],
-    /// The new lease, from the database's `now()`.
-    pub lease: Duration,
-}
-
-/// Parameters of [`Store::events_mark_processed`].
-#[derive(Clone, Debug)]
-pub struct MarkProcessedParams<'a> {
-    /// Whose events.
-    pub target: &'a Target,
-    /// The claim's fencing token; rows claimed since by another relay are left alone.
-    pub claim_token: Uuid,
-    /// Events whose publishing was acknowledged.
-    pub ids: &'a [i64],
-}
-
-/// One failed try, for [`Store::events_mark_failed`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FailedTry {
-    /// The event id.
-    pub id: i64,
-    /// The error, stored in `last_error` (without NUL characters, and cut to
-    /// [`MAX_ERROR_BYTES`]).
-    pub error: String,
-    /// A permanent error sends the event to `FAILED` at once, whatever its retries.
-    pub permanent: bool,
-    /// Tries before `FAILED` for this event, instead of its `max_retries` column (a retry
-    /// policy of its type); `None` keeps the column's.
-    pub max_retries: Option<i32>,
-}
-
-/// Parameters of [`Store::events_mark_failed`].
-#[derive(Clone, Debug)]
-pub struct MarkFailedParams<'a> {
-    /// Whose events.
-    pub target: &'a Target,
-    /// The claim's fencing token.
-    pub claim_token: Uuid,
-    /// The failed tries.
-    pub tries: &'a [FailedTry],
-    /// The backoff before the next try.
-    pub retry: crate::Backoff,
-}
-
-/// An event whose destination was down, for [`Store::events_release`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct Release {
-    /// The event id.
-    pub id: i64,
-    /// Why, stored in `last_error` (cleaned as [`FailedTry::error`] is).
-    pub error: String,
-    /// When to try it again, from the database's `now()`.
-    pub delay: Duration,
-}
-
-/// Parameters of [`Store::events_release`].
-#[derive(Clone, Debug)]
-pub struct ReleaseParams<'a> {
-    /// Whose events.
-    pub target: &'a Target,
-    /// The claim's fencing token.
-    pub claim_token: Uuid,
-    /// The events to put back.
-    pub releases: &'a [Release],
-}
-
-/// What became of one failed try.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FailedMark {
-    /// The event id.
-    pub id: i64,
-    /// Failed tries so far, this one included.
-    pub retry_count: i32,
-    /// `true` when the event is now `FAILED` for good; `false` when it waits for a retry.
-    pub gave_up: bool,
-}
-
-/// The events of one target by status, for `postbox status`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct StatusCounts {
-    /// `PENDING` events (new, or waiting for a retry).
-    pub pending: i64,
-    /// `PROCESSING` events (claimed by a relay).
-    pub processing: i64,
-    /// `PROCESSED` events still in the table: counted exactly on a table of up to
-    /// [`EXACT_PROCESSED_COUNT`] of them, estimated from the database's statistics above that
-    /// (see `processed_exact`), so that a long history is not read to count it.
-    pub processed: i64,
-    /// Whether `processed` is an exact count (`false`: an estimate).
-    pub processed_exact: bool,
-    /// `FAILED` events awaiting an operator.
-    pub failed: i64,
-    /// Age of the oldest `PENDING` or `PROCESSING` event, by the database clock.
-    #[serde(with = "opt_secs")]
-    pub oldest_pending_age: Option<Duration>,
-    /// Dead row versions in the target's `outbox_events` (PostgreSQL's statistics; `None` on
-    /// SQLite). Many of them slow claims down until vacuum removes them.
-    pub dead_tuples: Option<i64>,
-}
-
-mod opt_secs {
-    use std::time::Duration;
-
-    pub(super) fn serialize<S: serde::Serializer>(
-        d: &Option<Duration>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_some(&d.as_secs_f64()),
-            None => s.serialize_none(),
-        }
-    }
-}
-
-/// The longest error text stored in `last_error`, in bytes; longer ones are cut (on a character
-/// boundary) and end in `…`.
-pub const MAX_ERROR_BYTES: usize = 4096;
-
-/// An error text as it can be stored: secrets hidden ([`crate::redact::redact`]), without NUL
-/// characters (PostgreSQL's text cannot hold them, and one would make the whole mark fail) and
-/// at most [`MAX_ERROR_BYTES`] long.
-pub(crate) fn storable_error(error: &str) -> std::borrow::Cow<'_, str> {
-    let error = crate::redact::redact(error);
-    if error.len() <= MAX_ERROR_BYTES && !error.contains('\0') {
-        return std::borrow::Cow::Owned(error);
-    }
-    let mut text: String = error.chars().filter(|c| *c != '\0').collect();
-    if text.len() > MAX_ERROR_BYTES {
-        let mut cut = MAX_ERROR_BYTES - '…'.len_utf8();
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push('…');
-    }
-    std::borrow::Cow::Owned(text)
-}
-
-/// Up to how many `PROCESSED` events [`Store::status_counts`] counts exactly.
-pub const EXACT_PROCESSED_COUNT: i64 = 100_000;
-
-/// What is still to do in one target, for draining.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Backlog {
-    /// How long until an outstanding (`PENDING` or `PROCESSING`) event can be claimed: zero if
-    /// one can be now, else until the earliest lease or backoff runs out; `None` when nothing is
-    /// outstanding.
-    pub next_due_in: Option<Duration>,
-}
-
-/// One relay's last report of one sink.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-#[non_exhaustive]
-pub struct ReportedSink {
-    /// The relay that reported.
-    pub relay_id: String,
-    /// What it saw.
-    #[serde(flatten)]
-    pub health: SinkHealth,
-    /// How long ago it reported (a relay that stopped reports no more).
-    #[serde(with = "secs_f64")]
-    pub reported_ago: Duration,
-}
-
-/// A row of `postbox_sink_health` as every store reads it: relay, sink, up, since, last error,
-/// seconds since the report.
-pub(crate) type ReportedRow = (String, String, bool, DateTime<Utc>, Option<String>, f64);
-
-/// The consumers of [`Store::inbox_stats`] from their rows (consumer, messages, duplicates).
-pub(crate) fn inbox_stats(rows: Vec<(String, i64, i64)>) -> Vec<InboxStats> {
-    rows.into_iter()
-        .map(|(consumer, messages, duplicates)| InboxStats::new(consumer, messages, duplicates))
-        .collect()
-}
-
-/// The reports of [`Store::sinks_reported`] from their rows.
-pub(crate) fn reported_sinks(rows: Vec<ReportedRow>) -> Vec<ReportedSink> {
-    rows.into_iter()
-        .map(
-            |(relay_id, name, up, since, last_error, age)| ReportedSink {
-                relay_id,
-                health: SinkHealth::new(name, up, since, last_error),
-                reported_ago: secs(Some(age)).unwrap_or_default(),
-            },
-        )
-        .collect()
-}
-
-mod secs_f64 {
-    use std::time::Duration;
-
-    pub(super) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64())
-    }
-}
-
-/// A tenant registry row that cannot be served, and why.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct RejectedTenant {
-    /// The id as stored.
-    pub id: String,
-    /// The schema name as stored.
-    pub schema: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-/// Parameters of [`Store::events_retry_failed`].
-#[derive(Clone, Debug)]
-pub struct RetryFailedParams<'a> {
-    /// Whose events.
-    pub target: &'a Target,
-    /// The events to retry; `None` retries every `FAILED` event of the target.
-    pub ids: Option<&'a [i64]>,
-}
-
-/// Parameters of [`Store::events_retry_slow_lane`].
-#[derive(Clone, Debug)]
-pub struct SlowLaneParams<'a> {
-    /// Whose events.
-    pub target: &'a Target,
-    /// How long after its last try a `FAILED` event gets another.
-    pub after: Duration,
-    /// Slow-lane tries an event gets at most (tries past its `max_retries`).
-    pub max_tries: u32,
-    /// Events released at most in this call.
-    pub batch_size: u32,
-    /// Event types the slow lane skips.
-    pub exclude: &'a [crate::glob::Glob],
-}
-
-/// Parameters of [`Store::tenant_add`].
-#[derive(Clone, Debug)]
-pub struct TenantAddParams<'a> {
-    /// The new tenant.
-    pub id: &'a TenantId,
-    /// Its schema; `None` for `s_<tenant>`.
-    pub schema: Option<&'a SchemaName>,
-}
-
-impl<'a> TenantAddParams<'a> {
-    /// Tenant `id` in its default schema `s_<tenant>`.
-    pub fn new(id: &'a TenantId) -> Self {
-        TenantAddParams { id, schema: None }
-    }
-}
 
 /// A wake-up source: yields when events may have been committed (PostgreSQL `NOTIFY`).
 ///
@@ -520,7 +100,6 @@ pub trait Wakeups: Send {
 /// wraps, and cannot drop a capability by leaving a method out.
 ///
 /// ```
-/// # #[cfg(feature = "sqlite")]
 /// # async fn example() -> postbox::Result<()> {
 /// use postbox::Store;
 /// let store = postbox::connect("sqlite::memory:").await?;
@@ -657,7 +236,6 @@ pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
 /// so that every store, wrappers included, has them the same.
 ///
 /// ```
-/// # #[cfg(feature = "sqlite")]
 /// # async fn example() -> postbox::Result<()> {
 /// use postbox::StoreExt;
 /// let store = postbox::connect("sqlite::memory:").await?;

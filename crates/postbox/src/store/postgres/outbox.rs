@@ -1,5 +1,5 @@
 //! The PostgreSQL statements of an [`Outbox`]: one event, many, and an event inside the caller's
-//! own statement, each with and without the debounced notification.
+//! own statement ([`Outbox::enqueue_with`]), each with and without the debounced notification.
 
 use std::sync::Arc;
 
@@ -8,34 +8,40 @@ use sqlx::postgres::{PgArguments, PgConnection};
 use sqlx::query::Query;
 use sqlx::{Arguments, AssertSqlSafe, Execute, Postgres};
 
-use super::{Checked, Outbox, match_results};
+use super::sql::{max_placeholder, render, safe};
 use crate::error::{Error, Result};
 use crate::event::{Enqueued, Event};
+use crate::outbox::{Checked, Outbox};
 use crate::schema::SchemaName;
-use crate::sql::{max_placeholder, render, safe};
 
 /// The statements of one outbox, rendered for its schema once.
-pub(super) struct Statements {
+pub(crate) struct Prepared {
     one: Arc<str>,
     one_notify: Arc<str>,
     many: Arc<str>,
     many_notify: Arc<str>,
-    pub(super) with: Wrapped,
-    pub(super) with_notify: Wrapped,
+    with: Wrapped,
+    with_notify: Wrapped,
 }
 
-impl Statements {
-    pub(super) fn build(schema: &SchemaName) -> Self {
-        let with = render(include_str!("../../sql/postgres/enqueue_with.sql"), schema);
-        Statements {
-            one: render(include_str!("../../sql/postgres/enqueue.sql"), schema),
+impl Prepared {
+    pub(crate) fn new(schema: &SchemaName) -> Self {
+        let with = render(
+            include_str!("../../../sql/postgres/enqueue_with.sql"),
+            schema,
+        );
+        Prepared {
+            one: render(include_str!("../../../sql/postgres/enqueue.sql"), schema),
             one_notify: render(
-                include_str!("../../sql/postgres/enqueue_notify.sql"),
+                include_str!("../../../sql/postgres/enqueue_notify.sql"),
                 schema,
             ),
-            many: render(include_str!("../../sql/postgres/enqueue_many.sql"), schema),
+            many: render(
+                include_str!("../../../sql/postgres/enqueue_many.sql"),
+                schema,
+            ),
             many_notify: render(
-                include_str!("../../sql/postgres/enqueue_many_notify.sql"),
+                include_str!("../../../sql/postgres/enqueue_many_notify.sql"),
                 schema,
             ),
             with_notify: Wrapped::new(&with),
@@ -57,29 +63,29 @@ fn statement<'o>(
 }
 
 /// One event; `None` when its idempotency key exists already.
-pub(super) async fn insert_one(
+pub(crate) async fn insert_one(
     outbox: &Outbox,
+    pg: &Prepared,
     conn: &mut PgConnection,
     event: &Checked<'_>,
 ) -> Result<Option<i64>> {
-    let pg = &outbox.inner.pg;
     let (sql, notify) = statement(outbox, &pg.one, &pg.one_notify);
     let mut args = PgArguments::default();
     event.add_to(&mut args, notify)?;
     let rows: Vec<Option<i64>> = sqlx::query_scalar_with(sql, args)
         .fetch_all(conn)
         .await
-        .map_err(|e| outbox.write_error(e, outbox.inner.schema.as_str()))?;
+        .map_err(|e| outbox.write_error(e, outbox.schema().as_str()))?;
     Ok(rows.into_iter().flatten().next())
 }
 
 /// Many events in one multi-row `INSERT`; results in input order.
-pub(super) async fn insert_many(
+pub(crate) async fn insert_many(
     outbox: &Outbox,
+    pg: &Prepared,
     conn: &mut PgConnection,
     checked: &[Checked<'_>],
 ) -> Result<Vec<Enqueued>> {
-    let pg = &outbox.inner.pg;
     let keys: Vec<Option<String>> = checked.iter().map(|c| c.key.clone()).collect();
     let col = |f: fn(&Event) -> Option<&str>| -> Vec<Option<&str>> {
         checked.iter().map(|c| f(c.event)).collect()
@@ -121,10 +127,41 @@ pub(super) async fn insert_many(
     let rows: Vec<(Option<i64>, Option<String>)> = query
         .fetch_all(conn)
         .await
-        .map_err(|e| outbox.write_error(e, outbox.inner.schema.as_str()))?;
+        .map_err(|e| outbox.write_error(e, outbox.schema().as_str()))?;
     // The NULL row of the notification carries no event.
     let rows = rows.into_iter().filter_map(|(id, key)| Some((id?, key)));
     Ok(match_results(&keys, rows))
+}
+
+/// Maps the rows a multi-row insert returned back to its inputs: a keyed event was inserted if
+/// its key came back (the first of equal keys wins); unkeyed events were all inserted, and
+/// identity values are handed out in input order.
+fn match_results(
+    keys: &[Option<String>],
+    rows: impl IntoIterator<Item = (i64, Option<String>)>,
+) -> Vec<Enqueued> {
+    let mut by_key = std::collections::HashMap::new();
+    let mut unkeyed = Vec::new();
+    for (id, key) in rows {
+        match key {
+            Some(k) => {
+                by_key.insert(k, id);
+            }
+            None => unkeyed.push(id),
+        }
+    }
+    unkeyed.sort_unstable();
+    let mut unkeyed = unkeyed.into_iter();
+    keys.iter()
+        .map(|key| match key {
+            Some(k) => by_key
+                .remove(k)
+                .map_or(Enqueued::Duplicate, Enqueued::Inserted),
+            None => unkeyed
+                .next()
+                .map_or(Enqueued::Duplicate, Enqueued::Inserted),
+        })
+        .collect()
 }
 
 impl Outbox {
@@ -204,8 +241,8 @@ impl Outbox {
         let first = bound + 1;
         let notify = self.notify_payload();
         let template = match notify {
-            Some(_) => &self.inner.pg.with_notify,
-            None => &self.inner.pg.with,
+            Some(_) => &self.prepared().postgres.with_notify,
+            None => &self.prepared().postgres.with,
         };
         // Safe: the caller's own statement, and ours around it with a quoted schema name.
         let sql = AssertSqlSafe(template.render(business, first));
@@ -213,7 +250,7 @@ impl Outbox {
         let rows: Vec<Option<i64>> = sqlx::query_scalar_with(sql, args)
             .fetch_all(conn)
             .await
-            .map_err(|e| self.write_error(e, self.inner.schema.as_str()))?;
+            .map_err(|e| self.write_error(e, self.schema().as_str()))?;
         Ok(rows
             .into_iter()
             .flatten()
@@ -225,7 +262,7 @@ impl Outbox {
 impl Checked<'_> {
     /// Appends the event's nine columns (and the notification's payload, if any) to `args`, in
     /// the order of the PostgreSQL enqueue statements.
-    pub(super) fn add_to(&self, args: &mut PgArguments, notify: Option<&str>) -> Result<()> {
+    fn add_to(&self, args: &mut PgArguments, notify: Option<&str>) -> Result<()> {
         let e = self.event;
         let add = |r: std::result::Result<(), sqlx::error::BoxDynError>| {
             r.map_err(|err| Error::Database(sqlx::Error::Encode(err)))
@@ -249,7 +286,7 @@ impl Checked<'_> {
 /// The statement of [`Outbox::enqueue_with`] for one schema, cut where the caller's statement
 /// and the event's parameters go: their numbers depend on how many parameters the caller's
 /// statement has, so the text is put together for each call (a few string pushes).
-pub(super) struct Wrapped {
+struct Wrapped {
     /// Up to the caller's statement.
     head: String,
     /// After it: text, then the event's parameter number `k` (1-based), in turn.
@@ -280,7 +317,7 @@ impl Wrapped {
     }
 
     /// The statement around `business`, the event's parameters numbered from `first`.
-    pub(super) fn render(&self, business: &str, first: usize) -> String {
+    fn render(&self, business: &str, first: usize) -> String {
         use std::fmt::Write;
         let mut sql = String::with_capacity(self.head.len() + business.len() + 640);
         sql.push_str(&self.head);
@@ -301,7 +338,7 @@ mod tests {
 
     #[test]
     fn the_wrapped_statement_numbers_the_events_parameters_after_the_callers() {
-        let statements = Statements::build(&SchemaName::new("s_acme").expect("a valid name"));
+        let statements = Prepared::new(&SchemaName::new("s_acme").expect("a valid name"));
         let business = "INSERT INTO t (a, b) VALUES ($1, $2)";
         for (wrapped, last) in [(&statements.with, 11), (&statements.with_notify, 12)] {
             let sql = wrapped.render(business, 3);
@@ -315,5 +352,27 @@ mod tests {
             assert!(sql.contains(&format!("${last}")) && !sql.contains(&format!("${}", last + 1)));
             assert_eq!(sql.contains("pg_notify"), last == 12, "{sql}");
         }
+    }
+
+    #[test]
+    fn results_map_back_in_input_order() {
+        let keys = vec![
+            Some("a".to_owned()),
+            None,
+            Some("a".to_owned()),
+            Some("b".to_owned()),
+            None,
+        ];
+        let rows = vec![(11, Some("a".to_owned())), (13, None), (12, None)];
+        assert_eq!(
+            match_results(&keys, rows),
+            vec![
+                Enqueued::Inserted(11),
+                Enqueued::Inserted(12),
+                Enqueued::Duplicate,
+                Enqueued::Duplicate,
+                Enqueued::Inserted(13),
+            ]
+        );
     }
 }

@@ -1,0 +1,161 @@
+//! Retention: processed events moved to the archive and purged from it, `FAILED` events and
+//! inbox records purged, in short batches.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::metrics as metric;
+use crate::schema::Target;
+use crate::store::{ArchiveParams, PurgeKind, PurgeParams, Store, archive_all, purge_all};
+
+/// How often a relay runs retention over its targets.
+const RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+/// Rows per retention batch: each batch is one short transaction.
+const RETENTION_BATCH: u32 = 1_000;
+
+/// Retention, run by the relays: every minute, `PROCESSED` events past `retention` move to the
+/// archive, archived events past `archive_retention` and inbox records past `inbox_retention`
+/// are deleted, in short batches (see [`Store::events_archive`]). One relay at a time works on a
+/// table; the others skip it.
+pub(super) struct Retention {
+    ages: Ages,
+    last_run: Option<Instant>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// The ages of [`Retention`], from the relay's configuration.
+#[derive(Clone, Copy)]
+struct Ages {
+    retention: Option<Duration>,
+    archive_retention: Option<Duration>,
+    inbox_retention: Option<Duration>,
+}
+
+impl Retention {
+    pub(super) fn new(
+        retention: Option<Duration>,
+        archive_retention: Option<Duration>,
+        inbox_retention: Option<Duration>,
+    ) -> Self {
+        Retention {
+            ages: Ages {
+                retention,
+                archive_retention,
+                inbox_retention,
+            },
+            last_run: None,
+            task: None,
+        }
+    }
+
+    /// Starts a retention run unless one ran lately or is still running.
+    pub(super) fn tick(&mut self, store: &Arc<dyn Store>, targets: &[Target]) {
+        let ages = self.ages;
+        if (ages.retention.is_none()
+            && ages.archive_retention.is_none()
+            && ages.inbox_retention.is_none())
+            || self
+                .last_run
+                .is_some_and(|at| at.elapsed() < RETENTION_EVERY)
+            || self.task.as_ref().is_some_and(|t| !t.is_finished())
+            || targets.is_empty()
+        {
+            return;
+        }
+        self.last_run = Some(Instant::now());
+        let store = Arc::clone(store);
+        let targets = targets.to_vec();
+        self.task = Some(tokio::spawn(async move {
+            for target in &targets {
+                retain(&*store, target, ages).await;
+            }
+        }));
+    }
+
+    /// Abandons a run in flight: the batch in progress rolls back, the rest waits for the next
+    /// run (of this relay or another).
+    pub(super) fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
+    let tenant = target.label();
+    if let Some(older_than) = ages.retention {
+        let params = ArchiveParams {
+            target,
+            older_than,
+            after_id: 0,
+            batch_size: RETENTION_BATCH,
+            dry_run: false,
+        };
+        let started = Instant::now();
+        match archive_all(store, params, false, |n| {
+            metrics::counter!(metric::EVENTS_ARCHIVED, "tenant" => tenant.to_owned()).increment(n);
+        })
+        .await
+        {
+            Ok(Some(0)) => {}
+            Ok(Some(moved)) => info!(tenant, moved, elapsed = ?started.elapsed(),
+                "archived processed events past their retention"),
+            Ok(None) => debug!(tenant, "another relay is archiving; skipped"),
+            Err(e) => warn!(tenant, error = %e,
+                "archiving failed; processed events stay in the outbox table until the next run"),
+        }
+    }
+    if let Some(older_than) = ages.archive_retention {
+        let purged = purge_past(store, target, PurgeKind::Archive, older_than, |n| {
+            metrics::counter!(metric::EVENTS_PURGED, "tenant" => tenant.to_owned()).increment(n);
+        });
+        match purged.await {
+            Ok(Some(0) | None) => {}
+            Ok(Some(purged)) => info!(
+                tenant,
+                purged, "purged archived events past archive_retention"
+            ),
+            Err(e) => {
+                warn!(tenant, error = %e, "purging the archive failed; trying again at the next run")
+            }
+        }
+    }
+    if let Some(older_than) = ages.inbox_retention {
+        let purged = purge_past(store, target, PurgeKind::Inbox, older_than, |n| {
+            metrics::counter!(metric::INBOX_PURGED, "tenant" => tenant.to_owned()).increment(n);
+        });
+        match purged.await {
+            Ok(Some(0) | None) => {}
+            Ok(Some(purged)) => info!(
+                tenant,
+                purged, "purged inbox records past inbox_retention (the dedup window)"
+            ),
+            Err(e) => {
+                warn!(tenant, error = %e, "purging the inbox failed; trying again at the next run")
+            }
+        }
+    }
+}
+
+/// One relay's purge of `kind` past `older_than` in `target`, in retention batches; `None` when
+/// another relay holds the table's retention lock.
+async fn purge_past(
+    store: &dyn Store,
+    target: &Target,
+    kind: PurgeKind,
+    older_than: Duration,
+    progress: impl FnMut(u64) + Send,
+) -> crate::Result<Option<u64>> {
+    let params = PurgeParams {
+        target,
+        kind,
+        older_than,
+        batch_size: RETENTION_BATCH,
+        dry_run: false,
+    };
+    purge_all(store, params, false, progress).await
+}

@@ -1,0 +1,132 @@
+//! Vacuum: the dead-row counts of the tables a relay serves, read now and then, and a table
+//! past its threshold vacuumed on a connection of its own.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::error::Error;
+use crate::metrics as metric;
+use crate::schema::{SchemaName, Target};
+use crate::store::Store;
+
+/// How often the dead-row counts are read.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// After a vacuum that took `t`, the table is left alone for `t` times this.
+const VACUUM_DUTY_PAUSE: u32 = 9;
+
+/// How long a table the relay may not vacuum is left alone before it tries again.
+const SKIP_FOR: Duration = Duration::from_secs(600);
+
+pub(super) struct Vacuum {
+    threshold: Option<u64>,
+    last_check: Option<Instant>,
+    task: Option<JoinHandle<()>>,
+    /// Tables to leave alone until a moment: just vacuumed, or their vacuum failed for a reason
+    /// the operator must fix.
+    skip: Arc<Mutex<HashMap<SchemaName, Instant>>>,
+}
+
+impl Vacuum {
+    pub(super) fn new(threshold: Option<u64>) -> Self {
+        Vacuum {
+            threshold,
+            last_check: None,
+            task: None,
+            skip: Arc::default(),
+        }
+    }
+
+    /// Starts a check (and the vacuums it calls for) unless one ran lately or is still running.
+    pub(super) fn tick(&mut self, store: &Arc<dyn Store>, targets: &[Target]) {
+        let Some(threshold) = self.threshold else {
+            return;
+        };
+        if self.last_check.is_some_and(|at| at.elapsed() < CHECK_EVERY)
+            || self.task.as_ref().is_some_and(|t| !t.is_finished())
+            || targets.is_empty()
+        {
+            return;
+        }
+        self.last_check = Some(Instant::now());
+        let store = Arc::clone(store);
+        let targets = targets.to_vec();
+        let skip = Arc::clone(&self.skip);
+        self.task = Some(tokio::spawn(async move {
+            check(&*store, &targets, threshold, &skip).await;
+        }));
+    }
+
+    /// Abandons a vacuum in flight (the server finishes or cancels it on its own).
+    pub(super) fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+pub(super) async fn check(
+    store: &dyn Store,
+    targets: &[Target],
+    threshold: u64,
+    skip: &Mutex<HashMap<SchemaName, Instant>>,
+) {
+    let dead = match store.outbox_dead_rows(targets).await {
+        Ok(dead) => dead,
+        Err(e) => {
+            debug!(error = %e, "cannot read dead-row counts; vacuum check skipped");
+            return;
+        }
+    };
+    for (target, dead) in targets.iter().zip(dead) {
+        if dead < threshold {
+            continue;
+        }
+        {
+            let mut skip = skip.lock().unwrap_or_else(PoisonError::into_inner);
+            match skip.get(&target.schema) {
+                Some(until) if *until > Instant::now() => continue,
+                Some(_) => {
+                    skip.remove(&target.schema);
+                }
+                None => {}
+            }
+        }
+        let started = Instant::now();
+        match store.outbox_vacuum(target).await {
+            Ok(()) => {
+                let elapsed = started.elapsed();
+                info!(
+                    tenant = target.label(),
+                    dead_rows = dead,
+                    ?elapsed,
+                    "vacuumed the outbox table"
+                );
+                // A vacuum removes nothing while an older snapshot is open (a long transaction,
+                // an ANALYZE), and the count stays past the threshold: without a pause the
+                // relay would vacuum the table back to back. Vacuuming takes at most a tenth of
+                // the time.
+                skip.lock().unwrap_or_else(PoisonError::into_inner).insert(
+                    target.schema.clone(),
+                    Instant::now() + elapsed * VACUUM_DUTY_PAUSE,
+                );
+                metrics::counter!(metric::VACUUMS, "tenant" => target.label().to_owned())
+                    .increment(1);
+            }
+            Err(e @ Error::NotOwner { .. }) => {
+                warn!(tenant = target.label(), dead_rows = dead, error = %e,
+                    "cannot vacuum the outbox table; claims slow down as dead rows pile up");
+                skip.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(target.schema.clone(), Instant::now() + SKIP_FOR);
+            }
+            Err(e) => {
+                debug!(tenant = target.label(), error = %e, "vacuum failed; trying again later")
+            }
+        }
+    }
+}

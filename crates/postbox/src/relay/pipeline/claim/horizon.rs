@@ -1,0 +1,187 @@
+//! Where a target's claims start: its commit horizon, the ranges of ids a relay passed while a
+//! transaction held the horizon back, and its floor.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::warn;
+
+use crate::error::Result;
+use crate::relay::pipeline::Pipeline;
+use crate::schema::Target;
+use crate::store::GapParams;
+
+/// How long ordered events may wait for the writers of a probe before the relay says so.
+const HORIZON_PATIENCE: Duration = Duration::from_secs(10);
+
+/// How often a relay's floor is found again from the start of the table: a sweep, one read that
+/// walks the polling index from its start, for an event put back below the floor by a path that
+/// does not mark it (an operator's hand-written `UPDATE`, say). Every path of Postbox's own
+/// marks it.
+const FLOOR_SWEEP: Duration = Duration::from_secs(60);
+
+/// How long the commit horizon waits for the same writers before a relay's floor and cursor go
+/// on past them (with [`Store::claim_gaps`](crate::Store)): a transaction open this long is
+/// held open, not merely writing (a few claims' time).
+const HORIZON_STALL: Duration = Duration::from_millis(100);
+
+/// How many ids present past the last one read a relay reads at each claim while the commit
+/// horizon is held back: enough to keep ahead of its claims, and to catch up, after a start,
+/// with the events done since the transaction began.
+const GAP_SPAN: u32 = 20_000;
+
+/// How many ranges of passed ids a relay keeps per table (ids not visible when read: open
+/// transactions', rolled-back ones, rows removed; until the horizon passes them). Past it, its
+/// floor and cursor wait where they are, and its claims walk what was done since, until the
+/// horizon moves on.
+const MAX_PASSED: usize = 10_000;
+
+impl Pipeline {
+    /// The commit horizon of `target`: advances it with one probe of the table (see
+    /// [`Store::commit_horizon`](crate::Store)) and returns the id up to which ordered events
+    /// may be claimed.
+    pub(super) async fn horizon(&mut self, target: &Target, ordered: bool) -> Result<(i64, bool)> {
+        let state = self.horizons.entry(target.schema.clone()).or_default();
+        let horizon = self
+            .inner
+            .store
+            .commit_horizon(target, state.probe.as_ref())
+            .await?;
+        if let Some(settled) = horizon.settled {
+            if settled < state.settled && !self.inner.store.capabilities().ids_in_commit_order {
+                // Only a sequence moved back settles lower (PostgreSQL refuses one moved below
+                // ids still in the table; an emptied table restarted from 1 is allowed): claims
+                // find their floor again from the start, or new events would wait below it.
+                warn!(
+                    tenant = target.label(),
+                    from = state.settled,
+                    to = settled,
+                    "the outbox's id sequence moved back (setval, RESTART); claims start again \
+                     from the first event"
+                );
+                state.settled = settled;
+                self.floors.remove(&target.schema);
+            } else {
+                state.settled = state.settled.max(settled);
+            }
+        }
+        match (&state.probe, &horizon.probe) {
+            (Some(old), Some(new)) if old == new => {
+                if ordered
+                    && !state.warned
+                    && state
+                        .probe_since
+                        .is_some_and(|at| at.elapsed() > HORIZON_PATIENCE)
+                {
+                    state.warned = true;
+                    warn!(tenant = target.label(), writers = ?new.writers,
+                        "ordered events wait for transactions writing to the outbox table that \
+                         stay open (PostgreSQL: find them in pg_locks by virtualtransaction; \
+                         MySQL: the transaction that inserted the id named), and end them; \
+                         events of ordered aggregates drawn after them are not published until \
+                         they commit or roll back");
+                }
+            }
+            _ => {
+                state.probe_since = Some(Instant::now());
+                state.warned = false;
+            }
+        }
+        state.probe = horizon.probe;
+        let stalled = state.probe.is_some()
+            && state
+                .probe_since
+                .is_some_and(|at| at.elapsed() >= HORIZON_STALL);
+        Ok((state.settled, stalled))
+    }
+
+    /// How far `target`'s floor and cursor may go (the id through which claims may take new
+    /// work without missing a transaction that commits late), and the lowest id they passed
+    /// that a transaction has committed since and a claim may take now. Up to the commit
+    /// horizon `settled` by itself; while the horizon is held back (`stalled`: a transaction
+    /// stays open), on past it with [`Store::claim_gaps`](crate::Store), keeping the ids not
+    /// visible there, so that a claim does not walk every event done since that transaction
+    /// began (its index entries stay until it ends).
+    pub(super) async fn passed(
+        &mut self,
+        target: &Target,
+        settled: i64,
+        stalled: bool,
+    ) -> Result<(i64, Option<i64>)> {
+        let state = self.floors.entry(target.schema.clone()).or_default();
+        state.scanned = state.scanned.max(settled);
+        let scan = stalled && state.passed.len() < MAX_PASSED;
+        if !scan && state.passed.is_empty() {
+            return Ok((state.scanned, None));
+        }
+        let gaps = self
+            .inner
+            .store
+            .claim_gaps(&GapParams {
+                target,
+                passed: &state.passed,
+                after: state.scanned,
+                limit: if scan { GAP_SPAN } else { 0 },
+            })
+            .await?;
+        let mut late: Option<i64> = None;
+        for found in &gaps.found {
+            if found.claimable {
+                late = Some(late.map_or(found.id, |l| l.min(found.id)));
+            }
+        }
+        // A range is done with once the horizon is past it (nothing in it can commit any more)
+        // and nothing in it is left to do.
+        state.passed.retain(|range| {
+            *range.end() > settled
+                || gaps
+                    .found
+                    .iter()
+                    .any(|f| f.unfinished && range.contains(&f.id))
+        });
+        for id in gaps.present {
+            if id <= state.scanned {
+                continue;
+            }
+            if id > state.scanned + 1 {
+                if state.passed.len() >= MAX_PASSED {
+                    if !state.passed_full {
+                        state.passed_full = true;
+                        warn!(
+                            tenant = target.label(),
+                            kept = state.passed.len(),
+                            at = state.scanned,
+                            "claims wait where they are: too many ranges of ids past the commit \
+                             horizon are not visible (transactions held open, rolled back); they \
+                             walk what was done since until those transactions end"
+                        );
+                    }
+                    break;
+                }
+                state.passed.push(state.scanned + 1..=id - 1);
+            }
+            state.scanned = id;
+        }
+        if state.passed.len() < MAX_PASSED / 2 {
+            state.passed_full = false;
+        }
+        Ok((state.scanned, late))
+    }
+
+    /// The floor of `target`'s next claim, never above `through` + 1 (see [`Self::passed`]):
+    /// advanced from the last one, or found again from the start of the table (a sweep) every
+    /// [`FLOOR_SWEEP`].
+    pub(super) async fn floor(&mut self, target: &Target, through: i64) -> Result<i64> {
+        let state = self.floors.entry(target.schema.clone()).or_default();
+        if state.swept.is_none_or(|at| at.elapsed() >= FLOOR_SWEEP) {
+            state.swept = Some(Instant::now());
+            state.floor = 0;
+        }
+        state.floor = self
+            .inner
+            .store
+            .claim_floor(target, state.floor, through)
+            .await?;
+        Ok(state.floor)
+    }
+}

@@ -1,0 +1,164 @@
+//! What the operator's surface ([`StoreOps`](crate::ops::StoreOps)) passes to a store and gets
+//! back: status counts, the backlog, sink and inbox reports, rejected tenants, retries and new
+//! tenants.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::secs;
+use crate::inbox::InboxStats;
+use crate::schema::{SchemaName, Target, TenantId};
+use crate::sink::SinkHealth;
+
+#[cfg(doc)]
+use super::Store;
+
+/// The events of one target by status, for `postbox status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct StatusCounts {
+    /// `PENDING` events (new, or waiting for a retry).
+    pub pending: i64,
+    /// `PROCESSING` events (claimed by a relay).
+    pub processing: i64,
+    /// `PROCESSED` events still in the table: counted exactly on a table of up to
+    /// [`EXACT_PROCESSED_COUNT`] of them, estimated from the database's statistics above that
+    /// (see `processed_exact`), so that a long history is not read to count it.
+    pub processed: i64,
+    /// Whether `processed` is an exact count (`false`: an estimate).
+    pub processed_exact: bool,
+    /// `FAILED` events awaiting an operator.
+    pub failed: i64,
+    /// Age of the oldest `PENDING` or `PROCESSING` event, by the database clock.
+    #[serde(with = "opt_secs")]
+    pub oldest_pending_age: Option<Duration>,
+    /// Dead row versions in the target's `outbox_events` (PostgreSQL's statistics; `None` on
+    /// SQLite). Many of them slow claims down until vacuum removes them.
+    pub dead_tuples: Option<i64>,
+}
+
+mod opt_secs {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        d: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// Up to how many `PROCESSED` events [`Store::status_counts`] counts exactly.
+pub const EXACT_PROCESSED_COUNT: i64 = 100_000;
+
+/// What is still to do in one target, for draining.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Backlog {
+    /// How long until an outstanding (`PENDING` or `PROCESSING`) event can be claimed: zero if
+    /// one can be now, else until the earliest lease or backoff runs out; `None` when nothing is
+    /// outstanding.
+    pub next_due_in: Option<Duration>,
+}
+
+/// One relay's last report of one sink.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ReportedSink {
+    /// The relay that reported.
+    pub relay_id: String,
+    /// What it saw.
+    #[serde(flatten)]
+    pub health: SinkHealth,
+    /// How long ago it reported (a relay that stopped reports no more).
+    #[serde(with = "secs_f64")]
+    pub reported_ago: Duration,
+}
+
+/// A row of `postbox_sink_health` as every store reads it: relay, sink, up, since, last error,
+/// seconds since the report.
+pub(crate) type ReportedRow = (String, String, bool, DateTime<Utc>, Option<String>, f64);
+
+/// The consumers of [`Store::inbox_stats`] from their rows (consumer, messages, duplicates).
+pub(crate) fn inbox_stats(rows: Vec<(String, i64, i64)>) -> Vec<InboxStats> {
+    rows.into_iter()
+        .map(|(consumer, messages, duplicates)| InboxStats::new(consumer, messages, duplicates))
+        .collect()
+}
+
+/// The reports of [`Store::sinks_reported`] from their rows.
+pub(crate) fn reported_sinks(rows: Vec<ReportedRow>) -> Vec<ReportedSink> {
+    rows.into_iter()
+        .map(
+            |(relay_id, name, up, since, last_error, age)| ReportedSink {
+                relay_id,
+                health: SinkHealth::new(name, up, since, last_error),
+                reported_ago: secs(Some(age)).unwrap_or_default(),
+            },
+        )
+        .collect()
+}
+
+mod secs_f64 {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+/// A tenant registry row that cannot be served, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct RejectedTenant {
+    /// The id as stored.
+    pub id: String,
+    /// The schema name as stored.
+    pub schema: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Parameters of [`Store::events_retry_failed`].
+#[derive(Clone, Debug)]
+pub struct RetryFailedParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// The events to retry; `None` retries every `FAILED` event of the target.
+    pub ids: Option<&'a [i64]>,
+}
+
+/// Parameters of [`Store::events_retry_slow_lane`].
+#[derive(Clone, Debug)]
+pub struct SlowLaneParams<'a> {
+    /// Whose events.
+    pub target: &'a Target,
+    /// How long after its last try a `FAILED` event gets another.
+    pub after: Duration,
+    /// Slow-lane tries an event gets at most (tries past its `max_retries`).
+    pub max_tries: u32,
+    /// Events released at most in this call.
+    pub batch_size: u32,
+    /// Event types the slow lane skips.
+    pub exclude: &'a [crate::glob::Glob],
+}
+
+/// Parameters of [`Store::tenant_add`].
+#[derive(Clone, Debug)]
+pub struct TenantAddParams<'a> {
+    /// The new tenant.
+    pub id: &'a TenantId,
+    /// Its schema; `None` for `s_<tenant>`.
+    pub schema: Option<&'a SchemaName>,
+}
+
+impl<'a> TenantAddParams<'a> {
+    /// Tenant `id` in its default schema `s_<tenant>`.
+    pub fn new(id: &'a TenantId) -> Self {
+        TenantAddParams { id, schema: None }
+    }
+}

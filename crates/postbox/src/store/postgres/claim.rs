@@ -1,0 +1,129 @@
+//! The PostgreSQL claim: due events from a floor, by ids (the CDC relay), the floor itself and
+//! the gaps a relay passed.
+
+use sqlx::postgres::PgRow;
+use uuid::Uuid;
+
+use super::sql::safe;
+use super::{PgStore, map_missing_table, ms};
+use crate::error::Result;
+use crate::schema::Target;
+use crate::store::row::add_claimed_row;
+use crate::store::{ClaimParams, Claimed, GapParams, Gaps, LEASE_EXPIRED};
+
+/// A claim's rows as [`Claimed`], in id order: UPDATE … RETURNING does not keep the order of
+/// the picked rows (a join that spills into batches reorders them); the contract is id order.
+fn claimed_from(rows: &[PgRow], token: Uuid, target: &Target) -> Result<Claimed> {
+    let mut claimed = Claimed {
+        claim_token: token,
+        events: Vec::with_capacity(rows.len()),
+        ..Claimed::default()
+    };
+    for row in rows {
+        add_claimed_row(&mut claimed, row, target.tenant.as_ref())?;
+    }
+    claimed.events.sort_unstable_by_key(|e| e.id);
+    Ok(claimed)
+}
+
+impl PgStore {
+    /// [`Store::events_claim`](crate::Store::events_claim).
+    pub(super) async fn claim(&self, p: &ClaimParams<'_>) -> Result<Claimed> {
+        let sql = self.sql.get(&p.target.schema);
+        let token = Uuid::new_v4();
+        let ordered = p.order.is_on();
+        let text = if ordered {
+            &sql.claim
+        } else {
+            &sql.claim_unordered
+        };
+        let mut query = sqlx::query(safe(text))
+            .bind(i32::try_from(p.batch_size).unwrap_or(i32::MAX))
+            .bind(ms(p.lease))
+            .bind(p.relay_id)
+            .bind(token)
+            .bind(p.order.aggregate_types)
+            .bind(p.order.settled_through)
+            .bind(LEASE_EXPIRED)
+            .bind(p.floor);
+        if ordered {
+            query = query
+                .bind(i32::try_from(p.order.walk).unwrap_or(i32::MAX))
+                .bind(p.order.sweep);
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        claimed_from(&rows, token, p.target)
+    }
+
+    /// Claims the events of `ids` that are still `PENDING` and never tried, as
+    /// [`Store::events_claim`] claims (lease, token, per-aggregate order of
+    /// `params.order.aggregate_types`); `params.batch_size` and `params.floor` are not used. For
+    /// a relay that learns of committed events elsewhere — the CDC relay reads them from the
+    /// WAL — and leaves what it does not get (taken, finished, waiting behind its aggregate, a
+    /// retry) to the polling claim.
+    ///
+    /// ```no_run
+    /// # async fn example(store: postbox::PgStore, target: postbox::Target) -> postbox::Result<()> {
+    /// use postbox::store::{ClaimOrder, ClaimParams};
+    /// let claimed = store
+    ///     .events_claim_ids(
+    ///         &ClaimParams {
+    ///             target: &target,
+    ///             batch_size: 100,
+    ///             lease: std::time::Duration::from_secs(30),
+    ///             relay_id: "relay-1",
+    ///             order: ClaimOrder::default(),
+    ///             floor: 0,
+    ///         },
+    ///         &[41, 42],
+    ///     )
+    ///     .await?;
+    /// println!("claimed {} of 2", claimed.events.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn events_claim_ids(&self, p: &ClaimParams<'_>, ids: &[i64]) -> Result<Claimed> {
+        let sql = self.sql.get(&p.target.schema);
+        let token = Uuid::new_v4();
+        let rows = sqlx::query(safe(&sql.claim_ids))
+            .bind(ids)
+            .bind(ms(p.lease))
+            .bind(p.relay_id)
+            .bind(token)
+            .bind(p.order.aggregate_types)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        claimed_from(&rows, token, p.target)
+    }
+
+    /// [`Store::claim_floor`](crate::Store::claim_floor).
+    pub(super) async fn floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
+        let sql = self.sql.get(&target.schema);
+        let floor: Option<i64> = sqlx::query_scalar(safe(&sql.floor))
+            .bind(from)
+            .bind(settled.saturating_add(1))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(floor.unwrap_or(from))
+    }
+
+    /// [`Store::claim_gaps`](crate::Store::claim_gaps).
+    pub(super) async fn gaps(&self, p: &GapParams<'_>) -> Result<Gaps> {
+        let sql = self.sql.get(&p.target.schema);
+        let lo: Vec<i64> = p.passed.iter().map(|r| *r.start()).collect();
+        let hi: Vec<i64> = p.passed.iter().map(|r| *r.end()).collect();
+        let rows: Vec<(i64, bool, bool, bool)> = sqlx::query_as(safe(&sql.gaps))
+            .bind(&lo)
+            .bind(&hi)
+            .bind(p.after)
+            .bind(i32::try_from(p.limit).unwrap_or(i32::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        Ok(crate::store::server::gaps_from(rows))
+    }
+}

@@ -1,0 +1,43 @@
+//! The PostgreSQL commit horizon (probes of the table's writers) and the outbox tables' heads.
+
+use super::sql::safe;
+use super::{PgStore, map_missing_table};
+use crate::error::Result;
+use crate::schema::Target;
+use crate::store::{Horizon, HorizonProbe};
+
+impl PgStore {
+    /// [`Store::commit_horizon`](crate::Store::commit_horizon).
+    pub(super) async fn horizon(
+        &self,
+        target: &Target,
+        probe: Option<&HorizonProbe>,
+    ) -> Result<Horizon> {
+        let sql = self.sql.get(&target.schema);
+        let (last, writers, settled): (Option<i64>, Option<Vec<String>>, Option<i64>) =
+            sqlx::query_as(safe(&sql.horizon))
+                .bind(probe.map(|p| p.last_id))
+                .bind(probe.map(|p| &p.writers))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(Horizon {
+            settled,
+            probe: last.map(|last_id| HorizonProbe {
+                last_id,
+                writers: writers.unwrap_or_default(),
+            }),
+        })
+    }
+
+    /// [`Store::outbox_heads`](crate::Store::outbox_heads).
+    pub(super) async fn heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+        let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
+        let heads: Vec<Option<i64>> =
+            sqlx::query_scalar(include_str!("../../../sql/postgres/heads.sql"))
+                .bind(&schemas)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(heads)
+    }
+}

@@ -1,0 +1,126 @@
+//! The state of a PostgreSQL outbox table and its upkeep: status counts, the backlog, the oldest
+//! transaction, dead rows and vacuum.
+
+use std::time::Duration;
+
+use sqlx::Connection;
+use sqlx::Row;
+use sqlx::postgres::PgConnection;
+
+use super::sql::safe;
+use super::{PgStore, map_missing_table, pg_locks};
+use crate::error::{Error, Result};
+use crate::schema::Target;
+use crate::store::{Backlog, EXACT_PROCESSED_COUNT, StatusCounts, secs};
+
+impl PgStore {
+    /// [`StoreOps::status_counts`](crate::ops::StoreOps::status_counts).
+    pub(super) async fn count_statuses(&self, target: &Target) -> Result<StatusCounts> {
+        let sql = self.sql.get(&target.schema);
+        let row = sqlx::query(safe(&sql.status_counts))
+            .bind(target.schema.as_str())
+            .bind(EXACT_PROCESSED_COUNT)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(StatusCounts {
+            pending: row.try_get(0)?,
+            processing: row.try_get(1)?,
+            processed: row.try_get(2)?,
+            failed: row.try_get(3)?,
+            oldest_pending_age: secs(row.try_get(4)?),
+            dead_tuples: row.try_get(5)?,
+            processed_exact: row.try_get(6)?,
+        })
+    }
+
+    /// [`Store::backlog`](crate::Store::backlog).
+    pub(super) async fn read_backlog(
+        &self,
+        target: &Target,
+        ordered: &[String],
+    ) -> Result<Backlog> {
+        let sql = self.sql.get(&target.schema);
+        let query = if ordered.is_empty() {
+            sqlx::query(safe(&sql.backlog))
+        } else {
+            sqlx::query(safe(&sql.backlog_ordered)).bind(ordered)
+        };
+        let row = query
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(Backlog {
+            next_due_in: secs(row.try_get(0)?),
+        })
+    }
+
+    /// [`StoreOps::oldest_transaction_age`](crate::ops::StoreOps::oldest_transaction_age).
+    pub(super) async fn oldest_transaction(&self) -> Result<Option<Duration>> {
+        let age: Option<f64> =
+            sqlx::query_scalar(include_str!("../../../sql/postgres/oldest_transaction.sql"))
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(secs(age))
+    }
+
+    /// [`StoreOps::outbox_dead_rows`](crate::ops::StoreOps::outbox_dead_rows).
+    pub(super) async fn dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
+        let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as(include_str!("../../../sql/postgres/dead_rows.sql"))
+                .bind(&schemas)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(schemas
+            .iter()
+            .map(|s| {
+                rows.iter()
+                    .find(|(name, _)| name == s)
+                    .map_or(0, |(_, dead)| u64::try_from(*dead).unwrap_or(0))
+            })
+            .collect())
+    }
+
+    /// [`StoreOps::outbox_vacuum`](crate::ops::StoreOps::outbox_vacuum).
+    pub(super) async fn vacuum(&self, target: &Target) -> Result<()> {
+        // VACUUM cannot run in a transaction and may take a while on a large table, so it gets
+        // a connection of its own rather than holding one of the relay's.
+        let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
+        // Only the owner (or a superuser) may vacuum; anyone else gets a warning and nothing
+        // done, so ask first.
+        let may: Option<bool> =
+            sqlx::query_scalar(include_str!("../../../sql/postgres/may_vacuum.sql"))
+                .bind(target.schema.as_str())
+                .fetch_optional(&mut conn)
+                .await?;
+        match may {
+            None => {
+                return Err(Error::NotMigrated {
+                    schema: target.schema.as_str().to_owned(),
+                });
+            }
+            Some(false) => {
+                return Err(Error::NotOwner {
+                    schema: target.schema.as_str().to_owned(),
+                });
+            }
+            Some(true) => {}
+        }
+        let ours: bool = sqlx::query_scalar(include_str!("../../../sql/postgres/vacuum_lock.sql"))
+            .bind(target.schema.as_str())
+            .bind(pg_locks::VACUUM)
+            .fetch_one(&mut conn)
+            .await?;
+        if !ours {
+            return Ok(());
+        }
+        sqlx::raw_sql(include_str!("../../../sql/postgres/vacuum_wait.sql"))
+            .execute(&mut conn)
+            .await?;
+        let sql = self.sql.get(&target.schema);
+        sqlx::raw_sql(safe(&sql.vacuum)).execute(&mut conn).await?;
+        conn.close().await.ok();
+        Ok(())
+    }
+}

@@ -1,0 +1,48 @@
+//! The SQLite inbox: the record of a message received, and the consumers' statistics.
+
+use sqlx::sqlite::SqliteConnection;
+
+use super::{SqliteStore, map_missing_table};
+use crate::error::Result;
+use crate::inbox::{Inbox, InboxStats};
+use crate::schema::{SchemaName, Target};
+
+/// What an inbox keeps for SQLite: nothing, its statement names no schema.
+#[derive(Clone, Debug)]
+pub(crate) struct Prepared;
+
+impl Prepared {
+    pub(crate) fn new(_schema: &SchemaName) -> Self {
+        Prepared
+    }
+}
+
+/// Records that `inbox`'s consumer handles `message_id`, in `conn`'s transaction: whether it is
+/// new.
+pub(crate) async fn receive(
+    inbox: &Inbox,
+    _prepared: &Prepared,
+    conn: &mut SqliteConnection,
+    message_id: &str,
+) -> Result<bool> {
+    let duplicates: i64 = sqlx::query_scalar(include_str!("../../../sql/sqlite/inbox_receive.sql"))
+        .bind(inbox.consumer())
+        .bind(message_id)
+        .fetch_one(conn)
+        .await?;
+    Ok(duplicates == 0)
+}
+
+impl SqliteStore {
+    /// [`StoreOps::inbox_stats`](crate::ops::StoreOps::inbox_stats).
+    pub(super) async fn read_inbox_stats(&self, target: &Target) -> Result<Vec<InboxStats>> {
+        Self::check_target(target)?;
+        let rows: Vec<(String, i64, i64)> =
+            sqlx::query_as(include_str!("../../../sql/sqlite/inbox_stats.sql"))
+                .bind(crate::store::INBOX_COUNT_LIMIT)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_missing_table)?;
+        Ok(crate::store::inbox_stats(rows))
+    }
+}
