@@ -43,6 +43,8 @@ pub(crate) struct Progress {
     state: Mutex<State>,
     /// Woken when ids arrive.
     pub(crate) arrived: Notify,
+    /// Woken when the database stops answering ([`Progress::server_lost`]).
+    pub(crate) lost: Notify,
 }
 
 impl Progress {
@@ -70,6 +72,15 @@ impl Progress {
         forget(&mut s);
         s.streaming = false;
         s.feedback = None;
+    }
+
+    /// The database stopped answering the relay's other connections (it is shutting down,
+    /// restarting or unreachable): the reader lets go of the slot. A fast shutdown of
+    /// PostgreSQL waits until every logical reader has confirmed all the WAL sent to it, which
+    /// a relay holding unrecorded events never does: holding on would hold the shutdown up
+    /// until `pg_ctl` gives up. The next reader starts again from the confirmed position.
+    pub(crate) fn server_lost(&self) {
+        self.lost.notify_waiters();
     }
 
     /// Whether the slot is being read now.

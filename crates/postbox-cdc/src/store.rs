@@ -151,6 +151,17 @@ impl CdcStore {
         polled.found || polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
     }
 
+    /// Passes `result` on; an error that says the database is going away also makes the reader
+    /// let go of the slot ([`Progress::server_lost`]).
+    fn watch<T>(&self, result: postbox::Result<T>) -> postbox::Result<T> {
+        if let Err(postbox::Error::Database(e)) = &result
+            && crate::stream::server_lost(e)
+        {
+            self.progress.server_lost();
+        }
+        result
+    }
+
     fn polled(&self, found: bool) {
         let mut polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
         *polled = Polled {
@@ -178,13 +189,13 @@ impl Store for CdcStore {
 
     async fn events_claim(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
         if !self.cdc_target(p.target) {
-            return self.inner.events_claim(p).await;
+            return self.watch(self.inner.events_claim(p).await);
         }
         let ids = self
             .progress
             .take(usize::try_from(p.batch_size).unwrap_or(usize::MAX));
         if !ids.is_empty() {
-            let claimed = match self.inner.events_claim_ids(p, &ids).await {
+            let claimed = match self.watch(self.inner.events_claim_ids(p, &ids).await) {
                 Ok(claimed) => claimed,
                 Err(e) => {
                     self.progress.put_back(&ids);
@@ -209,7 +220,7 @@ impl Store for CdcStore {
         if !self.poll_due() {
             return Ok(Claimed::default());
         }
-        let claimed = self.inner.events_claim(p).await?;
+        let claimed = self.watch(self.inner.events_claim(p).await)?;
         self.polled(!claimed.events.is_empty() || !claimed.exhausted.is_empty());
         Ok(claimed)
     }
@@ -223,13 +234,13 @@ impl Store for CdcStore {
     }
 
     async fn leases_renew(&self, p: &RenewParams<'_>) -> postbox::Result<u64> {
-        self.inner.leases_renew(p).await
+        self.watch(self.inner.leases_renew(p).await)
     }
 
     async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> postbox::Result<u64> {
         // Recorded or not, the rows are in the table under a lease: a mark that failed is taken
         // over by the polling claim when the lease ends, so the slot need not wait for it.
-        let marked = self.inner.events_mark_processed(p).await;
+        let marked = self.watch(self.inner.events_mark_processed(p).await);
         self.progress.done(p.ids.iter().copied());
         marked
     }
@@ -238,13 +249,13 @@ impl Store for CdcStore {
         &self,
         p: &MarkFailedParams<'_>,
     ) -> postbox::Result<Vec<FailedMark>> {
-        let marked = self.inner.events_mark_failed(p).await;
+        let marked = self.watch(self.inner.events_mark_failed(p).await);
         self.progress.done(p.tries.iter().map(|t| t.id));
         marked
     }
 
     async fn events_release(&self, p: &ReleaseParams<'_>) -> postbox::Result<u64> {
-        let released = self.inner.events_release(p).await;
+        let released = self.watch(self.inner.events_release(p).await);
         self.progress.done(p.releases.iter().map(|r| r.id));
         released
     }
@@ -258,7 +269,7 @@ impl Store for CdcStore {
         target: &Target,
         probe: Option<&HorizonProbe>,
     ) -> postbox::Result<Horizon> {
-        self.inner.commit_horizon(target, probe).await
+        self.watch(self.inner.commit_horizon(target, probe).await)
     }
 
     async fn wakeups(&self) -> postbox::Result<Option<Box<dyn Wakeups>>> {

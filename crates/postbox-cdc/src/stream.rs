@@ -71,7 +71,13 @@ async fn read(s: Arc<Stream>) {
         s.progress.stopped();
         gauge.set(0.0);
         match result {
-            Ok(()) => break,
+            Ok(Ended::Cancelled) => break,
+            Ok(Ended::ServerLost) => warn!(
+                slot,
+                "the database stopped answering: the CDC relay lets go of the slot (a server \
+                 shutdown waits for its readers) and reads it again once the server is back; the \
+                 polling claim serves meanwhile"
+            ),
             Err(e) => {
                 let text = e.to_string();
                 if text.contains("can no longer get changes") || text.contains("invalidated") {
@@ -106,12 +112,34 @@ async fn read(s: Arc<Stream>) {
     }
 }
 
-/// One replication connection, from the slot's confirmed position, until it breaks (`Err`) or
-/// the relay stops (`Ok`).
+/// Why a replication connection ended without an error of its own.
+enum Ended {
+    /// The relay stops.
+    Cancelled,
+    /// The relay's other connections found the database going away ([`Progress::server_lost`]).
+    ServerLost,
+}
+
+/// Whether `e` says the database is shutting down, restarting or out of reach, rather than
+/// that one statement failed.
+pub(crate) fn server_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+        // Class 57: operator intervention (admin_shutdown, crash_shutdown, cannot_connect_now);
+        // class 08: connection exception.
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+        _ => false,
+    }
+}
+
+/// One replication connection, from the slot's confirmed position, until it breaks (`Err`),
+/// the relay stops or the database goes away (`Ok`).
 async fn read_once(
     s: &Stream,
     retry: &mut postbox::backoff::Attempts,
-) -> Result<(), ReplicationError> {
+) -> Result<Ended, ReplicationError> {
     let slot = s.config.slot.as_str();
     let config = ReplicationStreamConfig::builder(slot, s.config.publication.as_str())
         .with_protocol_version(1)
@@ -133,11 +161,17 @@ async fn read_once(
     let schema = s.schema.as_str();
     let mut ids: Vec<i64> = Vec::new();
     loop {
-        let event = match stream.next_event(&s.cancel).await {
+        // A `Notified` hears `notify_waiters` from the moment it is made, polled or not.
+        let lost = s.progress.lost.notified();
+        let event = tokio::select! {
+            event = stream.next_event(&s.cancel) => event,
+            () = lost => return Ok(Ended::ServerLost),
+        };
+        let event = match event {
             Ok(event) => event,
             Err(ReplicationError::Cancelled(_)) => {
                 let _ = stream.stop().await;
-                return Ok(());
+                return Ok(Ended::Cancelled);
             }
             Err(e) => return Err(e),
         };
@@ -194,6 +228,9 @@ async fn heartbeat(s: Arc<Stream>) {
             .execute(&s.pool)
             .await
         {
+            if server_lost(&e) {
+                s.progress.server_lost();
+            }
             warn!(slot = %s.config.slot, error = %e,
                 "cannot write the CDC heartbeat; the slot advances only with outbox events meanwhile");
         }

@@ -375,3 +375,85 @@ async fn a_role_that_may_not_replicate_is_told_the_statement_that_fixes_it() {
         "{wal}"
     );
 }
+
+/// A fast shutdown of PostgreSQL waits until every logical reader has confirmed all the WAL sent
+/// to it, which a relay holding an event in flight cannot do; the relay lets go of the slot as
+/// soon as its other connections find the server going away. Here: `pg_ctl stop -m fast` (60 s
+/// timeout) finishes with an event in flight, and after the restart the relay reads the slot
+/// again and publishes everything. (The chaos kit's CDC run, with producers busy and three
+/// relays, is where a held-up shutdown showed before the relay let go.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_the_slot_is_read_again()
+ {
+    use postbox_testkit::cluster::{Cluster, find_bin_dir};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Cluster::start(
+        dir.path(),
+        find_bin_dir().unwrap(),
+        "postgres",
+        &[("wal_level", "logical")],
+    )
+    .await
+    .unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let pg = PgStore::new(pool.clone());
+    postbox::migrate(&pg).await.unwrap();
+    let store = Arc::new(
+        CdcStore::start(pg, &server.url(), CdcConfig::default())
+            .await
+            .unwrap(),
+    );
+    let sink = RecordingSink::new();
+    let handle = relay(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    sink.script("Slow", Behaviour::Slow(Duration::from_secs(3)));
+    insert(&pool, "Slow", "o-1").await;
+    wait_until("the event is in flight", PATIENCE, || async {
+        store.status().unrecorded == 1
+    })
+    .await;
+
+    let took = server
+        .restart(false, Duration::from_millis(500))
+        .await
+        .expect("a fast shutdown finishes while the CDC relay holds an event in flight");
+    assert!(
+        took < Duration::from_secs(30),
+        "the restart took {took:?}: the shutdown waited for the slot's reader"
+    );
+    wait_until(
+        "the slot is read again",
+        Duration::from_secs(60),
+        || async { store.status().streaming },
+    )
+    .await;
+    insert(&pool, "After", "o-2").await;
+    wait_until(
+        "both events are processed",
+        Duration::from_secs(120),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED'",
+            )
+            .fetch_one(&pool)
+            .await
+            .is_ok_and(|n| n == 2)
+        },
+    )
+    .await;
+    let published = sink.published();
+    for event_type in ["Slow", "After"] {
+        assert!(
+            published.iter().any(|e| e.event_type == event_type),
+            "{event_type} not published: {published:?}"
+        );
+    }
+    handle.stop().await.unwrap();
+}

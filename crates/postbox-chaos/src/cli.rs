@@ -85,7 +85,14 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub(crate) sql_percent: u8,
 
-    /// Fault kinds to draw from, comma-separated [default: all]
+    /// How the relays find events: `poll` (the claim) or `cdc` (a logical replication slot,
+    /// `postbox relay --source cdc`; the private cluster then runs wal_level = logical and
+    /// slot-drop faults join the schedule)
+    #[arg(long, value_enum, default_value_t = Source::Poll)]
+    pub(crate) source: Source,
+
+    /// Fault kinds to draw from, comma-separated [default: all; slot-drop only with
+    /// --source cdc]
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) faults: Vec<FaultKind>,
 
@@ -152,6 +159,16 @@ pub(crate) struct Args {
     pub(crate) log_level: String,
 }
 
+/// How the relays find events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Source {
+    /// The polling claim.
+    Poll,
+    /// A logical replication slot, the polling claim as its safety net.
+    Cdc,
+}
+
 fn positive_minutes(s: &str) -> Result<f64, String> {
     let minutes: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
     if minutes.is_finite() && minutes > 0.0 && minutes <= 24.0 * 60.0 {
@@ -170,7 +187,10 @@ impl Args {
     /// The fault kinds to draw from.
     pub(crate) fn fault_kinds(&self) -> Vec<FaultKind> {
         if self.faults.is_empty() {
-            FaultKind::ALL.to_vec()
+            match self.source {
+                Source::Poll => FaultKind::POLLING.to_vec(),
+                Source::Cdc => FaultKind::ALL.to_vec(),
+            }
         } else {
             let mut kinds = self.faults.clone();
             kinds.sort();

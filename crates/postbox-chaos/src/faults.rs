@@ -158,6 +158,11 @@ async fn apply(fault: &Fault, targets: &Targets<'_>) -> anyhow::Result<(bool, Op
             targets.proxy.up();
             Ok((true, None))
         }
+        FaultKind::SlotDrop => {
+            let dropped = drop_slot(targets.pool).await?;
+            tokio::time::sleep(fault.hold).await;
+            Ok((dropped, None))
+        }
         FaultKind::LongTransaction => {
             let mut report = targets.pool.begin().await?;
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -172,6 +177,44 @@ async fn apply(fault: &Fault, targets: &Targets<'_>) -> anyhow::Result<(bool, Op
             Ok((true, None))
         }
     }
+}
+
+/// The slot `postbox relay --source cdc` reads by default.
+pub(crate) const CDC_SLOT: &str = "postbox";
+
+/// Ends the connection reading the CDC slot and drops the slot before its relay reconnects;
+/// `false` when there was no slot to drop (the relays had not made it again yet).
+async fn drop_slot(pool: &PgPool) -> anyhow::Result<bool> {
+    for _ in 0..50 {
+        sqlx::query(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE slot_name = $1 AND active_pid IS NOT NULL",
+        )
+        .bind(CDC_SLOT)
+        .execute(pool)
+        .await?;
+        match sqlx::query("SELECT pg_drop_replication_slot($1)")
+            .bind(CDC_SLOT)
+            .execute(pool)
+            .await
+        {
+            Ok(_) => {
+                info!(slot = CDC_SLOT, "replication slot dropped");
+                return Ok(true);
+            }
+            Err(e) => match e.as_database_error().and_then(|d| d.code()).as_deref() {
+                // In use again: its relay reconnected between the two statements.
+                Some("55006") => tokio::time::sleep(Duration::from_millis(20)).await,
+                Some("42704") => return Ok(false),
+                _ => return Err(e.into()),
+            },
+        }
+    }
+    warn!(
+        slot = CDC_SLOT,
+        "the replication slot stayed in use; not dropped"
+    );
+    Ok(false)
 }
 
 /// Waits, up to `STRIKE_WAIT`, until the relay of `slot` holds claimed events, so that a kill or
@@ -226,8 +269,9 @@ pub(crate) fn duplicate_bound(
     match injected.fault.kind {
         FaultKind::Kill | FaultKind::Pause => batch,
         FaultKind::PgRestart | FaultKind::BrokerDown => batch * relays,
-        // Slower claims, never a repeat.
-        FaultKind::LongTransaction => 0,
+        // Slower claims, never a repeat. A dropped slot ends no relay and no lease: what it had
+        // delivered is claimed by status, by the slot or by the polling claim, once.
+        FaultKind::LongTransaction | FaultKind::SlotDrop => 0,
         FaultKind::BrokerStall => {
             let timeout = publish_timeout.as_millis().max(1) as u64;
             let windows = (injected.fault.hold.as_millis() as u64).div_ceil(timeout);

@@ -30,6 +30,8 @@ pub(crate) struct RelaySpec {
     pub(crate) batch_size: u32,
     /// Per-aggregate ordering of the `Account` aggregates (`--ordered-aggregates`).
     pub(crate) ordered: bool,
+    /// How the relays find events (`--source`).
+    pub(crate) source: crate::cli::Source,
     /// The relays' working directory (no `postbox.toml` in it), which holds their logs.
     pub(crate) dir: PathBuf,
 }
@@ -80,6 +82,9 @@ impl RelaySpec {
             // then kills the relays itself; and killed with its task, whatever ends the run.
             .process_group(0)
             .kill_on_drop(true);
+        if self.source == crate::cli::Source::Cdc {
+            command.args(["--source", "cdc"]);
+        }
         if self.ordered {
             command.env(
                 "POSTBOX_ORDERED_AGGREGATE_TYPES",

@@ -22,6 +22,9 @@ pub(crate) struct RelayLogs {
     /// Relay starts that named the floor as their claim path (`claim_path=floor`): the claim
     /// `postbox relay` runs on PostgreSQL, which the run is meant to exercise.
     pub(crate) starts_claiming_from_floor: u64,
+    /// Times a CDC relay began reading its replication slot ("CDC relay reading the slot"):
+    /// at its start, and again after the slot was lost or taken by another relay.
+    pub(crate) slot_reads: u64,
 }
 
 impl RelayLogs {
@@ -53,6 +56,9 @@ impl RelayLogs {
             self.fenced += count(line);
         } else if line.contains("leases were lost") {
             self.leases_lost += 1;
+        }
+        if line.contains("CDC relay reading the slot") {
+            self.slot_reads += 1;
         }
         if line.contains(" ERROR ") {
             self.errors += 1;

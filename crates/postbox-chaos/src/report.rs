@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     pub(crate) batch_size: u32,
     /// Aggregates the events share, published in order per aggregate (0: no ordering).
     pub(crate) ordered_aggregates: u32,
+    /// How the relays found events.
+    pub(crate) source: crate::cli::Source,
     #[serde(rename = "lease_ms", serialize_with = "millis")]
     pub(crate) lease: Duration,
     #[serde(rename = "publish_timeout_ms", serialize_with = "millis")]
@@ -256,6 +258,18 @@ impl Report {
             (relay_logs.starts - relay_logs.starts_claiming_from_floor)
                 + u64::from(relay_logs.starts == 0),
         ));
+        // A CDC run read its slot (else it was a polling run under another name), and read it
+        // again after every drop of it that hit.
+        if settings.source == crate::cli::Source::Cdc {
+            let drops = injected
+                .iter()
+                .filter(|i| i.applied && i.fault.kind == FaultKind::SlotDrop)
+                .count() as u64;
+            checks.push(zero(
+                "slot drops not followed by a new read of the slot",
+                (drops + 1).saturating_sub(relay_logs.slot_reads),
+            ));
+        }
         if settings.ordered_aggregates > 0 {
             checks.push(zero(
                 "out of order within an aggregate",
@@ -564,6 +578,7 @@ mod tests {
             producers: 1,
             batch_size: 10,
             ordered_aggregates: 0,
+            source: crate::cli::Source::Poll,
             lease: Duration::from_secs(3),
             publish_timeout: Duration::from_secs(2),
             schedule_fingerprint: String::new(),

@@ -12,17 +12,20 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::Args;
+use crate::cli::{Args, Source};
 use crate::faults::{self, Targets};
 use crate::fleet::{self, Fleet, RelaySpec};
 use crate::producers::{self, LEDGER_DDL, ProducerParams};
 use crate::report::{Evidence, LedgerRow, OutboxRow, Report, Settings};
-use crate::schedule::{Schedule, ScheduleParams};
+use crate::schedule::{FaultKind, Schedule, ScheduleParams};
 use crate::stream::StreamReader;
 use postbox_testkit::cluster::{self, Cluster};
 
 /// Runs the kit; `Ok(true)` when every check passed.
 pub(crate) async fn run(args: Args) -> anyhow::Result<bool> {
+    if args.source == Source::Poll && args.faults.contains(&FaultKind::SlotDrop) {
+        bail!("--faults slot-drop needs --source cdc: polling relays read no slot");
+    }
     let seed = args.seed.unwrap_or_else(rand::random);
     let duration = args.duration();
     let schedule = Schedule::generate(&ScheduleParams {
@@ -107,7 +110,12 @@ async fn chaos(
     let duration = args.duration();
     let logs = dir.join("logs");
     let started = std::time::Instant::now();
-    let cluster = Cluster::start(&dir.join("pg"), pg_bin, &args.pg_user, &[]).await?;
+    // A CDC relay reads the WAL logically.
+    let settings: &[(&str, &str)] = match args.source {
+        Source::Poll => &[],
+        Source::Cdc => &[("wal_level", "logical")],
+    };
+    let cluster = Cluster::start(&dir.join("pg"), pg_bin, &args.pg_user, settings).await?;
     info!(url = %cluster.url(), elapsed = ?started.elapsed(), "private PostgreSQL cluster started");
     migrate(&postbox_bin, &logs, &cluster.url()).await?;
     let pool = PgPoolOptions::new()
@@ -149,6 +157,7 @@ async fn chaos(
             publish_timeout: args.publish_timeout,
             batch_size: args.batch_size,
             ordered: args.ordered_aggregates > 0,
+            source: args.source,
             dir: logs.clone(),
         },
         args.relays,
@@ -205,6 +214,7 @@ async fn chaos(
             producers: args.producers,
             batch_size: args.batch_size,
             ordered_aggregates: args.ordered_aggregates,
+            source: args.source,
             lease: args.lease,
             publish_timeout: args.publish_timeout,
             schedule_fingerprint: schedule.fingerprint(),

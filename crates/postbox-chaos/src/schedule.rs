@@ -25,11 +25,26 @@ pub(crate) enum FaultKind {
     /// A `REPEATABLE READ` transaction that read the outbox stays open for `hold` (a `pg_dump`,
     /// a long report): nothing can remove the row versions the relays' marks leave meanwhile.
     LongTransaction,
+    /// The CDC relays' replication slot is dropped under them (its reader's connection ended
+    /// first), as a DBA or a failover would; `hold` passes before the next fault. CDC runs
+    /// only (`--source cdc`).
+    SlotDrop,
 }
 
 impl FaultKind {
     /// Every kind, in the order reports list them.
-    pub(crate) const ALL: [FaultKind; 6] = [
+    pub(crate) const ALL: [FaultKind; 7] = [
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::PgRestart,
+        FaultKind::BrokerStall,
+        FaultKind::BrokerDown,
+        FaultKind::LongTransaction,
+        FaultKind::SlotDrop,
+    ];
+
+    /// The kinds a polling run draws from by default: all but [`FaultKind::SlotDrop`].
+    pub(crate) const POLLING: [FaultKind; 6] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::PgRestart,
@@ -43,7 +58,9 @@ impl FaultKind {
     pub(crate) fn lane(self) -> Lane {
         match self {
             FaultKind::Kill | FaultKind::Pause => Lane::Relays,
-            FaultKind::PgRestart | FaultKind::LongTransaction => Lane::Database,
+            FaultKind::PgRestart | FaultKind::LongTransaction | FaultKind::SlotDrop => {
+                Lane::Database
+            }
             FaultKind::BrokerStall | FaultKind::BrokerDown => Lane::Broker,
         }
     }
@@ -56,6 +73,7 @@ impl FaultKind {
             FaultKind::BrokerStall => "broker-stall",
             FaultKind::BrokerDown => "broker-down",
             FaultKind::LongTransaction => "long-transaction",
+            FaultKind::SlotDrop => "slot-drop",
         }
     }
 }
@@ -116,6 +134,10 @@ impl fmt::Display for Fault {
             FaultKind::LongTransaction => {
                 write!(f, "{at:>8.1}s  hold a snapshot open for {hold:.1}s")
             }
+            FaultKind::SlotDrop => write!(
+                f,
+                "{at:>8.1}s  drop the replication slot, then {hold:.1}s to make it again"
+            ),
         }
     }
 }
@@ -218,7 +240,9 @@ fn draw(
         let relay = rng.random_range(0..p.relays);
         let immediate = rng.random_bool(0.5);
         let hold = match kind {
-            FaultKind::Kill => between(rng, Duration::ZERO, Duration::from_secs(2)),
+            FaultKind::Kill | FaultKind::SlotDrop => {
+                between(rng, Duration::ZERO, Duration::from_secs(2))
+            }
             // Past the lease, so other relays take the paused relay's events over.
             FaultKind::Pause => between(rng, p.lease * 3 / 2, p.lease * 3),
             FaultKind::PgRestart => between(rng, Duration::ZERO, p.max_pg_downtime),
@@ -264,7 +288,7 @@ mod tests {
             seed,
             duration: Duration::from_secs(120),
             relays: 3,
-            kinds: FaultKind::ALL.to_vec(),
+            kinds: FaultKind::POLLING.to_vec(),
             gap: Duration::from_secs(4),
             lease: Duration::from_secs(3),
             max_outage: Duration::from_secs(8),
