@@ -41,6 +41,9 @@ pub(crate) struct Status {
     pub(crate) relay: Option<RelayStatus>,
     /// What every relay last reported of its sinks (from the database).
     pub(crate) reported_sinks: Vec<postbox::store::ReportedSink>,
+    /// The database's logical replication slots (PostgreSQL), a CDC relay's, with the WAL each
+    /// holds back.
+    pub(crate) replication_slots: Vec<postbox::store::ReplicationSlot>,
     pub(crate) history: Vec<Point>,
 }
 
@@ -117,6 +120,7 @@ pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
         }
     });
     let reported_sinks = report.sinks;
+    let replication_slots = report.replication_slots;
     let history = shared
         .history
         .lock()
@@ -127,6 +131,7 @@ pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
         oldest_transaction_age_secs: report.oldest_transaction_age.map(|d| d.as_secs_f64()),
         relay,
         reported_sinks,
+        replication_slots,
         history,
     })
 }

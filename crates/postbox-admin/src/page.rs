@@ -52,6 +52,9 @@ struct Dashboard {
     updated: String,
     targets: Vec<TargetRow>,
     sinks: Vec<SinkRow>,
+    /// The database's logical replication slots (a CDC relay's); the section is left out
+    /// without any.
+    slots: Vec<SlotRow>,
     rates: Option<String>,
     bars: Vec<Bar>,
     failed: Vec<FailedRow>,
@@ -66,6 +69,16 @@ struct TargetRow {
     oldest: String,
     /// Parked aggregates, a suspended tenant, or why the counts could not be read.
     note: String,
+}
+
+struct SlotRow {
+    name: String,
+    active: bool,
+    /// The WAL it holds back, for people.
+    lag: String,
+    wal_status: String,
+    /// Not read, or its WAL about to be dropped (`unreserved`, `lost`).
+    alarm: bool,
 }
 
 struct SinkRow {
@@ -247,6 +260,20 @@ async fn build(shared: &Shared, notice: Option<String>) -> Result<Dashboard, Api
             })
             .collect(),
         sinks: sink_rows(&status),
+        slots: status
+            .replication_slots
+            .iter()
+            .map(|s| SlotRow {
+                name: s.name.clone(),
+                active: s.active,
+                lag: s.lag_bytes.map_or_else(
+                    || "—".into(),
+                    |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+                ),
+                wal_status: s.wal_status.clone().unwrap_or_else(|| "—".into()),
+                alarm: !s.active || matches!(s.wal_status.as_deref(), Some("unreserved" | "lost")),
+            })
+            .collect(),
         rates: status.history.last().map(|last| {
             let rate = last.published as f64 / last.seconds.max(0.001);
             let latency = last

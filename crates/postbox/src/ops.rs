@@ -15,9 +15,9 @@ use crate::inbox::InboxStats;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 use crate::store::{
-    ArchiveBatch, ArchiveParams, ListParams, PurgeBatch, PurgeParams, RejectedTenant, ReportedSink,
-    RetryFailedParams, SlowLaneParams, StatusCounts, StoredEvent, Tenant, TenantAddParams,
-    TenantStatus,
+    ArchiveBatch, ArchiveParams, ListParams, PurgeBatch, PurgeParams, RejectedTenant,
+    ReplicationSlot, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, StoredEvent,
+    Tenant, TenantAddParams, TenantStatus,
 };
 
 /// The operator's surface of a store. See the module docs.
@@ -106,6 +106,10 @@ pub trait StoreOps: Send + Sync {
     /// Age of the oldest open transaction in the database, where the database can tell. A long
     /// one keeps vacuum from removing processed events' dead rows, and claims slow down.
     async fn oldest_transaction_age(&self) -> Result<Option<Duration>>;
+
+    /// The logical replication slots of the database (PostgreSQL; none elsewhere): the CDC
+    /// relay's, each with the WAL it holds back.
+    async fn replication_slots(&self) -> Result<Vec<ReplicationSlot>>;
 }
 
 /// Implements [`StoreOps`] for a type by handing every call to the store `$inner` gives (an
@@ -217,6 +221,11 @@ macro_rules! forward_store_ops {
                 &$s,
             ) -> $crate::Result<Option<std::time::Duration>> {
                 $crate::ops::StoreOps::oldest_transaction_age($inner).await
+            }
+            async fn replication_slots(
+                &$s,
+            ) -> $crate::Result<Vec<$crate::store::ReplicationSlot>> {
+                $crate::ops::StoreOps::replication_slots($inner).await
             }
         }
     };

@@ -10,7 +10,8 @@ use crate::inbox::InboxStats;
 pub use crate::schema::DEFAULT_TENANT;
 use crate::schema::{Target, TenantId};
 use crate::store::{
-    EventFilter, ListParams, Order, ReportedSink, StatusCounts, Store, TenantStatus,
+    EventFilter, ListParams, Order, ReplicationSlot, ReportedSink, StatusCounts, Store,
+    TenantStatus,
 };
 
 /// How many parked heads a status report reads at most per target (see
@@ -78,6 +79,9 @@ pub struct StatusReport {
     pub targets: Vec<TargetReport>,
     /// What running relays last reported of their sinks.
     pub sinks: Vec<ReportedSink>,
+    /// The database's logical replication slots (PostgreSQL), a CDC relay's, with the WAL each
+    /// holds back.
+    pub replication_slots: Vec<ReplicationSlot>,
 }
 
 /// One outbox's line of a [`StatusReport`].
@@ -185,6 +189,7 @@ impl StatusReport {
             oldest_transaction_age,
             targets,
             sinks: store.sinks_reported().await.unwrap_or_default(),
+            replication_slots: store.replication_slots().await.unwrap_or_default(),
         })
     }
 

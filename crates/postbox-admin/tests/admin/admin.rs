@@ -981,3 +981,55 @@ async fn tenants_are_suspended_and_resumed_and_every_write_is_audited() {
     assert!(audit[2].contains("retry") && audit[2].contains(&format!("event_id={failed}")));
     assert!(!text.contains(TOKEN), "the token never reaches the log");
 }
+
+/// A CDC relay's replication slot, not read and holding WAL back, shows in `/api/status` and on
+/// the page, marked as needing attention.
+#[tokio::test]
+async fn status_and_page_show_the_databases_replication_slots() {
+    let s = Setup::new(true, None).await;
+    // Slot names are the server's: the test database's own name keeps it apart.
+    let slot: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(s.db.pool())
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
+        .bind(&slot)
+        .execute(s.db.pool())
+        .await
+        .unwrap();
+    let (_, body) = get(&s.url("/api/status"), Some(TOKEN)).await;
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let slots = status["replication_slots"].as_array().expect("slots");
+    assert_eq!(slots.len(), 1, "{status}");
+    assert_eq!(slots[0]["name"], slot.as_str());
+    assert_eq!(slots[0]["active"], false);
+    assert!(slots[0]["lag_bytes"].is_number(), "{status}");
+
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = http
+        .post(s.url("/login"))
+        .form(&[("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let page = http
+        .get(s.url("/"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Replication slots (CDC)"), "{page}");
+    assert!(
+        page.contains(&format!("<td>{slot}</td><td class=\"down\">not read</td>")),
+        "{page}"
+    );
+    s.stop().await;
+}

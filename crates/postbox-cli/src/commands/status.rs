@@ -91,6 +91,9 @@ struct Report {
     targets: Vec<TargetStatus>,
     /// What running relays report of their sinks: down ones, and since when.
     sinks: Vec<SinkLine>,
+    /// The database's logical replication slots (PostgreSQL): a CDC relay's, with the WAL each
+    /// holds back.
+    replication_slots: Vec<postbox::store::ReplicationSlot>,
 }
 
 /// One relay's report of one sink.
@@ -222,6 +225,7 @@ async fn report(config: &Config, location: &crate::database::Location) -> anyhow
         oldest_transaction_age_secs: read.oldest_transaction_age.map(|d| d.as_secs_f64()),
         targets,
         sinks,
+        replication_slots: read.replication_slots,
     })
 }
 
@@ -342,6 +346,9 @@ fn table(report: &Report) -> String {
             ));
         }
     }
+    for slot in &report.replication_slots {
+        out.push_str(&slot_line(slot));
+    }
     if let Some(secs) = report.oldest_transaction_age_secs {
         out.push_str(&format!(
             "\noldest open transaction: {}{}\n",
@@ -354,6 +361,36 @@ fn table(report: &Report) -> String {
         ));
     }
     out
+}
+
+/// A replication slot's line: whether it is read, the WAL it holds back, and what to do when
+/// that is a problem.
+fn slot_line(slot: &postbox::store::ReplicationSlot) -> String {
+    let mib = |b: i64| b as f64 / (1024.0 * 1024.0);
+    let mut line = format!(
+        "\nreplication slot {}: {}, {} behind",
+        slot.name,
+        if slot.active { "read" } else { "NOT READ" },
+        slot.lag_bytes
+            .map_or_else(|| "-".to_owned(), |b| format!("{:.1} MiB", mib(b)))
+    );
+    if let Some(status) = &slot.wal_status {
+        line.push_str(&format!(", wal_status {status}"));
+    }
+    if let Some(safe) = slot.safe_wal_bytes {
+        line.push_str(&format!(", {:.1} MiB before it is invalidated", mib(safe)));
+    }
+    if !slot.active {
+        line.push_str(&format!(
+            " (it keeps WAL until a relay reads it: start `postbox relay --source cdc --cdc-slot \
+             {0}`, or drop it with SELECT pg_drop_replication_slot('{0}'))",
+            slot.name
+        ));
+    } else if matches!(slot.wal_status.as_deref(), Some("unreserved" | "lost")) {
+        line.push_str(" (past max_slot_wal_keep_size: the server is about to drop its WAL)");
+    }
+    line.push('\n');
+    line
 }
 
 /// An age for humans: `42s`, `3m 5s`, `2h 1m`.
@@ -371,6 +408,7 @@ mod tests {
         let report = Report {
             database: "SQLite file postbox.db".to_owned(),
             oldest_transaction_age_secs: Some(125.0),
+            replication_slots: Vec::new(),
             sinks: vec![SinkLine {
                 sink: "billing".to_owned(),
                 relay: "host-1".to_owned(),

@@ -214,9 +214,34 @@ async fn relay_with_source_cdc_publishes_from_its_slot_and_stops_cleanly() {
     pg.insert_events("outbox_events", "Placed", 5, true).await;
     pg.insert_events("outbox_events", "Ghost", 3, false).await;
     relay.wait_for_lines(5, DEADLINE);
+    // `postbox status` shows the slot, read, and the WAL it holds back.
+    let slot_of = |report: &serde_json::Value| {
+        report["replication_slots"]
+            .as_array()
+            .expect("replication_slots")
+            .iter()
+            .find(|s| s["name"] == slot.as_str())
+            .cloned()
+            .unwrap_or_else(|| panic!("slot {slot} not in {report}"))
+    };
+    let report: serde_json::Value =
+        serde_json::from_str(&pg.ok(&["status", "--json"]).stdout).expect("json");
+    let read = slot_of(&report);
+    assert_eq!(read["active"], true, "{read}");
+    assert!(read["lag_bytes"].is_number(), "{read}");
     relay.signal("TERM");
     let out = relay.finish(Duration::from_secs(30));
     assert!(out.status.success(), "{}", out.stderr);
+    // Stopped, the slot keeps WAL: status says so, and what to do about it.
+    let report: serde_json::Value =
+        serde_json::from_str(&pg.ok(&["status", "--json"]).stdout).expect("json");
+    assert_eq!(slot_of(&report)["active"], false);
+    let table = pg.ok(&["status"]).stdout;
+    assert!(
+        table.contains(&format!("replication slot {slot}: NOT READ"))
+            && table.contains("pg_drop_replication_slot"),
+        "{table}"
+    );
     let lines = out.json_lines();
     assert_eq!(
         lines.len(),

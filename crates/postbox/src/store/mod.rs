@@ -57,8 +57,8 @@ pub use claims::{
     Release, ReleaseParams, RenewParams,
 };
 pub use operator::{
-    Backlog, EXACT_PROCESSED_COUNT, RejectedTenant, ReportedSink, RetryFailedParams,
-    SlowLaneParams, StatusCounts, TenantAddParams,
+    Backlog, EXACT_PROCESSED_COUNT, RejectedTenant, ReplicationSlot, ReportedSink,
+    RetryFailedParams, SlowLaneParams, StatusCounts, TenantAddParams,
 };
 pub(crate) use operator::{ReportedRow, inbox_stats, reported_sinks};
 #[cfg(feature = "postgres")]

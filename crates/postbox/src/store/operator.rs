@@ -162,3 +162,23 @@ impl<'a> TenantAddParams<'a> {
         TenantAddParams { id, schema: None }
     }
 }
+
+/// A logical replication slot of the outbox's database (PostgreSQL): what a CDC relay reads
+/// (`postbox relay --source cdc`), and the WAL it keeps on the server.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ReplicationSlot {
+    /// The slot's name.
+    pub name: String,
+    /// Whether a reader is connected now. A slot nobody reads keeps WAL until one does or it is
+    /// dropped.
+    pub active: bool,
+    /// WAL the slot holds back, in bytes: from its confirmed position to the server's current
+    /// one.
+    pub lag_bytes: Option<i64>,
+    /// `reserved`, `extended`, `unreserved` (about to be invalidated) or `lost`.
+    pub wal_status: Option<String>,
+    /// WAL the slot may still hold before `max_slot_wal_keep_size` invalidates it, in bytes;
+    /// `None` without a limit.
+    pub safe_wal_bytes: Option<i64>,
+}

@@ -302,6 +302,11 @@ impl StoreOps for MySqlStore {
         self.oldest_transaction().await
     }
 
+    async fn replication_slots(&self) -> Result<Vec<super::ReplicationSlot>> {
+        // MySQL's binary log has no slots: a CDC relay is PostgreSQL's.
+        Ok(Vec::new())
+    }
+
     async fn sinks_report(&self, relay_id: &str, sinks: &[SinkHealth]) -> Result<()> {
         self.record_sink_health(relay_id, sinks).await
     }

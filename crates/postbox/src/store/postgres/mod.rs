@@ -400,6 +400,10 @@ impl StoreOps for PgStore {
         self.oldest_transaction().await
     }
 
+    async fn replication_slots(&self) -> Result<Vec<super::ReplicationSlot>> {
+        self.read_replication_slots().await
+    }
+
     async fn outbox_dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
         self.dead_rows(targets).await
     }

@@ -64,6 +64,26 @@ impl PgStore {
         Ok(secs(age))
     }
 
+    /// [`StoreOps::replication_slots`](crate::ops::StoreOps::replication_slots).
+    pub(super) async fn read_replication_slots(
+        &self,
+    ) -> Result<Vec<crate::store::ReplicationSlot>> {
+        let rows = sqlx::query(include_str!("../../../sql/postgres/replication_slots.sql"))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(crate::store::ReplicationSlot {
+                    name: row.try_get(0)?,
+                    active: row.try_get(1)?,
+                    lag_bytes: row.try_get(2)?,
+                    wal_status: row.try_get(3)?,
+                    safe_wal_bytes: row.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
     /// [`StoreOps::outbox_dead_rows`](crate::ops::StoreOps::outbox_dead_rows).
     pub(super) async fn dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
         let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();

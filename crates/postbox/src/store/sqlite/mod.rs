@@ -175,6 +175,10 @@ impl StoreOps for SqliteStore {
         Ok(None)
     }
 
+    async fn replication_slots(&self) -> Result<Vec<super::ReplicationSlot>> {
+        Ok(Vec::new())
+    }
+
     async fn schema_migrate(&self, _schema: &SchemaName, _registry: bool) -> Result<Vec<String>> {
         // One outbox per database: no schema to name, no registry.
         self.apply_migrations().await
