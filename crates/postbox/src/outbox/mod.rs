@@ -242,7 +242,7 @@ impl OutboxBuilder {
     ///
     /// ```no_run
     /// use postbox::ops::StoreOps;
-    /// use postbox::{StoreExt, TenantId};
+    /// use postbox::{StoreExt, schema::TenantId};
     /// # async fn example(store: postbox::AnyStore) -> postbox::Result<()> {
     /// let acme = store.tenant_add(&postbox::store::TenantAddParams::new(&TenantId::new("acme")?)).await?;
     /// let outbox = store.outbox_builder().tenant(&acme).build();
