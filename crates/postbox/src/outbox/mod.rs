@@ -3,7 +3,7 @@
 //! An [`Outbox`] comes from the store whose relays read its table ([`Store::outbox`](crate::Store::outbox)), so the
 //! two cannot disagree on the schema; [`OutboxBuilder::tenant`] points it at a tenant's table.
 //! The statements of each database live in its folder under `store/` (`outbox.rs` there);
-//! [`conn`] hands each write to it.
+//! `conn` hands each write to it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
