@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use postbox::{FailedNotice, Notice, SinkHealth};
+use postbox::{relay::FailedNotice, relay::Notice, sink::SinkHealth};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;

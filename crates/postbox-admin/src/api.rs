@@ -12,7 +12,7 @@ use postbox::status::StatusReport;
 use postbox::store::{
     EventFilter, FilterText, ListParams, Order, RetryFailedParams, StatusCounts, StoredEvent,
 };
-use postbox::{SinkHealth, StoreExt, Target, TenantId, TenantStatus};
+use postbox::{StoreExt, Target, schema::TenantId, sink::SinkHealth, store::TenantStatus};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 
@@ -523,8 +523,8 @@ pub(crate) struct TenantView {
     created_at: chrono::DateTime<Utc>,
 }
 
-impl From<postbox::Tenant> for TenantView {
-    fn from(t: postbox::Tenant) -> Self {
+impl From<postbox::store::Tenant> for TenantView {
+    fn from(t: postbox::store::Tenant) -> Self {
         TenantView {
             id: t.id.as_str().to_owned(),
             schema: t.schema.as_str().to_owned(),

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use postbox::RelayStats;
+use postbox::relay::RelayStats;
 use serde::Serialize;
 
 /// How much history the page shows.

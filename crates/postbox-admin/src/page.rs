@@ -15,7 +15,7 @@ use axum::Form;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use postbox::TenantStatus;
+use postbox::store::TenantStatus;
 use postbox::store::{EventFilter, ListParams, Order};
 use serde::Deserialize;
 
@@ -291,7 +291,7 @@ async fn build(shared: &Shared, notice: Option<String>) -> Result<Dashboard, Api
 }
 
 fn sink_rows(status: &Status) -> Vec<SinkRow> {
-    let list: Vec<&postbox::SinkHealth> = match &status.relay {
+    let list: Vec<&postbox::sink::SinkHealth> = match &status.relay {
         Some(relay) => relay.sinks.iter().collect(),
         None => status.reported_sinks.iter().map(|s| &s.health).collect(),
     };

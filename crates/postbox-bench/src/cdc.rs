@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
 use indicatif::ProgressBar;
-use postbox::{PgStore, RelayConfig, RelayStats, Sink, Store, StoreExt};
+use postbox::{PgStore, RelayConfig, Sink, Store, StoreExt, relay::RelayStats};
 use postbox_cdc::{CdcConfig, CdcStore};
 use sqlx::PgPool;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use postbox::{AnyStore, Enqueued, Event, Outbox, PgStore, SqliteStore, Store};
+use postbox::{AnyStore, Event, Outbox, PgStore, SqliteStore, Store, event::Enqueued};
 use sqlx::mysql::MySqlPool;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;

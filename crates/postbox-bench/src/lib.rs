@@ -307,7 +307,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
             (
                 format!(
                     "NOTIFY ≤{} + busy poll {}",
-                    human(postbox::DEFAULT_NOTIFY_INTERVAL),
+                    human(postbox::outbox::DEFAULT_NOTIFY_INTERVAL),
                     human(config.busy_poll_interval)
                 ),
                 outbox.clone(),

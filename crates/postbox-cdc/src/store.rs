@@ -33,7 +33,7 @@ use crate::{setup, stream};
 /// polling claim carries the load on every round until it can.
 ///
 /// ```no_run
-/// use postbox::{Handlers, PgStore, Relay, RelayConfig};
+/// use postbox::{handlers::Handlers, PgStore, Relay, RelayConfig};
 /// use postbox_cdc::{CdcConfig, CdcStore};
 ///
 /// # async fn example() -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ use pg_walstream::{
     CancellationToken, EventType, LogicalReplicationStream, ReplicationError,
     ReplicationStreamConfig, RetryConfig, StreamingMode,
 };
-use postbox::{Backoff, SchemaName};
+use postbox::{SchemaName, backoff::Backoff};
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use postbox::StoreExt;
-use postbox::{Enqueued, Event, Outbox, PgStore};
+use postbox::{Event, Outbox, PgStore, event::Enqueued};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sqlx::{PgPool, Postgres, Transaction};

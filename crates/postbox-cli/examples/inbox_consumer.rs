@@ -1,6 +1,6 @@
 //! A consumer in Rust: reads a Redis stream that `postbox relay --sink redis` publishes to,
 //! through a consumer group, and applies each message's effect (a row of `ledger`) once, with
-//! Postbox's [`Inbox`](postbox::Inbox): a batch's `receive` calls and its effects are one
+//! Postbox's [`Inbox`](postbox::inbox::Inbox): a batch's `receive` calls and its effects are one
 //! PostgreSQL transaction, committed before the entries are acknowledged. A crash before the
 //! commit leaves nothing and the entries are read again (the group's pending list); a crash after
 //! it leaves them unacknowledged, and the repeats are skipped.
@@ -15,7 +15,7 @@
 
 use anyhow::{Context, bail};
 use postbox::StoreExt;
-use postbox::{PgStore, Received};
+use postbox::{PgStore, inbox::Received};
 use redis::AsyncCommands as _;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 

@@ -47,19 +47,19 @@ impl Location {
         let raw = exposed.trim();
         let url = postbox::redact::redact(raw);
         // The library's rule for what a URL names, so that the binary and a service agree.
-        let kind = postbox::DatabaseKind::of(raw).map_err(|_| {
+        let kind = postbox::connect::DatabaseKind::of(raw).map_err(|_| {
             anyhow::anyhow!(
                 "{url:?} is neither a PostgreSQL URL (postgres://… or postgresql://…), a MySQL or \
                  MariaDB URL (mysql://…) nor SQLite (sqlite:… or a file path ending in .db)"
             )
         })?;
         match kind {
-            postbox::DatabaseKind::Postgres => {
+            postbox::connect::DatabaseKind::Postgres => {
                 let options = PgConnectOptions::from_str(raw)
                     .with_context(|| format!("{url} is not a valid PostgreSQL URL"))?;
                 Ok(Location::Postgres(Box::new(options), raw.to_owned()))
             }
-            postbox::DatabaseKind::MySql => {
+            postbox::connect::DatabaseKind::MySql => {
                 let raw = match raw.get(..10) {
                     Some(s) if s.eq_ignore_ascii_case("mariadb://") => {
                         format!("mysql://{}", &raw[10..])

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use postbox::{Backoff, OutboxEvent, PublishError, Sink, SinkHealth};
+use postbox::{OutboxEvent, PublishError, Sink, backoff::Backoff, sink::SinkHealth};
 use tokio::time::Instant;
 use tracing::{info, warn};
 

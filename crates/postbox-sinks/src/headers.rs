@@ -38,7 +38,7 @@ pub const NATS_MSG_ID: &str = "Nats-Msg-Id";
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
 /// The dedup id of a received message, from its headers, for a consumer's
-/// [`Inbox`](postbox::Inbox): `postbox-dedup-id`, which every sink that has headers sends,
+/// [`Inbox`](postbox::inbox::Inbox): `postbox-dedup-id`, which every sink that has headers sends,
 /// else the broker's own dedup field (`Nats-Msg-Id`, `Idempotency-Key`), else a CloudEvent's
 /// `id` in binary mode (`ce-id`, `ce_id`, `cloudEvents:id`, `cloudEvents_id`; see
 /// [`crate::cloudevents`]); names compared case-insensitively, as HTTP does. `None` when the

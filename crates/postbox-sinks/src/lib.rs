@@ -72,7 +72,7 @@ pub use config::{ConfigError, Secret, SingleSink, SinkConfig, SinkKind, SinkSett
 pub use error::{BoxError, Error, Result};
 pub use open::{OwnDestination, Reconnecting, Shared};
 /// Routes match with the same globs as the event filters of `postbox` (re-exported).
-pub use postbox::{Glob, GlobError};
+pub use postbox::{glob::Glob, glob::GlobError};
 pub use router::{RoutableSink, Route, Router, Unmatched};
 pub use routing_config::{Opened, RouteConfig, Routes, RoutingConfig, SinkSetup};
 pub use template::{RenderError, Template, TemplateError};
@@ -93,8 +93,8 @@ pub use webhook::{WebhookConfig, WebhookSink};
 /// The waits between a sink's reconnection attempts: from 100 ms, doubling up to `max` (the
 /// sink's `reconnect_max_delay`).
 #[allow(dead_code, reason = "used only by some sink features")]
-pub(crate) fn reconnect_backoff(max: std::time::Duration) -> postbox::Backoff {
-    postbox::Backoff::new(std::time::Duration::from_millis(100), max)
+pub(crate) fn reconnect_backoff(max: std::time::Duration) -> postbox::backoff::Backoff {
+    postbox::backoff::Backoff::new(std::time::Duration::from_millis(100), max)
 }
 
 /// Defaults shared by every sink's configuration.

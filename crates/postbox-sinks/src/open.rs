@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use postbox::{Backoff, OutboxEvent, PublishError, Sink};
+use postbox::{OutboxEvent, PublishError, Sink, backoff::Backoff};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
@@ -70,7 +70,7 @@ impl Sink for OwnDestination {
         self.0.publish_to(event, None).await
     }
 
-    fn health(&self) -> Vec<postbox::SinkHealth> {
+    fn health(&self) -> Vec<postbox::sink::SinkHealth> {
         self.0.health()
     }
 }

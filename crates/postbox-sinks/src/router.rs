@@ -32,7 +32,7 @@ pub trait RoutableSink: Send + Sync + 'static {
     ) -> Result<(), PublishError>;
 
     /// The health of the destination, where the sink tracks it (a [`crate::Breaker`] does).
-    fn health(&self) -> Vec<postbox::SinkHealth> {
+    fn health(&self) -> Vec<postbox::sink::SinkHealth> {
         Vec::new()
     }
 }
@@ -47,7 +47,7 @@ impl<S: RoutableSink + ?Sized> RoutableSink for Arc<S> {
         (**self).publish_to(event, destination).await
     }
 
-    fn health(&self) -> Vec<postbox::SinkHealth> {
+    fn health(&self) -> Vec<postbox::sink::SinkHealth> {
         (**self).health()
     }
 }
@@ -246,7 +246,7 @@ impl Router {
 #[async_trait]
 impl Sink for Router {
     /// The health of every sink of the routes, once per sink name.
-    fn health(&self) -> Vec<postbox::SinkHealth> {
+    fn health(&self) -> Vec<postbox::sink::SinkHealth> {
         let mut seen = std::collections::BTreeMap::new();
         let defaults = match &self.unmatched {
             Unmatched::Default(route) => vec![route.as_ref()],

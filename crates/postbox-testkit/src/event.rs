@@ -1,7 +1,7 @@
 //! Events as a relay hands them to a sink, built for tests of sinks and handlers.
 
 use chrono::{DateTime, TimeZone, Utc};
-use postbox::{OutboxEvent, TenantId};
+use postbox::{OutboxEvent, schema::TenantId};
 
 /// A builder of [`OutboxEvent`]s: an `InvoiceCreated` event with payload
 /// `{"amount_cents":1200}`, created 2026-04-24 10:00:00 UTC, and nothing else until set.

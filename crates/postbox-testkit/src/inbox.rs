@@ -13,7 +13,7 @@ pub async fn handle_message<C>(
     message_id: &str,
 ) -> postbox::Result<Received>
 where
-    C: postbox::OutboxConnection + ?Sized,
+    C: postbox::outbox::OutboxConnection + ?Sized,
 {
     let received = inbox.receive(conn, message_id).await?;
     if received.is_new() {
@@ -35,7 +35,7 @@ pub(crate) async fn handle_in_transaction<DB>(
 ) -> postbox::Result<Received>
 where
     DB: sqlx::Database,
-    sqlx::Transaction<'static, DB>: postbox::OutboxConnection,
+    sqlx::Transaction<'static, DB>: postbox::outbox::OutboxConnection,
 {
     let (received, tx) = handle_in_open_transaction(pool, inbox, outbox, message_id).await?;
     if commit {
@@ -56,7 +56,7 @@ pub(crate) async fn handle_in_open_transaction<DB>(
 ) -> postbox::Result<(Received, sqlx::Transaction<'static, DB>)>
 where
     DB: sqlx::Database,
-    sqlx::Transaction<'static, DB>: postbox::OutboxConnection,
+    sqlx::Transaction<'static, DB>: postbox::outbox::OutboxConnection,
 {
     let mut tx = pool.begin().await?;
     let received = handle_message(&mut tx, inbox, outbox, message_id).await?;

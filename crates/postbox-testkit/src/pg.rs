@@ -54,7 +54,7 @@ impl TestDb {
     }
 
     /// The settings of such a producer.
-    pub fn outbox_builder(&self) -> postbox::OutboxBuilder {
+    pub fn outbox_builder(&self) -> postbox::outbox::OutboxBuilder {
         postbox::PgStore::new(self.pool.clone()).outbox_builder()
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use postbox::{RelayProgress, Rounds};
+use postbox::{relay::RelayProgress, relay::Rounds};
 
 /// What a check given to [`wait_until`] answers: whether the awaited thing has happened, and
 /// with what.

@@ -6,7 +6,7 @@
 //! ```
 
 use postbox::StoreExt;
-use postbox::{DomainEvent, Event, Handlers, Relay, RelayConfig, SqliteStore};
+use postbox::{Event, Relay, RelayConfig, SqliteStore, event::DomainEvent, handlers::Handlers};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

@@ -19,7 +19,7 @@ pub const MAX_EXPONENT: u32 = 40;
 ///
 /// ```
 /// use std::time::Duration;
-/// use postbox::Backoff;
+/// use postbox::backoff::Backoff;
 ///
 /// let b = Backoff::default();
 /// assert_eq!(b.delay(1), Duration::from_secs(2));

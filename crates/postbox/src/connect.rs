@@ -72,7 +72,7 @@ impl DatabaseKind {
     /// The kind of database `url` names, or an error that says how to write one.
     ///
     /// ```
-    /// use postbox::DatabaseKind;
+    /// use postbox::connect::DatabaseKind;
     /// assert_eq!(DatabaseKind::of("postgresql://db/app").unwrap(), DatabaseKind::Postgres);
     /// assert_eq!(DatabaseKind::of("outbox.db").unwrap(), DatabaseKind::Sqlite);
     /// assert_eq!(DatabaseKind::of("mysql://db/app").unwrap(), DatabaseKind::MySql);

@@ -25,10 +25,10 @@ pub(crate) const MAX_KEY_CHARS: usize = 255;
 /// A domain event type known at compile time.
 ///
 /// Implement it for the events your service emits; [`Event::from_domain`] turns a value into an
-/// [`Event`] and typed handlers ([`crate::Handlers::on`]) get it back deserialized.
+/// [`Event`] and typed handlers ([`crate::handlers::Handlers::on`]) get it back deserialized.
 ///
 /// ```
-/// use postbox::{DomainEvent, Event};
+/// use postbox::{event::DomainEvent, Event};
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Serialize, Deserialize)]
@@ -79,7 +79,7 @@ enum KeyChoice {
 /// use chrono::NaiveDate;
 /// let day = NaiveDate::from_ymd_opt(2026, 4, 24).unwrap();
 /// assert_eq!(
-///     postbox::daily_idempotency_key("Invoice", "456", "InvoiceCreated", day),
+///     postbox::event::daily_idempotency_key("Invoice", "456", "InvoiceCreated", day),
 ///     "Invoice:456:InvoiceCreated:2026-04-24"
 /// );
 /// ```
@@ -331,7 +331,7 @@ pub struct OutboxEvent {
     /// The event id (the message id on the wire).
     pub id: i64,
     /// The tenant the event belongs to; `None` for the default schema.
-    pub tenant: Option<crate::TenantId>,
+    pub tenant: Option<crate::schema::TenantId>,
     /// The event type, e.g. `InvoiceCreated`.
     pub event_type: String,
     /// The aggregate type, e.g. `Invoice`.

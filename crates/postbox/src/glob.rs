@@ -13,7 +13,7 @@ use std::str::FromStr;
 /// else would route events to the wrong place.
 ///
 /// ```
-/// use postbox::Glob;
+/// use postbox::glob::Glob;
 ///
 /// let glob: Glob = "Invoice*".parse().unwrap();
 /// assert!(glob.matches("InvoiceCreated"));

@@ -29,7 +29,7 @@ type Handler =
 /// exists).
 ///
 /// ```
-/// use postbox::{DomainEvent, Handlers};
+/// use postbox::{event::DomainEvent, handlers::Handlers};
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Serialize, Deserialize)]

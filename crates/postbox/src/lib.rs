@@ -6,47 +6,38 @@ compile_error!(
 );
 
 pub mod backoff;
-mod connect;
+pub mod connect;
 mod error;
-mod event;
-mod glob;
-mod handlers;
+pub mod event;
+pub mod glob;
+pub mod handlers;
 pub mod inbox;
 pub mod metrics;
 mod migrate;
 pub mod ops;
 mod ordering;
-mod outbox;
+pub mod outbox;
 pub mod redact;
-mod relay;
+pub mod relay;
 pub mod replay;
-mod schema;
-mod sink;
+pub mod schema;
+pub mod sink;
 pub mod status;
 pub mod store;
 pub mod trace;
 
-pub use backoff::Backoff;
-pub use connect::{AnyStore, ConnectOptions, DatabaseKind, connect};
+// The crate root holds what a service needs to enqueue events and run a relay; everything else
+// is reached through its module (`postbox::store::…`, `postbox::relay::…`, `postbox::ops::…`).
+pub use connect::{AnyStore, ConnectOptions, connect};
 pub use error::{Error, Result};
-pub use event::{
-    DEFAULT_MAX_RETRIES, DomainEvent, Enqueued, Event, OutboxEvent, daily_idempotency_key,
-};
-pub use glob::{Glob, GlobError};
-pub use handlers::{HandlerError, Handlers};
-pub use inbox::{Inbox, Received};
+pub use event::{Event, OutboxEvent};
 pub use migrate::migrate;
-pub use outbox::{
-    DEFAULT_NOTIFY_INTERVAL, DEFAULT_PAYLOAD_LIMIT, Outbox, OutboxBuilder, OutboxConnection,
-};
-pub use relay::{
-    EffectivePolicy, FailedNotice, Notice, Relay, RelayConfig, RelayHandle, RelayProgress,
-    RelayStats, RetryPolicy, Rounds,
-};
-pub use schema::{SchemaName, Target, TenantId};
-pub use sink::{PublishError, Sink, SinkHealth};
+pub use outbox::Outbox;
+pub use relay::{Relay, RelayConfig, RelayHandle};
+pub use schema::{SchemaName, Target};
+pub use sink::{PublishError, Sink};
 pub use store::stores::*;
-pub use store::{Store, StoreExt, Tenant, TenantStatus};
+pub use store::{Store, StoreExt};
 
 #[doc(hidden)]
 pub use async_trait::async_trait as __async_trait;

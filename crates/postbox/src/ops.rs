@@ -99,7 +99,7 @@ pub trait StoreOps: Send + Sync {
     /// [`ReportedSink::reported_ago`]).
     async fn sinks_reported(&self) -> Result<Vec<ReportedSink>>;
 
-    /// The consumers of `target`'s inbox ([`Inbox`](crate::Inbox)): each one's messages
+    /// The consumers of `target`'s inbox ([`Inbox`](crate::inbox::Inbox)): each one's messages
     /// recorded and repeats skipped, by consumer name.
     async fn inbox_stats(&self, target: &Target) -> Result<Vec<InboxStats>>;
 
@@ -185,7 +185,7 @@ macro_rules! forward_store_ops {
             }
             async fn tenant_set_status(
                 &$s,
-                id: &$crate::TenantId,
+                id: &$crate::schema::TenantId,
                 status: $crate::store::TenantStatus,
             ) -> $crate::Result<$crate::store::Tenant> {
                 $crate::ops::StoreOps::tenant_set_status($inner, id, status).await
@@ -202,7 +202,7 @@ macro_rules! forward_store_ops {
             async fn sinks_report(
                 &$s,
                 relay_id: &str,
-                sinks: &[$crate::SinkHealth],
+                sinks: &[$crate::sink::SinkHealth],
             ) -> $crate::Result<()> {
                 $crate::ops::StoreOps::sinks_report($inner, relay_id, sinks).await
             }

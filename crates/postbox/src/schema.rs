@@ -108,7 +108,7 @@ impl fmt::Display for SchemaName {
 /// (so that its default schema `s_<tenant>` fits PostgreSQL's 63-byte limit).
 ///
 /// ```
-/// use postbox::TenantId;
+/// use postbox::schema::TenantId;
 /// let t = TenantId::new("acme").unwrap();
 /// assert_eq!(t.default_schema().as_str(), "s_acme");
 /// assert!(TenantId::new("Acme Corp").is_err());

@@ -175,7 +175,7 @@ impl SinkHealth {
     }
 }
 
-/// Where a relay publishes events: in-process [`crate::Handlers`], stdout, a broker.
+/// Where a relay publishes events: in-process [`crate::handlers::Handlers`], stdout, a broker.
 ///
 /// `publish` returns `Ok` only once the destination has acknowledged the event; the relay then
 /// marks it `PROCESSED`. An error, a timeout (the relay's `publish_timeout`) or a panic is a failed

@@ -102,7 +102,7 @@ pub struct TargetReport {
     /// [`PARKED_COUNT_LIMIT`] heads (`postbox events list --parked` lists them); 0 without
     /// `FAILED` events.
     pub parked_aggregates: i64,
-    /// The consumers of its inbox ([`Inbox`](crate::Inbox)), by name: messages recorded in
+    /// The consumers of its inbox ([`Inbox`](crate::inbox::Inbox)), by name: messages recorded in
     /// the dedup window and repeats skipped.
     pub inbox: Vec<InboxStats>,
     /// Why the counts (or the inbox) could not be read, or why the tenant is not served.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use postbox::StoreExt;
-use postbox::{Backoff, Event, PgStore, Relay, RelayConfig, RelayHandle, Store};
+use postbox::{Event, PgStore, Relay, RelayConfig, RelayHandle, Store, backoff::Backoff};
 use postbox_admin::alerts::{AlertConfig, Alerts};
 use postbox_admin::{Admin, AdminError, Token};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
@@ -922,7 +922,7 @@ async fn tenants_are_suspended_and_resumed_and_every_write_is_audited() {
     // every thread, this one's included. A second live dispatcher makes it ask each of them.
     let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
     let s = Setup::new(true, None).await;
-    let acme = postbox::TenantId::new("acme").unwrap();
+    let acme = postbox::schema::TenantId::new("acme").unwrap();
     s.store
         .tenant_add(&postbox::store::TenantAddParams::new(&acme))
         .await

@@ -95,16 +95,16 @@ fn print_retry_policies(loaded: &Loaded, event_type: Option<&str>) {
 
 /// One line: the glob, the tries, the backoff, the slow lane.
 fn describe_policy(
-    glob: Option<&postbox::Glob>,
+    glob: Option<&postbox::glob::Glob>,
     max_retries: Option<u32>,
-    backoff: postbox::Backoff,
+    backoff: postbox::backoff::Backoff,
     slow_lane: bool,
 ) -> String {
     let tries = max_retries.map_or_else(
         || {
             format!(
                 "the event's own max_retries (default {})",
-                postbox::DEFAULT_MAX_RETRIES
+                postbox::event::DEFAULT_MAX_RETRIES
             )
         },
         |m| m.to_string(),

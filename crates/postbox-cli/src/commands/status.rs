@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use postbox::TenantStatus;
 use postbox::status::StatusReport;
 use postbox::store::StatusCounts;
+use postbox::store::TenantStatus;
 use serde::Serialize;
 
 use crate::cli::StatusArgs;

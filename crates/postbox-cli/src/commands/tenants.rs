@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use postbox::store::TenantAddParams;
-use postbox::{SchemaName, Tenant, TenantId, TenantStatus};
+use postbox::{SchemaName, schema::TenantId, store::Tenant, store::TenantStatus};
 
 use crate::cli::TenantsCommand;
 use crate::config::Config;

@@ -184,7 +184,7 @@ pub(crate) struct Config {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RetryPolicyTable {
     /// The event types (a glob: `*` and `?`).
-    pub(crate) event_type: postbox::Glob,
+    pub(crate) event_type: postbox::glob::Glob,
     /// Tries before FAILED, instead of the event's own `max_retries`.
     #[serde(default)]
     pub(crate) max_retries: Option<u32>,
@@ -234,7 +234,7 @@ impl Default for Config {
             head_poll_interval: relay.head_poll_interval.unwrap_or_default(),
             vacuum_threshold: relay.vacuum_threshold.unwrap_or(0),
             lease: relay.lease,
-            max_retries: postbox::DEFAULT_MAX_RETRIES.unsigned_abs(),
+            max_retries: postbox::event::DEFAULT_MAX_RETRIES.unsigned_abs(),
             backoff_base: relay.retry.base,
             backoff_cap: relay.retry.cap,
             publish_timeout: relay.publish_timeout,
@@ -251,7 +251,7 @@ impl Default for Config {
             cdc_publication: postbox_cdc::CdcConfig::default().publication,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
-            payload_limit: ByteSize(postbox::DEFAULT_PAYLOAD_LIMIT),
+            payload_limit: ByteSize(postbox::outbox::DEFAULT_PAYLOAD_LIMIT),
             sink: None,
             sink_url: None,
             topic: None,
@@ -287,7 +287,7 @@ impl Config {
             )
             .vacuum_threshold((self.vacuum_threshold > 0).then_some(self.vacuum_threshold))
             .lease(self.lease)
-            .retry(postbox::Backoff {
+            .retry(postbox::backoff::Backoff {
                 base: self.backoff_base,
                 cap: self.backoff_cap,
             })
@@ -306,12 +306,13 @@ impl Config {
             .dead_letter_max_retries(self.dead_letter_max_retries)
             .ordered_aggregate_types(self.ordered_aggregate_types.iter().cloned());
         for p in &self.retry_policies {
-            let mut policy = postbox::RetryPolicy::new(p.event_type.clone()).slow_lane(p.slow_lane);
+            let mut policy =
+                postbox::relay::RetryPolicy::new(p.event_type.clone()).slow_lane(p.slow_lane);
             if let Some(max) = p.max_retries {
                 policy = policy.max_retries(max);
             }
             if p.backoff_base.is_some() || p.backoff_cap.is_some() {
-                policy = policy.backoff(postbox::Backoff {
+                policy = policy.backoff(postbox::backoff::Backoff {
                     base: p.backoff_base.unwrap_or(self.backoff_base),
                     cap: p.backoff_cap.unwrap_or(self.backoff_cap),
                 });

@@ -1,7 +1,7 @@
 //! The consumer's end of the wire: a consumer reads what `postbox relay` publishes to a Redis
 //! stream and applies each event's effect once — in another language (`inbox_consumer.py`:
 //! Python, psycopg 3, redis-py) through the SQL inbox (`postbox_inbox_receive`), and in Rust
-//! (`examples/inbox_consumer.rs`) through `postbox::Inbox` — while the test kills the
+//! (`examples/inbox_consumer.rs`) through `postbox::inbox::Inbox` — while the test kills the
 //! consumer 20 times (SIGKILL, mid-batch or between its commit and its acknowledgement), kills
 //! the relay mid-drain (its claims are taken over and published again) and replays events with
 //! their original dedup ids.
@@ -65,7 +65,7 @@ fn python_consumer(url: &str, stream: &str) -> Command {
     cmd
 }
 
-/// The Rust consumer: `examples/inbox_consumer.rs`, through `postbox::Inbox`. `cargo test`
+/// The Rust consumer: `examples/inbox_consumer.rs`, through `postbox::inbox::Inbox`. `cargo test`
 /// builds the package's examples beside its tests, in `examples/` next to `deps/`.
 fn rust_consumer(url: &str, stream: &str) -> Command {
     let exe = std::env::current_exe().expect("the test's path");

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use postbox::StoreExt;
-use postbox::{Backoff, Event, OutboxEvent, PgStore, PublishError, Relay, RelayConfig, Sink};
+use postbox::{
+    Event, OutboxEvent, PgStore, PublishError, Relay, RelayConfig, Sink, backoff::Backoff,
+};
 use postbox_sinks::{RedisConfig, RedisSink};
 use postbox_testkit::{TestDb, wait_until};
 

@@ -72,7 +72,7 @@ async fn ride_out(down_status: u16) {
         .poll_interval(Duration::from_millis(100))
         .publish_timeout(Duration::from_secs(2))
         .lease(Duration::from_secs(5))
-        .retry(postbox::Backoff::new(
+        .retry(postbox::backoff::Backoff::new(
             Duration::from_millis(20),
             Duration::from_millis(100),
         ));

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use postbox::store::HorizonProbe;
-use postbox::{Event, Target, TenantId};
+use postbox::{Event, Target, schema::TenantId};
 use tokio::time::Instant;
 
 use super::{StoreHarness, ready, target};

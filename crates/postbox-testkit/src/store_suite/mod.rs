@@ -31,7 +31,7 @@ use postbox::inbox::{Inbox, Received};
 use postbox::store::{
     ClaimParams, Claimed, FailedTry, MarkFailedParams, MarkProcessedParams, RenewParams,
 };
-use postbox::{Backoff, Enqueued, Error, Event, Outbox, Store, Target};
+use postbox::{Error, Event, Outbox, Store, Target, backoff::Backoff, event::Enqueued};
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -463,7 +463,10 @@ pub async fn enqueued_event_keeps_its_fields<B: StoreHarness>() {
     let today = chrono::Utc::now().date_naive();
     assert_eq!(
         e.idempotency_key.as_deref(),
-        Some(postbox::daily_idempotency_key("Invoice", "456", "InvoiceCreated", today).as_str())
+        Some(
+            postbox::event::daily_idempotency_key("Invoice", "456", "InvoiceCreated", today)
+                .as_str()
+        )
     );
     assert_eq!(e.event_class.as_deref(), Some("billing::InvoiceCreated"));
     assert_eq!((e.schema_version, e.max_retries), (3, 7));
@@ -1859,7 +1862,7 @@ pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHa
     mark_failed(&b, c.claim_token, &[failed(ids[0], "again", false)]).await;
     // The database clock moves past the failure, as above.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let skip = |pattern: &str| vec![pattern.parse::<postbox::Glob>().unwrap()];
+    let skip = |pattern: &str| vec![pattern.parse::<postbox::glob::Glob>().unwrap()];
     for (exclude, released) in [(skip("E*"), 0), (skip("E0"), 0), (skip("X*"), 1)] {
         let n = b
             .store()

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, reason = "a test suite fails loudly")]
 
 use postbox::inbox::{Inbox, Received};
-use postbox::{Enqueued, Event, Outbox, Store};
+use postbox::{Event, Outbox, Store, event::Enqueued};
 
 use super::{RowView, StoreHarness, row_view};
 use crate::TestMySql;

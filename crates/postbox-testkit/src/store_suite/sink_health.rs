@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use postbox::SinkHealth;
+use postbox::sink::SinkHealth;
 use postbox::store::{MAX_ERROR_BYTES, ReportedSink};
 
 use super::{StoreHarness, ready};

@@ -8,7 +8,7 @@
 )]
 
 use postbox::store::TenantAddParams;
-use postbox::{Error, SchemaName, TenantId, TenantStatus};
+use postbox::{Error, SchemaName, schema::TenantId, store::TenantStatus};
 
 use super::{StoreHarness, ready};
 

@@ -3,7 +3,7 @@
 //! An [`Outbox`] comes from the store whose relays read its table ([`Store::outbox`](crate::Store::outbox)), so the
 //! two cannot disagree on the schema; [`OutboxBuilder::tenant`] points it at a tenant's table.
 //! The statements of each database live in its folder under `store/` (`outbox.rs` there);
-//! [`conn`] hands each write to it.
+//! `conn` hands each write to it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,21 +34,22 @@ pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
 /// [`Store::outbox_builder`](crate::Store::outbox_builder) to change its settings): it writes to the table they read.
 ///
 /// ```no_run
+/// use postbox::outbox::OutboxConnection;
 /// use postbox::{Event, StoreExt};
 ///
-/// # #[cfg(feature = "postgres")]
-/// # async fn example(pool: sqlx::PgPool) -> anyhow::Result<()> {
-/// let store = postbox::PgStore::new(pool.clone());
-/// let outbox = store.outbox();
-/// let mut tx = pool.begin().await?;
-/// sqlx::query("INSERT INTO invoices (id, amount_cents) VALUES (456, 1200)")
-///     .execute(&mut *tx)
-///     .await?;
-/// let event = Event::new("InvoiceCreated", &serde_json::json!({"invoice_id": 456}))?
-///     .aggregate("Invoice", "456");
-/// outbox.enqueue(&mut tx, event).await?; // Inserted(id), or Duplicate
-/// tx.commit().await?; // the event exists if and only if the invoice does
-/// # Ok(()) }
+/// // `tx`: the caller's open sqlx transaction (PostgreSQL, SQLite or MySQL), in which it has
+/// // just inserted invoice 456; the event commits, or rolls back, with it.
+/// async fn invoice_created<C>(url: &str, tx: &mut C) -> anyhow::Result<()>
+/// where
+///     C: OutboxConnection + ?Sized,
+/// {
+///     let store = postbox::connect(url).await?; // once, at start-up
+///     let outbox = store.outbox();
+///     let event = Event::new("InvoiceCreated", &serde_json::json!({"invoice_id": 456}))?
+///         .aggregate("Invoice", "456");
+///     outbox.enqueue(tx, event).await?; // Inserted(id), or Duplicate
+///     Ok(())
+/// }
 /// ```
 #[derive(Clone)]
 pub struct Outbox {
@@ -242,7 +243,7 @@ impl OutboxBuilder {
     ///
     /// ```no_run
     /// use postbox::ops::StoreOps;
-    /// use postbox::{StoreExt, TenantId};
+    /// use postbox::{StoreExt, schema::TenantId};
     /// # async fn example(store: postbox::AnyStore) -> postbox::Result<()> {
     /// let acme = store.tenant_add(&postbox::store::TenantAddParams::new(&TenantId::new("acme")?)).await?;
     /// let outbox = store.outbox_builder().tenant(&acme).build();

@@ -4,16 +4,16 @@
 //! It is made of small parts with one job each, started and stopped together by
 //! [`Relay::run`] (or [`Relay::start`]):
 //!
-//! - [`targets`]: the default schema and every active tenant, served in turn;
-//! - [`pipeline`]: claim → publish → mark, events recorded as they finish, claims as soon as
-//!   there is room, with [`publish`] (timeouts, panics caught) and [`lease`] (renewals while
-//!   publishing), timed by [`timing`] (renewals, flushes and the patience of writes, and the
+//! - `targets`: the default schema and every active tenant, served in turn;
+//! - `pipeline`: claim → publish → mark, events recorded as they finish, claims as soon as
+//!   there is room, with `publish` (timeouts, panics caught) and `lease` (renewals while
+//!   publishing), timed by `timing` (renewals, flushes and the patience of writes, and the
 //!   rule they keep together);
-//! - [`waker`]: when the next round runs — notifications, polling, scheduled retries;
-//! - [`maintenance`]: vacuuming the tables it serves, retention, the slow lane and sink health
+//! - `waker`: when the next round runs — notifications, polling, scheduled retries;
+//! - `maintenance`: vacuuming the tables it serves, retention, the slow lane and sink health
 //!   reports, beside the work;
-//! - [`rounds`]: each round counted as it finishes, for whoever waits on the relay;
-//! - [`run`]: the loop itself, rounds of claims and the waits between them.
+//! - `rounds`: each round counted as it finishes, for whoever waits on the relay;
+//! - `run`: the loop itself, rounds of claims and the waits between them.
 
 mod config;
 mod handle;
@@ -52,7 +52,7 @@ use waker::RetrySchedule;
 /// A relay over one store and one sink.
 ///
 /// ```no_run
-/// use postbox::{Handlers, Relay, RelayConfig};
+/// use postbox::{handlers::Handlers, Relay, RelayConfig};
 ///
 /// # async fn example() -> anyhow::Result<()> {
 /// let store = postbox::connect("postgres://localhost/app").await?;
@@ -145,7 +145,7 @@ impl Relay {
     /// # async fn example(relay: postbox::Relay) {
     /// let mut notices = relay.subscribe();
     /// while let Ok(notice) = notices.recv().await {
-    ///     if let postbox::Notice::Failed(failed) = notice {
+    ///     if let postbox::relay::Notice::Failed(failed) = notice {
     ///         eprintln!("event {} FAILED: {}", failed.event_id, failed.error);
     ///     }
     /// }

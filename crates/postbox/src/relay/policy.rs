@@ -9,7 +9,7 @@ use crate::glob::Glob;
 ///
 /// ```
 /// use std::time::Duration;
-/// use postbox::{Backoff, RelayConfig, RetryPolicy};
+/// use postbox::{backoff::Backoff, RelayConfig, relay::RetryPolicy};
 ///
 /// let config = RelayConfig::default()
 ///     // Bad input will not get better: fail after one try, no slow lane.

@@ -213,7 +213,7 @@ pub struct MarkFailedParams<'a> {
     /// The failed tries.
     pub tries: &'a [FailedTry],
     /// The backoff before the next try.
-    pub retry: crate::Backoff,
+    pub retry: crate::backoff::Backoff,
 }
 
 /// An event whose destination was down, for [`Store::events_release`].

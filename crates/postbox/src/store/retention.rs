@@ -56,7 +56,7 @@ pub enum PurgeKind {
     /// `FAILED` events whose last try is more than `older_than` ago (an operator's decision:
     /// relays never purge them).
     Failed,
-    /// Inbox records ([`Inbox`](crate::Inbox)) received more than `older_than` ago: past the
+    /// Inbox records ([`Inbox`](crate::inbox::Inbox)) received more than `older_than` ago: past the
     /// dedup window, a repeat of their message is handled again.
     Inbox,
 }

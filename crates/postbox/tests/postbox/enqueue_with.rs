@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use crate::common::{Running, config, own_store, pg, publish_marker};
-use postbox::{Enqueued, Error, Event, Relay};
+use postbox::{Error, Event, Relay, event::Enqueued};
 use postbox_testkit::{RecordingSink, TestDb};
 
 const CREATE_INVOICES: &str =

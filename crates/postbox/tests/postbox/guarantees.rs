@@ -21,7 +21,8 @@ use chrono::{DateTime, Utc};
 use postbox::ops::StoreOps;
 use postbox::store::ClaimParams;
 use postbox::{
-    Backoff, Enqueued, Event, OutboxEvent, PublishError, Relay, RelayStats, Sink, Store,
+    Event, OutboxEvent, PublishError, Relay, Sink, Store, backoff::Backoff, event::Enqueued,
+    relay::RelayStats,
 };
 use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, relay_until, wait_until};
 

@@ -12,7 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::{Running, config, count, enqueue, events, pg, row};
-use postbox::{DomainEvent, Event, Handlers, OutboxEvent, PublishError, Relay, RelayStats, Sink};
+use postbox::{
+    Event, OutboxEvent, PublishError, Relay, Sink, event::DomainEvent, handlers::Handlers,
+    relay::RelayStats,
+};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 use serde::{Deserialize, Serialize};
 

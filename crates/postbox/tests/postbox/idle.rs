@@ -56,7 +56,7 @@ async fn plain_sql_rows_are_found_fast_after_idle_on_postgres() {
     postbox::migrate(&store).await.unwrap();
     let acme = store
         .tenant_add(&postbox::store::TenantAddParams::new(
-            &postbox::TenantId::new("acme").unwrap(),
+            &postbox::schema::TenantId::new("acme").unwrap(),
         ))
         .await
         .unwrap();

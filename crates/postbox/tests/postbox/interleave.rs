@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::any::Conn;
 use postbox::ops::StoreOps;
-use postbox::{Backoff, Event, Relay, RelayConfig, RelayStats, Store, StoreExt};
+use postbox::{Event, Relay, RelayConfig, Store, StoreExt, backoff::Backoff, relay::RelayStats};
 use postbox_testkit::{RecordingSink, wait_until};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

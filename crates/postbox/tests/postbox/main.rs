@@ -32,6 +32,7 @@ mod mysql;
 mod ordering;
 #[cfg(feature = "postgres")]
 mod polyglot;
+mod public_api;
 mod relay_suite;
 #[cfg(feature = "postgres")]
 mod replay;

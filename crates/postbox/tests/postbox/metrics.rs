@@ -18,7 +18,7 @@ use crate::common::{Running, config, enqueue, events, pg};
 use async_trait::async_trait;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use postbox::store::ClaimParams;
-use postbox::{Event, OutboxEvent, PublishError, Relay, Sink, SinkHealth, Store};
+use postbox::{Event, OutboxEvent, PublishError, Relay, Sink, Store, sink::SinkHealth};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 use tokio::sync::Semaphore;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
 use postbox::store::Horizon;
-use postbox::{Backoff, Event, MySqlStore, Relay, RelayConfig, Store};
+use postbox::{Event, MySqlStore, Relay, RelayConfig, Store, backoff::Backoff};
 use postbox_testkit::{Behaviour, RecordingSink, TestMySql, wait_until};
 use tokio::sync::oneshot;
 
@@ -31,8 +31,8 @@ fn config() -> RelayConfig {
 /// A relay running on its own task until stopped.
 struct Running {
     stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<postbox::Result<postbox::RelayStats>>,
-    rounds: postbox::Rounds,
+    task: tokio::task::JoinHandle<postbox::Result<postbox::relay::RelayStats>>,
+    rounds: postbox::relay::Rounds,
 }
 
 impl Running {
@@ -309,7 +309,7 @@ async fn bad_urls_are_named_and_tenants_need_postgres() {
         .to_string();
     assert!(err.contains("database_url"), "{err}");
     let any = postbox::connect(db.url()).await.unwrap();
-    assert_eq!(any.kind(), postbox::DatabaseKind::MySql);
+    assert_eq!(any.kind(), postbox::connect::DatabaseKind::MySql);
     assert!(
         any.tenant_list()
             .await

@@ -568,7 +568,7 @@ async fn concurrent_producers_and_relays_keep_each_aggregates_order() {
     };
     let cfg = config()
         .ordered_aggregate_types(["*"])
-        .retry(postbox::Backoff {
+        .retry(postbox::backoff::Backoff {
             base: Duration::from_millis(5),
             cap: Duration::from_millis(20),
         });

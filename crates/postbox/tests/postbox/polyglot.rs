@@ -39,7 +39,7 @@ use crate::common::{Running, config, own_store, pg, tally};
 use async_trait::async_trait;
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
-use postbox::{Enqueued, Event, Outbox, OutboxEvent, PublishError, Relay, Sink, Store};
+use postbox::{Event, Outbox, OutboxEvent, PublishError, Relay, Sink, Store, event::Enqueued};
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::mpsc;
 
@@ -553,11 +553,11 @@ async fn a_python_consumer_applies_each_message_once_through_the_sql_inbox() {
     let mut tx = db.pool().begin().await.unwrap();
     assert_eq!(
         inbox.receive(&mut tx, "42").await.unwrap(),
-        postbox::Received::Duplicate
+        postbox::inbox::Received::Duplicate
     );
     assert_eq!(
         inbox.receive(&mut tx, "44").await.unwrap(),
-        postbox::Received::New
+        postbox::inbox::Received::New
     );
     tx.commit().await.unwrap();
 

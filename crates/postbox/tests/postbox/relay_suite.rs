@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::any::TestStore;
 use postbox::ops::StoreOps;
 use postbox::store::ClaimParams;
-use postbox::{Backoff, Event, Relay, RelayConfig, Store, StoreExt, Target};
+use postbox::{Event, Relay, RelayConfig, Store, StoreExt, Target, backoff::Backoff};
 use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, StoreOp, wait_until};
 
 /// Short leases and backoffs, so the suite is fast.

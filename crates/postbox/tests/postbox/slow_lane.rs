@@ -150,7 +150,7 @@ async fn the_slow_lane_can_be_turned_off() {
 /// flaky ones get more tries on a backoff of their own, the rest keep the event's own limit.
 #[tokio::test]
 async fn retry_policies_apply_per_event_type() {
-    use postbox::{Backoff, RetryPolicy};
+    use postbox::{backoff::Backoff, relay::RetryPolicy};
     let (db, store) = pg().await;
     let sink = RecordingSink::new();
     for t in ["ValidationFailed", "FlakyPartner", "OrderPlaced"] {

@@ -12,11 +12,11 @@ use postbox::ops::StoreOps;
 use std::collections::HashMap;
 use std::time::Duration;
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-use postbox::Enqueued;
 use postbox::Store;
 #[cfg(feature = "sqlite")]
 use postbox::Target;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use postbox::event::Enqueued;
 use postbox::{Event, Relay, RelayConfig};
 use postbox_testkit::RecordingSink;
 #[cfg(feature = "postgres")]
@@ -256,7 +256,7 @@ async fn connect_by_url_gives_one_schema_to_the_producer_and_the_relay() {
         .connect()
         .await
         .unwrap();
-    assert_eq!(store.kind(), postbox::DatabaseKind::Postgres);
+    assert_eq!(store.kind(), postbox::connect::DatabaseKind::Postgres);
     postbox::migrate(&store).await.unwrap();
     let outbox = store.outbox();
     assert_eq!(outbox.schema().as_str(), "billing");
@@ -283,7 +283,7 @@ async fn connect_by_path_opens_sqlite_for_the_producer_and_the_relay() {
     let file = TestSqlite::new();
     let path = file.path();
     let store = postbox::connect(path.to_str().unwrap()).await.unwrap();
-    assert_eq!(store.kind(), postbox::DatabaseKind::Sqlite);
+    assert_eq!(store.kind(), postbox::connect::DatabaseKind::Sqlite);
     postbox::migrate(&store).await.unwrap();
     let pool = match &store {
         postbox::AnyStore::Sqlite(s) => s.pool().clone(),

@@ -13,7 +13,7 @@ use crate::common::{Running, config, enqueue, events, own_store, pg, publish_mar
 use chrono::{NaiveDate, Utc};
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
-use postbox::{Enqueued, Error, Event, PgStore, Relay, TenantId};
+use postbox::{Error, Event, PgStore, Relay, event::Enqueued, schema::TenantId};
 use postbox_testkit::{RecordingSink, TestDb};
 use sqlx::postgres::{PgConnection, PgDatabaseError, PgListener};
 use sqlx::{AssertSqlSafe, Connection};
@@ -1188,7 +1188,7 @@ async fn the_sql_inbox_answers_as_the_rust_inbox_and_refuses_bad_ids_by_name() {
     let billing = store.inbox("billing").unwrap();
     assert_eq!(
         billing.receive(&mut tx, "m-1").await.unwrap(),
-        postbox::Received::Duplicate
+        postbox::inbox::Received::Duplicate
     );
     tx.commit().await.unwrap();
 

@@ -13,12 +13,14 @@ use std::time::Duration;
 use crate::common::{Running, config, default_target, enqueue, own_store, pg, row};
 use postbox::StoreExt;
 use postbox::ops::StoreOps;
-use postbox::{Error, Event, OutboxEvent, PgStore, Relay, SchemaName, TenantId, TenantStatus};
+use postbox::{
+    Error, Event, OutboxEvent, PgStore, Relay, SchemaName, schema::TenantId, store::TenantStatus,
+};
 use postbox_testkit::{Behaviour, RecordingSink, TestDb, wait_until};
 
 // ---- G7: tenants ---------------------------------------------------------------------------
 
-async fn add_tenant(store: &PgStore, id: &str) -> postbox::Tenant {
+async fn add_tenant(store: &PgStore, id: &str) -> postbox::store::Tenant {
     store
         .tenant_add(&postbox::store::TenantAddParams {
             id: &TenantId::new(id).unwrap(),
@@ -31,7 +33,7 @@ async fn add_tenant(store: &PgStore, id: &str) -> postbox::Tenant {
 /// Enqueues `n` events into `tenant`'s schema, each naming its tenant in the payload.
 async fn enqueue_for(
     db: &TestDb,
-    tenant: Option<&postbox::Tenant>,
+    tenant: Option<&postbox::store::Tenant>,
     event_type: &str,
     n: usize,
 ) -> Vec<i64> {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use postbox::{Handlers, OutboxEvent};
+use postbox::{OutboxEvent, handlers::Handlers};
 
 use super::invoices::InvoiceCreated;
 

@@ -2,7 +2,7 @@
 //! `InvoiceCreated` event in one transaction.
 
 use anyhow::Context;
-use postbox::{DomainEvent, Event, Outbox, SchemaName};
+use postbox::{Event, Outbox, SchemaName, event::DomainEvent};
 use serde::{Deserialize, Serialize};
 use sqlx::AssertSqlSafe;
 

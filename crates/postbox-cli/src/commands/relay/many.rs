@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
-use postbox::{Relay, RelayStats, Sink};
+use postbox::{Relay, Sink, relay::RelayStats};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 

@@ -134,7 +134,7 @@ pub(super) async fn connect_waiting(
     shutdown: &Shutdown,
 ) -> anyhow::Result<Option<Database>> {
     let schema = config.schema.clone();
-    let mut waits = postbox::Backoff {
+    let mut waits = postbox::backoff::Backoff {
         base: std::time::Duration::from_millis(250),
         cap: std::time::Duration::from_secs(5),
     }

@@ -92,7 +92,7 @@ pub struct RelayConfig {
     /// Age past which archived events are deleted (counted from their archiving); `None` keeps
     /// the archive forever.
     pub archive_retention: Option<Duration>,
-    /// The inbox's dedup window ([`Inbox`](crate::Inbox)): records of handled messages older
+    /// The inbox's dedup window ([`Inbox`](crate::inbox::Inbox)): records of handled messages older
     /// than this (counted from their receipt) are deleted, in the same runs and batches as the
     /// archive's. A repeat of a message arrives within it to be skipped; after it, it is handled
     /// again. `None` keeps every record.

@@ -160,7 +160,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{Backoff, Glob, RetryPolicy};
+    use crate::{backoff::Backoff, glob::Glob, relay::RetryPolicy};
 
     /// The key [`RelayConfig::validate`] names for `config`.
     fn field_of(config: RelayConfig) -> &'static str {

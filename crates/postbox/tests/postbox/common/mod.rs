@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use postbox::{
-    Backoff, Event, Outbox, PgStore, Relay, RelayConfig, RelayStats, SchemaName, Target,
+    Event, Outbox, PgStore, Relay, RelayConfig, SchemaName, Target, backoff::Backoff,
+    relay::RelayStats,
 };
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use tokio::sync::oneshot;
@@ -126,7 +127,7 @@ pub(crate) async fn count(db: &TestDb, status: &str) -> i64 {
 pub(crate) struct Running {
     stop: oneshot::Sender<()>,
     task: JoinHandle<postbox::Result<RelayStats>>,
-    rounds: postbox::Rounds,
+    rounds: postbox::relay::Rounds,
 }
 
 impl Running {
@@ -150,7 +151,7 @@ impl Running {
     }
 
     /// The relay's rounds, to wait on.
-    pub(crate) fn rounds(&mut self) -> &mut postbox::Rounds {
+    pub(crate) fn rounds(&mut self) -> &mut postbox::relay::Rounds {
         &mut self.rounds
     }
 
