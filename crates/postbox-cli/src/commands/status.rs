@@ -4,12 +4,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use postbox::TenantStatus;
 use postbox::status::StatusReport;
 use postbox::store::StatusCounts;
 use serde::Serialize;
 
-use crate::cli::StatusArgs;
+use crate::cli::SchemaArg;
 use crate::config::Config;
 use crate::database::{Create, Database};
 
@@ -360,6 +361,18 @@ fn table(report: &Report) -> String {
 fn age(secs: f64) -> String {
     let d = Duration::from_secs(secs.max(0.0).round() as u64);
     humantime::format_duration(d).to_string()
+}
+
+/// `postbox status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
 }
 
 #[cfg(test)]
