@@ -29,7 +29,7 @@ use serde_json::{Map, Value};
 
 use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::error::ConfigError;
-use crate::router::no_destination;
+use crate::routing::no_destination;
 use crate::settings::{Secret, SinkSettings, percent_decode};
 use crate::{Error, Result, RoutableSink, Template, defaults};
 
