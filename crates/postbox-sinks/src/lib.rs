@@ -43,29 +43,29 @@
 //! ```
 
 mod breaker;
-pub mod cloudevents;
+mod brokers;
 pub mod config;
 mod error;
-pub mod headers;
+mod format;
 mod open;
-mod router;
-mod routing_config;
+mod routing;
 mod settings;
 pub mod stdout;
 mod template;
 
 #[cfg(feature = "amqp")]
-pub mod amqp;
+pub use brokers::amqp;
 #[cfg(feature = "kafka")]
-pub mod kafka;
+pub use brokers::kafka;
 #[cfg(feature = "mqtt")]
-pub mod mqtt;
+pub use brokers::mqtt;
 #[cfg(feature = "nats")]
-pub mod nats;
+pub use brokers::nats;
 #[cfg(feature = "redis")]
-pub mod redis_streams;
+pub use brokers::redis_streams;
 #[cfg(feature = "webhook")]
-pub mod webhook;
+pub use brokers::webhook;
+pub use format::{cloudevents, headers};
 
 pub use breaker::{Breaker, PROBE_BACKOFF};
 pub use config::{ConfigError, Secret, SingleSink, SinkConfig, SinkKind, SinkSettings};
@@ -73,8 +73,9 @@ pub use error::{BoxError, Error, Result};
 pub use open::{OwnDestination, Reconnecting, Shared};
 /// Routes match with the same globs as the event filters of `postbox` (re-exported).
 pub use postbox::{glob::Glob, glob::GlobError};
-pub use router::{RoutableSink, Route, Router, Unmatched};
-pub use routing_config::{Opened, RouteConfig, Routes, RoutingConfig, SinkSetup};
+pub use routing::{
+    Opened, RoutableSink, Route, RouteConfig, Router, Routes, RoutingConfig, SinkSetup, Unmatched,
+};
 pub use template::{RenderError, Template, TemplateError};
 
 #[cfg(feature = "amqp")]

@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use postbox::store::{ArchiveParams, archive_all};
 
-use crate::cli::ArchiveArgs;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::cli::SchemaArg;
 use crate::commands::progress::Progress;
 use crate::config::{Config, show};
 use crate::database::{Create, Database};
@@ -52,4 +56,31 @@ pub(crate) async fn run(config: &Config, args: &ArchiveArgs) -> anyhow::Result<E
         println!("dry run: {total} event(s) in all; nothing was moved");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `postbox archive`.
+#[derive(Debug, Args)]
+pub(crate) struct ArchiveArgs {
+    /// Archive processed events created longer ago than this [default: the `retention` key,
+    /// 30days]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) older_than: Option<Duration>,
+
+    /// Only this tenant (`default`: the default schema) [default: the default schema and every
+    /// tenant]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// Count what would move; move nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// Rows per batch (each batch is one short transaction)
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) batch_size: u32,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
 }

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use postbox_bench::{BenchOptions, run as run_bench};
 
-use crate::cli::BenchArgs;
 use crate::config::Config;
 use crate::database::Location;
 
@@ -108,4 +108,145 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
         print!("{}", report.table());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `postbox bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Tiny scale, finishes in seconds (a smoke test; its figures mean nothing)
+    #[arg(long)]
+    pub(crate) quick: bool,
+
+    /// Print the report as JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Events preloaded for each drain and ceiling run [default: 100000; quick: 2000]
+    #[arg(long, value_name = "N")]
+    pub(crate) events: Option<u64>,
+
+    /// Relay counts to drain with, comma-separated [default: 1,4]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) relays: Option<Vec<usize>>,
+
+    /// Producer counts for the enqueue overhead, comma-separated [default: 1,8]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) producers: Option<Vec<usize>>,
+
+    /// Producer rate of the latency runs, events/s [default: 2000; quick: 500]
+    #[arg(long, value_name = "EVENTS_PER_SEC")]
+    pub(crate) rate: Option<u64>,
+
+    /// How long each latency run produces [default: 10s; quick: 500ms]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) latency_duration: Option<Duration>,
+
+    /// How long each enqueue-overhead measurement runs [default: 5s; quick: 300ms]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) enqueue_duration: Option<Duration>,
+
+    /// Business rows (one INSERT each) in each business transaction of the enqueue overhead
+    /// [default: 1, the smallest transaction]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) business_statements: Option<u32>,
+
+    /// Aggregate counts of the ordering phase, comma-separated, 0 to skip it: --events spread
+    /// over that many aggregates, drained with and without ordering [default: 10000,100;
+    /// quick: 1000,10]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) ordered_aggregates: Option<Vec<u64>>,
+
+    /// Events of the soak, 0 to skip it [default: 1000000; quick: 4000]
+    #[arg(long, value_name = "N")]
+    pub(crate) soak_events: Option<u64>,
+
+    /// Events per soak window [default: 100000; quick: 1000]
+    #[arg(long, value_name = "N")]
+    pub(crate) soak_window: Option<u64>,
+
+    /// Processed events in the table at the start of the history phase, 0 to skip it
+    /// (PostgreSQL; on MySQL any other value runs its held-transaction drain) [default: 1000000;
+    /// quick: 20000]
+    #[arg(long, value_name = "N")]
+    pub(crate) history_rows: Option<u64>,
+
+    /// How long the history phase runs [default: 5m; quick: 6s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) history_duration: Option<Duration>,
+
+    /// Producer rate of the history phase, events/s [default: 1000; quick: 200]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) history_rate: Option<u64>,
+
+    /// Measurement window of the history phase [default: 30s; quick: 2s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) history_window: Option<Duration>,
+
+    /// Events in each backlog of the CDC comparison, 0 to skip it (PostgreSQL; needs
+    /// wal_level = logical, else the report says why it was not measured) [default: 500000;
+    /// quick: 2000]
+    #[arg(long, value_name = "N")]
+    pub(crate) cdc_events: Option<u64>,
+
+    /// Producer rate of the CDC comparison's latency runs, events/s [default: 1000; quick: 200]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) cdc_rate: Option<u64>,
+
+    /// How long the CDC comparison watches the slot's retained WAL while 20 other tables churn
+    /// [default: 1m; quick: 3s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) cdc_churn: Option<Duration>,
+
+    /// How long the CDC relay then stays stopped while they churn on [default: 30s; quick: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) cdc_stopped: Option<Duration>,
+
+    /// Relay and ceiling batch size [config: batch_size; default: 100]
+    #[arg(long, value_name = "N")]
+    pub(crate) batch_size: Option<u32>,
+
+    /// Dead rows that make the relays vacuum the outbox table, 0 for never [config:
+    /// vacuum_threshold; default: 50000]
+    #[arg(long, value_name = "N")]
+    pub(crate) vacuum_threshold: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    #[test]
+    fn bench_takes_a_vacuum_threshold() {
+        let cli = Cli::try_parse_from(["postbox", "bench", "--quick", "--vacuum-threshold", "0"])
+            .expect("parses");
+        match cli.command {
+            Command::Bench(a) => {
+                assert!(a.quick);
+                assert_eq!(a.vacuum_threshold, Some(0));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match Cli::try_parse_from(["postbox", "bench"])
+            .expect("parses")
+            .command
+        {
+            Command::Bench(a) => assert_eq!(a.vacuum_threshold, None),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bench_business_statements_are_at_least_one() {
+        match Cli::try_parse_from(["postbox", "bench", "--business-statements", "3"])
+            .expect("parses")
+            .command
+        {
+            Command::Bench(a) => assert_eq!(a.business_statements, Some(3)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let err = Cli::try_parse_from(["postbox", "bench", "--business-statements", "0"])
+            .expect_err("zero statements is no business transaction");
+        assert!(err.to_string().contains("--business-statements"), "{err}");
+    }
 }

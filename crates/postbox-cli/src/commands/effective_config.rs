@@ -2,8 +2,13 @@
 
 use std::process::ExitCode;
 
+use clap::Args;
+
+use crate::cli::SchemaArg;
+use crate::commands::relay::RelayTuning;
 use crate::config::{KEYS, Loaded};
 use crate::database::DEFAULT_SQLITE_FILE;
+use crate::sinks::SinkArgs;
 use crate::sinks::{self, SinkPlan};
 
 /// Prints every key with its effective value (passwords hidden) and its source.
@@ -152,4 +157,25 @@ fn print_routes(loaded: &Loaded) {
     if plan.default_route.is_none() {
         println!("#   unmatched events: FAILED (routing.unmatched = \"fail\")");
     }
+}
+
+/// `postbox config`.
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+
+    /// The sink, to preview its effect.
+    #[command(flatten)]
+    pub(crate) sink: SinkArgs,
+
+    /// Relay tuning, to preview its effect.
+    #[command(flatten)]
+    pub(crate) tuning: RelayTuning,
+
+    /// Also say how events of this type are retried: which [[retry_policies]] table applies,
+    /// its tries, backoff and slow lane
+    #[arg(long, value_name = "TYPE")]
+    pub(crate) event_type: Option<String>,
 }

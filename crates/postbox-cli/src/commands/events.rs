@@ -5,10 +5,12 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::bail;
+use clap::{Args, Subcommand};
 use postbox::store::{ListParams, Order, StoredEvent};
 
-use crate::cli::EventsCommand;
+use crate::cli::SchemaArg;
 use crate::commands::filter;
+use crate::commands::filter::FilterArgs;
 use crate::config::Config;
 use crate::database::{Create, Database};
 use postbox::StoreExt;
@@ -248,4 +250,96 @@ fn one_line(text: &str, max: usize) -> String {
         let cut: String = flat.chars().take(max - 1).collect();
         format!("{cut}…")
     }
+}
+
+/// `postbox events …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum EventsCommand {
+    /// List events, newest first, by status, type, aggregate, time; the archive too
+    #[command(
+        long_about = "List the events of the default schema (or --tenant) that match every \
+                      filter given, newest first: id, status, type, aggregate, creation time, \
+                      tries and last error, as a table or with --json. --archive reads \
+                      outbox_events_archive too. A filter that matches nothing prints \
+                      \"0 events\"; a filter that cannot match (a time range backwards, an \
+                      unknown status, a glob with [ ]) is refused."
+    )]
+    List(EventsListArgs),
+
+    /// Show one event: every column, headers, last error, the payload pretty-printed
+    Show(EventsShowArgs),
+
+    /// Skip the held-back head of an ordered aggregate: it stays FAILED, the rest flows
+    #[command(
+        long_about = "Skip events that hold back the later events of their ordered aggregate \
+                      (ordered_aggregate_types): each goes FAILED, if it was waiting for a \
+                      retry, and is marked skipped, so that the rest of its aggregate is \
+                      published; `postbox events list --parked` lists the candidates. Events in \
+                      flight or already PROCESSED are left alone (and named). `postbox retry \
+                      ID` undoes a skip: the event is published again, after the events that \
+                      overtook it."
+    )]
+    Skip(EventsSkipArgs),
+}
+
+/// `postbox events skip`.
+#[derive(Debug, Args)]
+pub(crate) struct EventsSkipArgs {
+    /// Ids of the events to skip
+    #[arg(value_name = "ID", required = true)]
+    pub(crate) ids: Vec<i64>,
+
+    /// The tenant the events belong to (`default`: the default schema) [default: the default schema]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// `postbox events list`.
+#[derive(Debug, Args)]
+pub(crate) struct EventsListArgs {
+    /// Which events.
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+
+    /// Only the heads of parked aggregates: FAILED events (not skipped) that hold back later
+    /// events of their aggregate (ordered_aggregate_types)
+    #[arg(long)]
+    pub(crate) parked: bool,
+
+    /// At most this many events
+    #[arg(long, value_name = "N", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) limit: u32,
+
+    /// Print JSON (an array of events, payloads and headers as JSON) instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// `postbox events show`.
+#[derive(Debug, Args)]
+pub(crate) struct EventsShowArgs {
+    /// The event id
+    #[arg(value_name = "ID")]
+    pub(crate) id: i64,
+
+    /// The tenant the event belongs to (`default`: the default schema) [default: the default schema]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// Print JSON instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
 }

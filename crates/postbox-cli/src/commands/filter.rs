@@ -2,10 +2,10 @@
 //! [`EventFilter`], refused with a message naming the flag before anything is read.
 
 use chrono::Utc;
+use clap::Args;
 use postbox::Target;
 use postbox::store::{EventFilter, FilterText};
 
-use crate::cli::FilterArgs;
 use crate::database::Database;
 
 /// The filter the flags describe, and the target they name.
@@ -44,6 +44,44 @@ pub(crate) fn parse(args: &FilterArgs) -> anyhow::Result<EventFilter> {
         }
         e => anyhow::Error::new(e),
     })
+}
+
+/// Which events: the filters shared by `events list` and `replay`.
+#[derive(Debug, Args)]
+pub(crate) struct FilterArgs {
+    /// Only events with this status (repeat for several): pending, processing, processed,
+    /// failed
+    #[arg(long, value_name = "STATUS")]
+    pub(crate) status: Vec<String>,
+
+    /// Event types matching this glob (`*` any run, `?` one character), e.g. 'Invoice*'
+    #[arg(long = "type", value_name = "GLOB")]
+    pub(crate) event_type: Option<String>,
+
+    /// Aggregate types matching this glob
+    #[arg(long, value_name = "GLOB")]
+    pub(crate) aggregate_type: Option<String>,
+
+    /// This aggregate id exactly
+    #[arg(long, value_name = "ID")]
+    pub(crate) aggregate_id: Option<String>,
+
+    /// Created at or after this time: RFC 3339 (2026-11-30T12:00:00Z), a date (2026-11-30,
+    /// UTC) or an age (2h, 7d: that long ago)
+    #[arg(long, value_name = "TIME")]
+    pub(crate) since: Option<String>,
+
+    /// Created before this time (same forms as --since)
+    #[arg(long, value_name = "TIME")]
+    pub(crate) until: Option<String>,
+
+    /// Read outbox_events_archive too
+    #[arg(long)]
+    pub(crate) archive: bool,
+
+    /// The tenant whose events to read (`default`: the default schema) [default: the default schema]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
 }
 
 #[cfg(test)]

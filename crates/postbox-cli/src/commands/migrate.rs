@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
+use clap::Args;
 
+use crate::cli::SchemaArg;
 use crate::config::Config;
 use crate::database::{Create, Database};
 
@@ -30,4 +32,12 @@ pub(crate) async fn apply(db: &Database) -> anyhow::Result<Vec<String>> {
     postbox::migrate(&*db.store)
         .await
         .with_context(|| format!("migrating {} failed", db.location))
+}
+
+/// `postbox migrate`.
+#[derive(Debug, Args)]
+pub(crate) struct MigrateArgs {
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
 }

@@ -18,6 +18,20 @@ mod tenants;
 
 use std::process::ExitCode;
 
+pub(crate) use archive::ArchiveArgs;
+#[cfg(feature = "bench")]
+pub(crate) use bench::BenchArgs;
+pub(crate) use demo::DemoArgs;
+pub(crate) use effective_config::ConfigArgs;
+pub(crate) use events::EventsCommand;
+pub(crate) use migrate::MigrateArgs;
+pub(crate) use purge::PurgeArgs;
+pub(crate) use relay::RelayArgs;
+pub(crate) use replay::ReplayArgs;
+pub(crate) use retry::RetryArgs;
+pub(crate) use status::StatusArgs;
+pub(crate) use tenants::TenantsCommand;
+
 use crate::cli::{Cli, Command};
 use crate::config::{self, Config};
 use crate::logging;

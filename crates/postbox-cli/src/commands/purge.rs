@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 use postbox::store::{PurgeKind, PurgeParams, purge_all};
 
-use crate::cli::PurgeArgs;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::cli::SchemaArg;
 use crate::commands::progress::Progress;
 use crate::config::{Config, show};
 use crate::database::{Create, Database};
@@ -57,4 +61,45 @@ pub(crate) async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<Exi
         println!("dry run: {total} row(s) in all; nothing was deleted");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `postbox purge`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("what").required(true).args(["archive", "failed", "inbox"]))]
+pub(crate) struct PurgeArgs {
+    /// Delete archived events archived longer ago than --older-than
+    #[arg(long)]
+    pub(crate) archive: bool,
+
+    /// Delete FAILED events whose last try is older than --older-than
+    #[arg(long)]
+    pub(crate) failed: bool,
+
+    /// Delete inbox records received longer ago than --older-than (past the dedup window, a
+    /// repeat of their message is handled again)
+    #[arg(long)]
+    pub(crate) inbox: bool,
+
+    /// The age past which events are deleted (required), e.g. 7d, 90days
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
+          required = true)]
+    pub(crate) older_than: Option<Duration>,
+
+    /// Only this tenant (`default`: the default schema) [default: the default schema and every
+    /// tenant]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// Count what would be deleted; delete nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// Rows per batch (each batch is one short transaction)
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) batch_size: u32,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
 }

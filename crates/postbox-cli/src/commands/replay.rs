@@ -3,15 +3,18 @@
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail};
+use clap::Args;
 use postbox::replay::{Replay, ReplayDedup, ReplayOptions};
 use tracing::warn;
 
-use crate::cli::ReplayArgs;
+use crate::cli::SchemaArg;
 use crate::commands::filter;
+use crate::commands::filter::FilterArgs;
 use crate::commands::progress::Progress;
 use crate::config::Config;
 use crate::database::{Create, Database};
 use crate::sinks;
+use crate::sinks::SinkArgs;
 
 /// How many events a dry run shows.
 const SAMPLE: usize = 5;
@@ -109,4 +112,51 @@ pub(crate) async fn run(config: &Config, args: &ReplayArgs) -> anyhow::Result<Ex
         report.failed.len()
     );
     Ok(ExitCode::FAILURE)
+}
+
+/// `postbox replay`.
+#[derive(Debug, Args)]
+pub(crate) struct ReplayArgs {
+    /// Ids of the events to replay (the archive is read too)
+    #[arg(value_name = "ID")]
+    pub(crate) ids: Vec<i64>,
+
+    /// Which events.
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+
+    /// Replay every PROCESSED and FAILED event (needed when no id and no filter is given)
+    #[arg(long)]
+    pub(crate) all: bool,
+
+    /// Count the events and show the first ones; publish nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// At most this many events per second
+    #[arg(long, value_name = "EVENTS_PER_SECOND")]
+    pub(crate) rate: Option<f64>,
+
+    /// The replay's id [default: a new UUID]; give an interrupted replay's id to run it again
+    /// without new duplicates for consumers that drop repeats
+    #[arg(long, value_name = "ID")]
+    pub(crate) replay_id: Option<String>,
+
+    /// Deliver with the original dedup id (idempotency key): consumers that drop repeats then
+    /// drop events they already have
+    #[arg(long)]
+    pub(crate) keep_dedup_id: bool,
+
+    /// Events published at once
+    #[arg(long, value_name = "N", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub(crate) concurrency: u32,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+
+    /// Where events are published.
+    #[command(flatten)]
+    pub(crate) sink: SinkArgs,
 }

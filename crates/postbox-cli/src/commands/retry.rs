@@ -2,10 +2,11 @@
 
 use std::process::ExitCode;
 
+use clap::Args;
 use postbox::Target;
 use postbox::store::{EventFilter, EventStatus, ListParams, Order, RetryFailedParams};
 
-use crate::cli::RetryArgs;
+use crate::cli::SchemaArg;
 use crate::config::Config;
 use crate::database::{Create, Database};
 
@@ -84,4 +85,28 @@ async fn retry_all(db: &Database, target: &Target) -> anyhow::Result<u64> {
     }
     progress.finish();
     Ok(total)
+}
+
+/// `postbox retry`.
+#[derive(Debug, Args)]
+pub(crate) struct RetryArgs {
+    /// Ids of the FAILED events to retry
+    #[arg(
+        value_name = "ID",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub(crate) ids: Vec<i64>,
+
+    /// Retry every FAILED event of the target
+    #[arg(long)]
+    pub(crate) all: bool,
+
+    /// The tenant whose events to retry (`default`: the default schema) [default: the default schema]
+    #[arg(long, value_name = "TENANT")]
+    pub(crate) tenant: Option<String>,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
 }

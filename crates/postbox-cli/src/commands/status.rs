@@ -4,12 +4,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Args;
 use postbox::status::StatusReport;
 use postbox::store::StatusCounts;
 use postbox::store::TenantStatus;
 use serde::Serialize;
 
-use crate::cli::StatusArgs;
+use crate::cli::SchemaArg;
 use crate::config::Config;
 use crate::database::{Create, Database};
 
@@ -397,6 +398,18 @@ fn slot_line(slot: &postbox::store::ReplicationSlot) -> String {
 fn age(secs: f64) -> String {
     let d = Duration::from_secs(secs.max(0.0).round() as u64);
     humantime::format_duration(d).to_string()
+}
+
+/// `postbox status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
 }
 
 #[cfg(test)]

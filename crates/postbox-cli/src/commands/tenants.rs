@@ -3,10 +3,11 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
+use clap::{Args, Subcommand};
 use postbox::store::TenantAddParams;
 use postbox::{SchemaName, schema::TenantId, store::Tenant, store::TenantStatus};
 
-use crate::cli::TenantsCommand;
+use crate::cli::SchemaArg;
 use crate::config::Config;
 use crate::database::{Create, Database, Location};
 
@@ -118,4 +119,81 @@ fn table(tenants: &[Tenant]) -> String {
         ));
     }
     out
+}
+
+/// `postbox tenants …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TenantsCommand {
+    /// Register a tenant and create its schema and outbox table
+    #[command(
+        long_about = "Register a tenant and create its schema and outbox_events table. Its \
+                      services then enqueue into <schema>.outbox_events, and relays start serving \
+                      it within 10 s. The registry lives in the default schema (config key \
+                      `schema`, POSTBOX_SCHEMA; default public)."
+    )]
+    Add(TenantAddArgs),
+
+    /// List tenants with their schema and status
+    List(TenantListArgs),
+
+    /// Stop serving a tenant: its events wait (relays notice within 10 s)
+    Suspend(TenantIdArgs),
+
+    /// Serve a suspended tenant again
+    Resume(TenantIdArgs),
+}
+
+/// `postbox tenants add`.
+#[derive(Debug, Args)]
+pub(crate) struct TenantAddArgs {
+    /// Tenant id: lower-case ASCII letters, digits and '_', starting with a letter or '_', at
+    /// most 61 bytes; not `default`, which names the default schema
+    pub(crate) id: String,
+
+    /// The tenant's schema [default: s_<id>]
+    #[arg(long, value_name = "NAME")]
+    pub(crate) schema: Option<String>,
+}
+
+/// `postbox tenants list`.
+#[derive(Debug, Args)]
+pub(crate) struct TenantListArgs {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+/// `postbox tenants suspend|resume`.
+#[derive(Debug, Args)]
+pub(crate) struct TenantIdArgs {
+    /// Tenant id
+    pub(crate) id: String,
+
+    /// The default schema.
+    #[command(flatten)]
+    pub(crate) schema: SchemaArg,
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::{Cli, Command};
+    use crate::commands::TenantsCommand;
+    use clap::Parser;
+
+    #[test]
+    fn tenants_add_schema_is_the_tenants_own() {
+        let cli = Cli::try_parse_from(["postbox", "tenants", "add", "acme", "--schema", "s_x"])
+            .expect("parses");
+        assert_eq!(cli.overrides().schema, None);
+        match cli.command {
+            Command::Tenants(TenantsCommand::Add(a)) => {
+                assert_eq!(a.schema.as_deref(), Some("s_x"))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
 }

@@ -3,9 +3,13 @@
 //! `[routing]`). `postbox-sinks` checks and opens them; this module reads the configuration
 //! into them and names, in every error, the key, table or rule it is about.
 
+mod args;
+
 use anyhow::{Context, anyhow};
 use postbox_sinks::cloudevents::Origin;
 use postbox_sinks::{ConfigError, Opened, RoutingConfig, SingleSink, SinkConfig, SinkSetup};
+
+pub(crate) use args::SinkArgs;
 
 use crate::config::{Config, Loaded, SinkKind};
 

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
+use clap::Args;
 use postbox::{Relay, SchemaName};
 use sqlx::AssertSqlSafe;
 
-use crate::cli::DemoArgs;
 use crate::config::{Config, show};
 use crate::database::{Create, Database, Location, Pool};
 use crate::shutdown::Shutdown;
@@ -408,6 +408,14 @@ fn money(cents: i64) -> String {
         grouped.push(c);
     }
     format!("{grouped}.{:02} EUR", cents % 100)
+}
+
+/// `postbox demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Keep the demo's database afterwards (its location is printed) to look around in it
+    #[arg(long)]
+    pub(crate) keep: bool,
 }
 
 #[cfg(test)]

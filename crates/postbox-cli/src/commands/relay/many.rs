@@ -11,10 +11,10 @@ use postbox::{Relay, Sink, relay::RelayStats};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use super::args::RelayArgs;
 use super::parts::{
     EXIT_UNAVAILABLE, connect_waiting, describe, start_admin, stop_admin, stop_when, wait_migrated,
 };
-use crate::cli::RelayArgs;
 use crate::config::Config;
 use crate::database::{Create, Location};
 use crate::shutdown::Shutdown;

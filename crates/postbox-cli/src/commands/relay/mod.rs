@@ -1,6 +1,7 @@
 //! `postbox relay`: the daemon that publishes committed events — from one database here, from
 //! several in [`many`], with what both share in [`parts`].
 
+mod args;
 mod many;
 mod parts;
 
@@ -16,7 +17,8 @@ use parts::{
     EXIT_UNAVAILABLE, connect_waiting, describe, start_admin, stop_admin, stop_when, wait_migrated,
 };
 
-use crate::cli::RelayArgs;
+pub(crate) use args::{RelayArgs, RelayTuning};
+
 use crate::config::{Config, RelaySource, show};
 use crate::database::{Create, Database, Location, Pool};
 use crate::shutdown::Shutdown;

@@ -1,17 +1,18 @@
 //! HTTP webhook sink: POSTs each event as a signed JSON envelope; a 2xx answer is the
-//! acknowledgement.
+//! acknowledgement. The request body and its signature are in `envelope`, the endpoint URLs in
+//! `url`.
+
+mod envelope;
+mod url;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hmac::{Hmac, KeyInit, Mac};
 use postbox::{OutboxEvent, PublishError, Sink};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
-use sha2::Sha256;
+use serde::Deserialize;
 use tokio::time::Instant;
 
 use std::sync::Arc;
@@ -19,9 +20,13 @@ use std::sync::Arc;
 use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::error::ConfigError;
 use crate::open::Shared;
-use crate::router::no_destination;
+use crate::routing::no_destination;
 use crate::settings::{Secret, SinkSettings};
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
+
+pub use envelope::{Envelope, TIMESTAMP_HEADER, sign};
+pub use url::check_url;
+use url::{fixed_url, is_dot_segment, parse_url, percent_encode, redact_url};
 
 /// The header that carries the dedup id.
 pub const IDEMPOTENCY_KEY_HEADER: &str = headers::IDEMPOTENCY_KEY;
@@ -118,98 +123,6 @@ impl WebhookConfig {
             cloudevents: CloudEventsConfig::default(),
         }
     }
-}
-
-/// The JSON body of a webhook request: the event's metadata and its payload.
-///
-/// ```json
-/// {
-///   "id": 42,
-///   "dedup_id": "Invoice:456:InvoiceCreated:2026-04-24",
-///   "idempotency_key": "Invoice:456:InvoiceCreated:2026-04-24",
-///   "event_type": "InvoiceCreated",
-///   "aggregate_type": "Invoice",
-///   "aggregate_id": "456",
-///   "tenant": null,
-///   "event_class": "billing::InvoiceCreated",
-///   "schema_version": 1,
-///   "created_at": "2026-04-24T10:00:00.000Z",
-///   "headers": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-///   "payload": {"invoice_id": 456, "amount_cents": 1200}
-/// }
-/// ```
-#[derive(Debug, Serialize)]
-pub struct Envelope<'a> {
-    /// The event id.
-    pub id: i64,
-    /// The idempotency key, else the event id as a string.
-    pub dedup_id: String,
-    /// The idempotency key, if the event has one.
-    pub idempotency_key: Option<&'a str>,
-    /// The event type.
-    pub event_type: &'a str,
-    /// The aggregate type, if any.
-    pub aggregate_type: Option<&'a str>,
-    /// The aggregate id, if any.
-    pub aggregate_id: Option<&'a str>,
-    /// The tenant; `null` for the default schema.
-    pub tenant: Option<&'a str>,
-    /// The producer's type name, if set.
-    pub event_class: Option<&'a str>,
-    /// The payload's schema version.
-    pub schema_version: i32,
-    /// Enqueue time, RFC 3339 UTC with milliseconds.
-    pub created_at: String,
-    /// The event's own headers.
-    pub headers: &'a BTreeMap<String, String>,
-    /// The event payload, as stored.
-    pub payload: &'a RawValue,
-}
-
-impl<'a> Envelope<'a> {
-    /// The envelope of `event`.
-    pub fn of(event: &'a OutboxEvent) -> Self {
-        Envelope {
-            id: event.id,
-            dedup_id: event.dedup_id(),
-            idempotency_key: event.idempotency_key.as_deref(),
-            event_type: &event.event_type,
-            aggregate_type: event.aggregate_type.as_deref(),
-            aggregate_id: event.aggregate_id.as_deref(),
-            tenant: event.tenant.as_deref(),
-            event_class: event.event_class.as_deref(),
-            schema_version: event.schema_version,
-            created_at: event
-                .created_at
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            headers: &event.headers,
-            payload: &event.payload,
-        }
-    }
-}
-
-/// The header carrying the time a request was signed, in whole seconds since the Unix epoch.
-pub const TIMESTAMP_HEADER: &str = "X-Postbox-Timestamp";
-
-/// The signature header's value for a request sent at `timestamp` (Unix seconds, as sent in
-/// [`TIMESTAMP_HEADER`]) with `body`: `sha256=` and the lower-case hex HMAC-SHA256, under
-/// `secret`, of the text `{timestamp}.{body}`. A receiver recomputes it over the timestamp
-/// header and the raw body, compares in constant time, and refuses a timestamp older than a few
-/// minutes: a captured request cannot be replayed later.
-///
-/// ```
-/// let sig = postbox_sinks::webhook::sign(b"key", 1776988800, b"{}");
-/// assert_eq!(sig, "sha256=5c245ae4df3dea2ee7db25752a664fa2fa18e3d248a75810c859d6b4bf2773c4");
-/// ```
-pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
-    // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
-    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret) else {
-        unreachable!("HMAC takes keys of any length")
-    };
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// POSTs events to an HTTP endpoint; an event counts as published when the endpoint answers
@@ -392,35 +305,6 @@ impl WebhookSink {
     }
 }
 
-/// Checks that `template` renders `http` or `https` URLs (with placeholder values filled in).
-///
-/// [`WebhookSink::new`] checks its `url` with it; check the URL templates of routes with it too,
-/// so that a mistake shows at start-up rather than as failed events.
-///
-/// ```
-/// use postbox_sinks::webhook::check_url;
-///
-/// assert!(check_url(&"https://hooks.example.com/{event_type}".parse().unwrap()).is_ok());
-/// let err = check_url(&"hooks.example.com/{event_type}".parse().unwrap()).unwrap_err();
-/// assert!(err.to_string().contains("url"));
-/// ```
-pub fn check_url(template: &Template) -> std::result::Result<(), ConfigError> {
-    fixed_url(template).map(drop)
-}
-
-/// Checks `template` as [`check_url`] does; the URL when the template has no placeholders.
-fn fixed_url(template: &Template) -> std::result::Result<Option<Url>, ConfigError> {
-    if template.is_static() {
-        return parse_url(template.as_str())
-            .map(Some)
-            .map_err(|e| ConfigError::new("url", e));
-    }
-    // Check the scheme and shape with placeholder values filled in.
-    let sample = template.as_str().replace(['{', '}'], "");
-    parse_url(&sample).map_err(|e| ConfigError::new("url", e))?;
-    Ok(None)
-}
-
 #[async_trait]
 impl Sink for WebhookSink {
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
@@ -565,45 +449,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     postbox::redact::redact(&out)
-}
-
-/// Parses an endpoint URL; messages show it without its password.
-fn parse_url(text: &str) -> Result<Url, String> {
-    let shown = postbox::redact::redact(text);
-    let url = Url::parse(text).map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
-    match url.scheme() {
-        "http" | "https" => Ok(url),
-        other => Err(format!("{shown:?} has scheme {other:?}; use http or https")),
-    }
-}
-
-/// The URL without user name and password, for messages.
-fn redact_url(url: &Url) -> String {
-    let mut shown = url.clone();
-    let _ = shown.set_password(None);
-    let _ = shown.set_username("");
-    // Secret query parameters (`?token=…`) too: messages end up in logs and `last_error`.
-    postbox::redact::redact(shown.as_str())
-}
-
-/// Whether `value`, percent-decoded, is `.` or `..`.
-fn is_dot_segment(value: &str) -> bool {
-    let decoded = value.to_ascii_lowercase().replace("%2e", ".");
-    decoded == "." || decoded == ".."
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn percent_encode(value: &str, out: &mut String) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in value.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
-        }
-    }
 }
 
 #[async_trait]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::open::Shared;
-use crate::router::no_destination;
+use crate::routing::no_destination;
 use crate::settings::SinkSettings;
 use crate::{Error, Result, RoutableSink, Template, defaults};
 

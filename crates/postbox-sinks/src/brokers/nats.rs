@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::error::ConfigError;
 use crate::open::Shared;
-use crate::router::no_destination;
+use crate::routing::no_destination;
 use crate::settings::{Secret, SinkSettings, percent_decode};
 use crate::{Error, Result, RoutableSink, Template, defaults, headers};
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format, Message};
 use crate::open::Shared;
-use crate::router::no_destination;
+use crate::routing::no_destination;
 use crate::settings::SinkSettings;
 use crate::{Error, Result, RoutableSink, Template, defaults};
 

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use crate::cloudevents::{Binding, CloudEventsConfig, Encoder, Format};
 use crate::error::ConfigError;
 use crate::open::Shared;
-use crate::router::no_destination;
+use crate::routing::no_destination;
 use crate::settings::SinkSettings;
 use crate::{Error, Result, RoutableSink, Template, defaults};
 
