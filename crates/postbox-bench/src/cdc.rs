@@ -282,35 +282,12 @@ async fn backlog(
     let mut written = 0;
     while written < events {
         let n = BACKLOG_CHUNK.min(events - written);
-        sqlx::query(
-            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
-             SELECT 'InvoiceCreated', 'Invoice', g::text,
-                    jsonb_build_object('invoice_id', g, 'customer', 'cus_0123456789abcdef',
-                                       'amount_cents', 129900 + g % 1000, 'currency', 'EUR',
-                                       'lines', $3::jsonb, 'note', $4::text)
-             FROM generate_series($1::bigint, $2::bigint) AS g",
-        )
-        .bind((written + 1) as i64)
-        .bind((written + n) as i64)
-        // The rest of the ~300 bytes every phase's events carry (db::payload).
-        .bind(&crate::db::payload(0)["lines"])
-        .bind(crate::db::payload(0)["note"].as_str())
-        .execute(pool)
-        .await
-        .map_err(BenchError::db)?;
+        crate::history::pending_by_sql(pool, written + 1, written + n).await?;
         written += n;
         bar.set_position(written);
     }
     bar.finish_and_clear();
-    sqlx::query("ANALYZE outbox_events")
-        .execute(pool)
-        .await
-        .map_err(BenchError::db)?;
-    // As the history phase's drains: none starts with a checkpoint owed. A role that may not
-    // CHECKPOINT runs the drains as they come.
-    if let Err(e) = sqlx::query("CHECKPOINT").execute(pool).await {
-        tracing::warn!("CHECKPOINT before a drain failed ({e}); the drain starts as it comes");
-    }
+    crate::history::analyze_and_checkpoint(pool).await?;
     Ok(())
 }
 

@@ -395,40 +395,8 @@ async fn drain_backlog(
     };
     match db {
         Db::Pg(pool) => {
-            sqlx::query(
-                "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
-                 SELECT 'InvoiceCreated', 'Invoice', g::text,
-                        jsonb_build_object('invoice_id', g, 'customer', 'cus_0123456789abcdef',
-                                           'amount_cents', 129900 + g % 1000, 'currency', 'EUR',
-                                           'lines', $2::jsonb, 'note', $3::text)
-                 FROM generate_series(1, $1::bigint) AS g",
-            )
-            .bind(events as i64)
-            // The rest of the ~300 bytes every phase's events carry (db::payload).
-            .bind(&crate::db::payload(0)["lines"])
-            .bind(crate::db::payload(0)["note"].as_str())
-            .execute(pool)
-            .await
-            .map_err(BenchError::db)?;
-            sqlx::query("ANALYZE outbox_events")
-                .execute(pool)
-                .await
-                .map_err(BenchError::db)?;
-            // Each drain starts with no checkpoint owed: the WAL written before it (the history,
-            // this backlog) would otherwise start one during some drains and not others, and
-            // the full-page images written after a checkpoint starts slow the claims of that
-            // moment. The quiet and held drains then differ by the snapshot alone.
-            // CHECKPOINT needs a superuser or pg_checkpoint: without either the drains run as
-            // they come, and the report's claim p99 may then hold a checkpoint's.
-            if let Err(e) = sqlx::query("CHECKPOINT").execute(pool).await {
-                match e.as_database_error().and_then(|d| d.code()) {
-                    Some(code) if code == "42501" => tracing::warn!(
-                        "the bench's role may not CHECKPOINT (grant it pg_checkpoint); the \
-                         drains start with whatever checkpoint is owed"
-                    ),
-                    _ => return Err(BenchError::db(e)),
-                }
-            }
+            pending_by_sql(pool, 1, events).await?;
+            analyze_and_checkpoint(pool).await?;
         }
         Db::MySql(pool, _) => {
             // Rows of 1,000 per statement: MySQL has no generate_series.
@@ -475,6 +443,53 @@ async fn drain_backlog(
         held.close().await?;
     }
     Ok(drained)
+}
+
+/// Pending events `first..=last` (by number, ~300 bytes each as every phase's), written in one
+/// statement by plain SQL, as a producer in another language would.
+pub(crate) async fn pending_by_sql(pool: &PgPool, first: u64, last: u64) -> Result<(), BenchError> {
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
+         SELECT 'InvoiceCreated', 'Invoice', g::text,
+                jsonb_build_object('invoice_id', g, 'customer', 'cus_0123456789abcdef',
+                                   'amount_cents', 129900 + g % 1000, 'currency', 'EUR',
+                                   'lines', $3::jsonb, 'note', $4::text)
+         FROM generate_series($1::bigint, $2::bigint) AS g",
+    )
+    .bind(first as i64)
+    .bind(last as i64)
+    // The rest of the ~300 bytes every phase's events carry (db::payload).
+    .bind(&crate::db::payload(0)["lines"])
+    .bind(crate::db::payload(0)["note"].as_str())
+    .execute(pool)
+    .await
+    .map_err(BenchError::db)?;
+    Ok(())
+}
+
+/// Statistics taken while the backlog is pending (the worst moment for a DBA's `ANALYZE`), and
+/// no checkpoint owed when the drain starts.
+pub(crate) async fn analyze_and_checkpoint(pool: &PgPool) -> Result<(), BenchError> {
+    sqlx::query("ANALYZE outbox_events")
+        .execute(pool)
+        .await
+        .map_err(BenchError::db)?;
+    // Each drain starts with no checkpoint owed: the WAL written before it (the history, this
+    // backlog) would otherwise start one during some drains and not others, and the full-page
+    // images written after a checkpoint starts slow the claims of that moment. The quiet and
+    // held drains then differ by the snapshot alone. CHECKPOINT needs a superuser or
+    // pg_checkpoint: without either the drains run as they come, and the report's claim p99
+    // may then hold a checkpoint's.
+    if let Err(e) = sqlx::query("CHECKPOINT").execute(pool).await {
+        match e.as_database_error().and_then(|d| d.code()) {
+            Some(code) if code == "42501" => tracing::warn!(
+                "the bench's role may not CHECKPOINT (grant it pg_checkpoint); the drains start \
+                 with whatever checkpoint is owed"
+            ),
+            _ => return Err(BenchError::db(e)),
+        }
+    }
+    Ok(())
 }
 
 /// `rows` processed events, created over the last `span` in id order, written by plain SQL;
