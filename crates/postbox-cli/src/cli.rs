@@ -76,8 +76,9 @@ pub(crate) enum Command {
     #[command(
         long_about = "Create or upgrade the outbox tables: the default schema (outbox_events, \
                       outbox_events_archive, the tenant registry) and then every registered \
-                      tenant's schema. Prints each migration applied, or \"up to date\". Safe to \
-                      run repeatedly and from several processes at once. On SQLite it creates \
+                      tenant's schema. Prints each migration applied (and, on PostgreSQL, each \
+                      function installed because its definition changed), or \"up to date\". \
+                      Safe to run repeatedly and from several processes at once. On SQLite it creates \
                       the database file if needed."
     )]
     Migrate(MigrateArgs),

@@ -19,7 +19,7 @@ use crate::event::OutboxEvent;
 /// - **unavailable** ([`PublishError::unavailable`]): the destination is down or unreachable
 ///   (connection refused, no acknowledgement in time, a 503); not the event's fault, so it is
 ///   put back without spending a try and tried again when the destination is back
-///   (DESIGN G5).
+///   (docs/guarantees.md, G5).
 ///
 /// The error that caused it, if any, is kept as its [`source`](std::error::Error::source), and
 /// a destination can ask for a pause ([`PublishError::with_retry_after`]).

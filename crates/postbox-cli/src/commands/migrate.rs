@@ -21,7 +21,17 @@ pub(crate) async fn run(config: &Config) -> anyhow::Result<ExitCode> {
             for migration in &applied {
                 println!("applied {migration}");
             }
-            println!("{}: {} migration(s) applied", db.location, applied.len());
+            // PostgreSQL's functions come back as `schema: function name`.
+            let functions = applied.iter().filter(|a| a.contains(": function ")).count();
+            let migrations = applied.len() - functions;
+            if functions == 0 {
+                println!("{}: {migrations} migration(s) applied", db.location);
+            } else {
+                println!(
+                    "{}: {migrations} migration(s) applied, {functions} function(s) installed",
+                    db.location
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -35,7 +35,7 @@ async fn drain_prints_every_committed_event_once_and_no_rolled_back_one() {
     let pg = Pg::new().await;
     let migrated = pg.ok(&["migrate"]);
     assert!(
-        migrated.stdout.contains("outbox_0001_events"),
+        migrated.stdout.contains("0001_outbox_events"),
         "{}",
         migrated.stdout
     );

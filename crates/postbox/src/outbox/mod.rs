@@ -328,22 +328,22 @@ mod default_max_retries_tests {
         for (file, sql, expected) in [
             (
                 "postgres/0001_outbox_events.sql",
-                include_str!("../../sql/postgres/0001_outbox_events.sql"),
+                include_str!("../../sql/postgres/migrations/0001_outbox_events.sql"),
                 1,
             ),
             (
                 "postgres/0005_sql_enqueue.sql",
-                include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
+                include_str!("../../sql/postgres/migrations/0005_sql_enqueue.sql"),
                 4,
             ),
             (
                 "sqlite/0001_outbox_events.sql",
-                include_str!("../../sql/sqlite/0001_outbox_events.sql"),
+                include_str!("../../sql/sqlite/migrations/0001_outbox_events.sql"),
                 1,
             ),
             (
                 "mysql/0001_outbox_events.sql",
-                include_str!("../../sql/mysql/0001_outbox_events.sql"),
+                include_str!("../../sql/mysql/migrations/0001_outbox_events.sql"),
                 1,
             ),
         ] {

@@ -126,7 +126,7 @@ async fn claims_from_the_floor_do_not_walk_the_dead_rows_a_held_snapshot_keeps()
     report.execute("ROLLBACK").await.expect("rollback");
 }
 
-/// Speed needs no opt-out of autovacuum's ANALYZE (migration `outbox_0009_ordered_heads` turns
+/// Speed needs no opt-out of autovacuum's ANALYZE (migration `0009_ordered_heads` turns
 /// it back on): a relay drains while `ANALYZE` of the outbox table
 /// runs over and over — each holds a snapshot while it samples, which keeps the dead row
 /// versions of the marks made meanwhile — and its claims from the floor still touch a batch's
@@ -287,42 +287,42 @@ async fn a_lease_that_runs_out_behind_a_relay_claiming_past_its_last_claim_is_ta
 
 #[tokio::test]
 async fn an_outbox_of_the_previous_release_is_upgraded_while_its_relays_still_claim() {
-    // The outbox as the previous release left it: migrations 0001-0007 and their history, with
-    // events waiting.
+    // The outbox as an earlier release left it: migrations 0001-0007 and their history (under
+    // the names that release gave them), with events waiting.
     let db = TestDb::new().await;
     let previous = [
         (
             "outbox_0001_events",
-            include_str!("../../sql/postgres/0001_outbox_events.sql"),
+            include_str!("../../sql/postgres/migrations/0001_outbox_events.sql"),
         ),
         (
             "outbox_0002_claim_function",
-            include_str!("../../sql/postgres/0002_claim_function.sql"),
+            include_str!("../../sql/postgres/migrations/0002_claim_function.sql"),
         ),
         (
             "outbox_0003_no_auto_analyze",
-            include_str!("../../sql/postgres/0003_no_auto_analyze.sql"),
+            include_str!("../../sql/postgres/migrations/0003_no_auto_analyze.sql"),
         ),
         (
             "outbox_0004_bounded_reads",
-            include_str!("../../sql/postgres/0004_bounded_reads.sql"),
+            include_str!("../../sql/postgres/migrations/0004_bounded_reads.sql"),
         ),
         (
             "outbox_0005_sql_enqueue",
-            include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
+            include_str!("../../sql/postgres/migrations/0005_sql_enqueue.sql"),
         ),
         (
             "outbox_0006_retention",
-            include_str!("../../sql/postgres/0006_retention.sql"),
+            include_str!("../../sql/postgres/migrations/0006_retention.sql"),
         ),
         (
             "outbox_0007_ordering",
-            include_str!("../../sql/postgres/0007_ordering.sql"),
+            include_str!("../../sql/postgres/migrations/0007_ordering.sql"),
         ),
     ];
     let mut conn = db.pool().acquire().await.expect("connection");
     let history =
-        include_str!("../../sql/postgres/history_create.sql").replace("{schema}", "public");
+        include_str!("../../sql/postgres/queries/history_create.sql").replace("{schema}", "public");
     sqlx::raw_sql(sqlx::AssertSqlSafe(history))
         .execute(&mut *conn)
         .await
@@ -356,8 +356,22 @@ async fn an_outbox_of_the_previous_release_is_upgraded_while_its_relays_still_cl
 
     let store = PgStore::new(db.pool().clone());
     let applied = postbox::migrate(&store).await.expect("upgrade");
+    let recorded: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM postbox_schema_history ORDER BY name")
+            .fetch_all(&mut *conn)
+            .await
+            .expect("history");
     assert!(
-        applied.iter().any(|a| a.ends_with("outbox_0008_claim"))
+        recorded.iter().all(|n| !n.starts_with("outbox_"))
+            && recorded.iter().any(|n| n == "0001_outbox_events"),
+        "the earlier release's records take their files' names: {recorded:?}"
+    );
+    assert!(
+        !applied.iter().any(|a| a == "0001_outbox_events"),
+        "a renamed record is not applied again: {applied:?}"
+    );
+    assert!(
+        applied.iter().any(|a| a.ends_with("0008_claim"))
             && applied
                 .iter()
                 .any(|a| a.ends_with("outbox_events_retry_idx")),

@@ -133,10 +133,10 @@ async fn costs(db: &TestDb) -> Costs {
         .await
         .expect("generic plans");
     let token = "'00000000-0000-0000-0000-000000000001'::uuid";
-    let claim = include_str!("../../sql/postgres/claim.sql");
+    let claim = include_str!("../../sql/postgres/queries/claim.sql");
     let mut out = Vec::new();
     // A relay's first floor (and its sweep every minute): from the start of the polling index.
-    let floor_sql = include_str!("../../sql/postgres/floor.sql");
+    let floor_sql = include_str!("../../sql/postgres/queries/claim_floor.sql");
     let max = i64::MAX;
     // (Read once first: the session's first call plans the function, reading the catalog.)
     let floor: i64 = sqlx::query_scalar("SELECT postbox_floor(0, $1)")
@@ -158,7 +158,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "claim",
-            include_str!("../../sql/postgres/claim_unordered.sql"),
+            include_str!("../../sql/postgres/queries/claim_unordered.sql"),
             &format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}"),
         )
         .await,
@@ -184,7 +184,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "renew",
-            include_str!("../../sql/postgres/renew.sql"),
+            include_str!("../../sql/postgres/queries/renew.sql"),
             &format!("{}, {token}, 30000", array(&ids)),
         )
         .await,
@@ -194,7 +194,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "mark_processed",
-            include_str!("../../sql/postgres/mark_processed.sql"),
+            include_str!("../../sql/postgres/queries/mark_processed.sql"),
             &format!("{}, {token}", array(half)),
         )
         .await,
@@ -204,7 +204,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "mark_failed",
-            include_str!("../../sql/postgres/mark_failed.sql"),
+            include_str!("../../sql/postgres/queries/mark_failed.sql"),
             &format!(
                 "{}, array_fill('down'::text, ARRAY[{n}]), array_fill(true, ARRAY[{n}]), {token}, 1000, 300000, array_fill(NULL::int, ARRAY[{n}])",
                 array(rest)
@@ -218,7 +218,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "release",
-            include_str!("../../sql/postgres/release.sql"),
+            include_str!("../../sql/postgres/queries/release.sql"),
             &format!(
                 "{}, array_fill('unavailable'::text, ARRAY[{r}]), array_fill(1000::float8, ARRAY[{r}]), {token}",
                 array(released)
@@ -231,7 +231,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "retry_slow_lane",
-            include_str!("../../sql/postgres/retry_slow_lane.sql"),
+            include_str!("../../sql/postgres/queries/retry_slow_lane.sql"),
             "0, 24, 1000, ARRAY['Skipped*']::text[], 'retried by the slow lane'",
         )
         .await,
@@ -241,7 +241,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "retry_failed",
-            include_str!("../../sql/postgres/retry_failed.sql"),
+            include_str!("../../sql/postgres/queries/retry_failed.sql"),
             &format!("{}, 'retried by an operator'", array(rest)),
         )
         .await,
@@ -251,7 +251,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "backlog",
-            include_str!("../../sql/postgres/backlog.sql"),
+            include_str!("../../sql/postgres/queries/backlog.sql"),
             "",
         )
         .await,
@@ -261,7 +261,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "status",
-            include_str!("../../sql/postgres/status_counts.sql"),
+            include_str!("../../sql/postgres/queries/status_counts.sql"),
             &format!("'public', {}", postbox::store::EXACT_PROCESSED_COUNT),
         )
         .await,
@@ -273,7 +273,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "archive_walk",
-            include_str!("../../sql/postgres/archive_count.sql"),
+            include_str!("../../sql/postgres/queries/archive_count.sql"),
             "0, 0, 1000",
         )
         .await,
@@ -283,7 +283,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "purge_failed_count",
-            include_str!("../../sql/postgres/purge_failed_count.sql"),
+            include_str!("../../sql/postgres/queries/purge_failed_count.sql"),
             "0",
         )
         .await,
@@ -308,7 +308,7 @@ async fn costs(db: &TestDb) -> Costs {
         buffers(
             &mut conn,
             "backlog_ordered",
-            include_str!("../../sql/postgres/backlog_ordered.sql"),
+            include_str!("../../sql/postgres/queries/backlog_ordered.sql"),
             "ARRAY['Invoice']::text[]",
         )
         .await,

@@ -43,8 +43,10 @@ mod slow_lane;
 mod smoke;
 #[cfg(feature = "postgres")]
 mod sql_api;
+mod sql_tree;
 mod store_conformance;
 #[cfg(feature = "postgres")]
 mod tenants;
 #[cfg(all(feature = "otel", feature = "postgres"))]
 mod trace;
+mod upgrade;

@@ -447,13 +447,13 @@ async fn an_outbox_of_the_previous_release_is_upgraded_and_its_retries_still_fou
     let store = db.store().await;
     let pool = store.pool();
     for statement in [
-        include_str!("../../sql/mysql/history_create.sql"),
-        include_str!("../../sql/mysql/0001_outbox_events.sql"),
+        include_str!("../../sql/mysql/queries/history_create.sql"),
+        include_str!("../../sql/mysql/migrations/0001_outbox_events.sql"),
     ] {
         sqlx::raw_sql(statement).execute(pool).await.unwrap();
     }
-    sqlx::query(include_str!("../../sql/mysql/history_record.sql"))
-        .bind("outbox_0001_events")
+    sqlx::query(include_str!("../../sql/mysql/queries/history_record.sql"))
+        .bind("0001_outbox_events")
         .execute(pool)
         .await
         .unwrap();
@@ -498,8 +498,8 @@ async fn an_outbox_of_the_previous_release_is_upgraded_and_its_retries_still_fou
     // The floor's two migrations, once, and whatever later releases added after them.
     assert!(
         applied.len() >= 2
-            && applied[0].ends_with("outbox_0002_retry_due")
-            && applied[1].ends_with("outbox_0003_retry_index")
+            && applied[0].ends_with("0002_retry_due")
+            && applied[1].ends_with("0003_retry_index")
             && applied[2..].iter().all(|m| !m.contains("retry")),
         "the migrations since 0001, once: {applied:?}"
     );

@@ -246,11 +246,11 @@ async fn purging_drops_whole_weeks_of_the_archive() {
 async fn upgrading_moves_an_existing_archive_into_weekly_partitions() {
     let db = TestDb::new().await;
     let before = [
-        include_str!("../../sql/postgres/0001_outbox_events.sql"),
-        include_str!("../../sql/postgres/0002_claim_function.sql"),
-        include_str!("../../sql/postgres/0003_no_auto_analyze.sql"),
-        include_str!("../../sql/postgres/0004_bounded_reads.sql"),
-        include_str!("../../sql/postgres/0005_sql_enqueue.sql"),
+        include_str!("../../sql/postgres/migrations/0001_outbox_events.sql"),
+        include_str!("../../sql/postgres/migrations/0002_claim_function.sql"),
+        include_str!("../../sql/postgres/migrations/0003_no_auto_analyze.sql"),
+        include_str!("../../sql/postgres/migrations/0004_bounded_reads.sql"),
+        include_str!("../../sql/postgres/migrations/0005_sql_enqueue.sql"),
     ];
     sql(&db, "CREATE SCHEMA old_outbox").await;
     for migration in before {
@@ -267,7 +267,7 @@ async fn upgrading_moves_an_existing_archive_into_weekly_partitions() {
     .await;
     sql(
         &db,
-        &include_str!("../../sql/postgres/0006_retention.sql")
+        &include_str!("../../sql/postgres/migrations/0006_retention.sql")
             .replace("{schema}", "\"old_outbox\""),
     )
     .await;

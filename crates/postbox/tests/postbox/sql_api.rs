@@ -1,4 +1,4 @@
-//! The SQL API (`postbox_enqueue`, `postbox_enqueue_many`, migration `outbox_0005_sql_enqueue`)
+//! The SQL API (`postbox_enqueue`, `postbox_enqueue_many`, migration `0005_sql_enqueue`)
 //! agrees with the Rust `Outbox`: the same rows, the same daily key, the same duplicates, the
 //! same refusals, the same wake-ups. Each test has a database of its own.
 
@@ -703,7 +703,7 @@ async fn each_tenant_schema_gets_its_own_function_writing_to_its_own_table() {
             .await
             .unwrap();
     assert!(
-        applied.iter().any(|n| n == "outbox_0005_sql_enqueue"),
+        applied.iter().any(|n| n == "0005_sql_enqueue"),
         "{applied:?}"
     );
 

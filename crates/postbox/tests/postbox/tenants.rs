@@ -364,8 +364,8 @@ async fn hostile_schema_and_tenant_names_are_refused_and_create_nothing() {
 }
 
 /// Autovacuum analyzes every outbox table, the default one and each tenant's: migration
-/// `outbox_0003_no_auto_analyze` turned it off while claims walked the dead rows an ANALYZE's
-/// snapshot keeps; since claims take new work from a floor, `outbox_0009_ordered_heads` turns
+/// `0003_no_auto_analyze` turned it off while claims walked the dead rows an ANALYZE's
+/// snapshot keeps; since claims take new work from a floor, `0009_ordered_heads` turns
 /// it back on (`tests/postbox/floor.rs` drains while ANALYZE runs).
 #[tokio::test]
 async fn every_outbox_table_is_analyzed_by_autovacuum() {

@@ -18,16 +18,16 @@ use crate::store::{ClaimParams, Claimed, GapParams, Gaps, LEASE_EXPIRED};
 /// The claim's two reads (claim_pick.sql, claim_retried.sql), with the ordering rule they share
 /// (claim_in_order.sql) written in.
 static CLAIM_PICK: LazyLock<String> = LazyLock::new(|| {
-    include_str!("../../../sql/mysql/claim_pick.sql").replace(
+    include_str!("../../../sql/mysql/queries/claim_pick.sql").replace(
         "{in_order}",
-        include_str!("../../../sql/mysql/claim_in_order.sql"),
+        include_str!("../../../sql/mysql/queries/claim_in_order.sql"),
     )
 });
 
 static CLAIM_RETRIED: LazyLock<String> = LazyLock::new(|| {
-    include_str!("../../../sql/mysql/claim_retried.sql").replace(
+    include_str!("../../../sql/mysql/queries/claim_retried.sql").replace(
         "{in_order}",
-        include_str!("../../../sql/mysql/claim_in_order.sql"),
+        include_str!("../../../sql/mysql/queries/claim_in_order.sql"),
     )
 });
 
@@ -117,14 +117,17 @@ impl MySqlStore {
             // No id: `id IN (-1)` is false for every row.
             stale.push(-1);
         }
-        let take = with_ids(include_str!("../../../sql/mysql/claim_take.sql"), &ids)
-            .bind(LEASE_EXPIRED)
-            .bind(micros(p.lease))
-            .bind(p.relay_id)
-            .bind(token.to_string());
+        let take = with_ids(
+            include_str!("../../../sql/mysql/queries/claim_take.sql"),
+            &ids,
+        )
+        .bind(LEASE_EXPIRED)
+        .bind(micros(p.lease))
+        .bind(p.relay_id)
+        .bind(token.to_string());
         bind_ids(take, &ids).execute(&mut *tx).await?;
         let read = sqlx::query(spelled(
-            include_str!("../../../sql/mysql/claim_read.sql"),
+            include_str!("../../../sql/mysql/queries/claim_read.sql"),
             &[("stale", stale.len()), ("ids", ids.len())],
             &[],
         ));
@@ -161,7 +164,7 @@ impl MySqlStore {
         }
         let last = picked.last().map_or(0, |p| p.0);
         let heads = sqlx::query_as(spelled(
-            include_str!("../../../sql/mysql/claim_heads.sql"),
+            include_str!("../../../sql/mysql/queries/claim_heads.sql"),
             &[],
             &[("aggregates", aggregates.len())],
         ))
@@ -178,7 +181,7 @@ impl MySqlStore {
     pub(super) async fn floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
         Self::check_target(target)?;
         let first: Option<i64> =
-            sqlx::query_scalar(include_str!("../../../sql/mysql/claim_floor.sql"))
+            sqlx::query_scalar(include_str!("../../../sql/mysql/queries/claim_floor.sql"))
                 .bind(from)
                 .bind(from)
                 .fetch_one(&self.pool)
@@ -197,7 +200,8 @@ impl MySqlStore {
         } else {
             vec!["(id BETWEEN ? AND ?)"; p.passed.len()].join(" OR ")
         };
-        let text = include_str!("../../../sql/mysql/claim_gaps.sql").replace("{ranges}", &ranges);
+        let text =
+            include_str!("../../../sql/mysql/queries/claim_gaps.sql").replace("{ranges}", &ranges);
         let mut query = sqlx::query(AssertSqlSafe(text));
         for range in p.passed {
             query = query.bind(*range.start()).bind(*range.end());
@@ -225,7 +229,7 @@ mod tests {
 
     #[test]
     fn the_claims_reads_have_the_ordering_rule_written_in_once() {
-        let rule = include_str!("../../../sql/mysql/claim_in_order.sql");
+        let rule = include_str!("../../../sql/mysql/queries/claim_in_order.sql");
         for statement in [&*CLAIM_PICK, &*CLAIM_RETRIED] {
             assert!(!statement.contains("{in_order}"), "{statement}");
             assert_eq!(statement.matches(rule).count(), 1, "{statement}");

@@ -56,9 +56,10 @@ impl ServerVersion {
 
 /// Refuses a server without `SKIP LOCKED`, naming the versions needed.
 async fn check_version(conn: &mut MySqlConnection) -> Result<ServerVersion> {
-    let version: String = sqlx::query_scalar(include_str!("../../../sql/mysql/version.sql"))
-        .fetch_one(&mut *conn)
-        .await?;
+    let version: String =
+        sqlx::query_scalar(include_str!("../../../sql/mysql/queries/version.sql"))
+            .fetch_one(&mut *conn)
+            .await?;
     match ServerVersion::parse(&version) {
         Some(v) if v.supported() => Ok(v),
         _ => Err(Error::invalid_config(
@@ -71,14 +72,15 @@ async fn check_version(conn: &mut MySqlConnection) -> Result<ServerVersion> {
 /// Every session of a store's pool: `READ COMMITTED`, and on MySQL live `information_schema`
 /// table statistics (its `AUTO_INCREMENT` is cached for a day otherwise).
 async fn prepare_session(conn: &mut MySqlConnection) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(include_str!("../../../sql/mysql/session.sql"))
+    sqlx::query(include_str!("../../../sql/mysql/queries/session.sql"))
         .execute(&mut *conn)
         .await?;
-    let version: String = sqlx::query_scalar(include_str!("../../../sql/mysql/version.sql"))
-        .fetch_one(&mut *conn)
-        .await?;
+    let version: String =
+        sqlx::query_scalar(include_str!("../../../sql/mysql/queries/version.sql"))
+            .fetch_one(&mut *conn)
+            .await?;
     if ServerVersion::parse(&version).is_some_and(|v| !v.mariadb) {
-        sqlx::query(include_str!("../../../sql/mysql/session_mysql.sql"))
+        sqlx::query(include_str!("../../../sql/mysql/queries/session_mysql.sql"))
             .execute(&mut *conn)
             .await?;
     }
@@ -119,7 +121,7 @@ impl MySqlStore {
         let mut conn = pool.acquire().await?;
         check_version(&mut conn).await?;
         let database: Option<String> =
-            sqlx::query_scalar(include_str!("../../../sql/mysql/database.sql"))
+            sqlx::query_scalar(include_str!("../../../sql/mysql/queries/database.sql"))
                 .fetch_one(&mut *conn)
                 .await?;
         let database = database.ok_or_else(|| {

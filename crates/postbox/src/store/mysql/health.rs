@@ -13,13 +13,13 @@ impl MySqlStore {
         sinks: &[SinkHealth],
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(include_str!("../../../sql/mysql/sinks_forget.sql"))
+        sqlx::query(include_str!("../../../sql/mysql/queries/sinks_forget.sql"))
             .bind(relay_id)
             .execute(&mut *tx)
             .await
             .map_err(|e| self.missing(e))?;
         for sink in sinks {
-            sqlx::query(include_str!("../../../sql/mysql/sinks_report.sql"))
+            sqlx::query(include_str!("../../../sql/mysql/queries/sinks_report.sql"))
                 .bind(relay_id)
                 .bind(&sink.name)
                 .bind(sink.up)
@@ -34,11 +34,12 @@ impl MySqlStore {
 
     /// [`StoreOps::sinks_reported`](crate::ops::StoreOps::sinks_reported).
     pub(super) async fn read_sink_health(&self) -> Result<Vec<ReportedSink>> {
-        let rows: Vec<crate::store::ReportedRow> =
-            sqlx::query_as(include_str!("../../../sql/mysql/sinks_reported.sql"))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|e| self.missing(e))?;
+        let rows: Vec<crate::store::ReportedRow> = sqlx::query_as(include_str!(
+            "../../../sql/mysql/queries/sinks_reported.sql"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.missing(e))?;
         Ok(crate::store::reported_sinks(rows))
     }
 }

@@ -24,7 +24,7 @@ struct MySqlList;
 impl ListDialect for MySqlList {
     type Db = MySql;
     const BRANCH: &'static str = "(";
-    const COLUMNS: &'static str = include_str!("../../../sql/mysql/list_columns.sql");
+    const COLUMNS: &'static str = include_str!("../../../sql/mysql/queries/list_columns.sql");
     const NULL_ARCHIVED_AT: &'static str = "CAST(NULL AS DATETIME(6)) AS archived_at";
 
     fn table(&self, table: &'static str) -> Cow<'static, str> {
@@ -32,7 +32,7 @@ impl ListDialect for MySqlList {
     }
 
     fn parked(&self) -> Cow<'static, str> {
-        Cow::Borrowed(include_str!("../../../sql/mysql/list_parked.sql"))
+        Cow::Borrowed(include_str!("../../../sql/mysql/queries/list_parked.sql"))
     }
 
     fn ids(&self, q: &mut QueryBuilder<MySql>, ids: &[i64]) {
@@ -96,7 +96,7 @@ impl MySqlStore {
         p: &ArchiveParams<'_>,
     ) -> Result<ArchiveBatch> {
         let walked: Vec<(i64, bool, bool)> =
-            sqlx::query_as(include_str!("../../../sql/mysql/archive_walk.sql"))
+            sqlx::query_as(include_str!("../../../sql/mysql/queries/archive_walk.sql"))
                 .bind(micros(p.older_than))
                 .bind(p.after_id)
                 .bind(i64::from(p.batch_size))
@@ -123,9 +123,15 @@ impl MySqlStore {
             old.len() as u64
         } else {
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let copy = with_ids(include_str!("../../../sql/mysql/archive_move.sql"), &old);
+            let copy = with_ids(
+                include_str!("../../../sql/mysql/queries/archive_move.sql"),
+                &old,
+            );
             bind_ids(copy, &old).execute(&mut *tx).await?;
-            let delete = with_ids(include_str!("../../../sql/mysql/archive_delete.sql"), &old);
+            let delete = with_ids(
+                include_str!("../../../sql/mysql/queries/archive_delete.sql"),
+                &old,
+            );
             let moved = bind_ids(delete, &old)
                 .execute(&mut *tx)
                 .await?
@@ -146,16 +152,16 @@ impl MySqlStore {
         let age = micros(p.older_than);
         let (purge, count) = match p.kind {
             PurgeKind::Archive => (
-                include_str!("../../../sql/mysql/purge_archive.sql"),
-                include_str!("../../../sql/mysql/purge_archive_count.sql"),
+                include_str!("../../../sql/mysql/queries/archive_purge.sql"),
+                include_str!("../../../sql/mysql/queries/archive_purge_count.sql"),
             ),
             PurgeKind::Failed => (
-                include_str!("../../../sql/mysql/purge_failed.sql"),
-                include_str!("../../../sql/mysql/purge_failed_count.sql"),
+                include_str!("../../../sql/mysql/queries/purge_failed.sql"),
+                include_str!("../../../sql/mysql/queries/purge_failed_count.sql"),
             ),
             PurgeKind::Inbox => (
-                include_str!("../../../sql/mysql/inbox_purge.sql"),
-                include_str!("../../../sql/mysql/inbox_purge_count.sql"),
+                include_str!("../../../sql/mysql/queries/inbox_purge.sql"),
+                include_str!("../../../sql/mysql/queries/inbox_purge_count.sql"),
             ),
         };
         if p.dry_run {

@@ -46,10 +46,11 @@ impl MySqlStore {
                 probe: probe.cloned(),
             });
         }
-        let now_head: Option<i64> = sqlx::query_scalar(include_str!("../../../sql/mysql/head.sql"))
-            .fetch_optional(&self.pool)
-            .await?
-            .flatten();
+        let now_head: Option<i64> =
+            sqlx::query_scalar(include_str!("../../../sql/mysql/queries/head.sql"))
+                .fetch_optional(&self.pool)
+                .await?
+                .flatten();
         let floor = match probe {
             Some(p) => p.last_id,
             None => match self.first_horizon(now_head.unwrap_or(0)).await? {
@@ -77,23 +78,26 @@ impl MySqlStore {
         let mut settled = upto.max(floor);
         let mut waiting_for = None;
         if upto > floor {
-            let present: HashSet<i64> =
-                sqlx::query_scalar(include_str!("../../../sql/mysql/horizon_present.sql"))
-                    .bind(floor)
-                    .bind(upto)
-                    .bind(floor)
-                    .bind(upto)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| self.missing(e))?
-                    .into_iter()
-                    .collect();
+            let present: HashSet<i64> = sqlx::query_scalar(include_str!(
+                "../../../sql/mysql/queries/horizon_present.sql"
+            ))
+            .bind(floor)
+            .bind(upto)
+            .bind(floor)
+            .bind(upto)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.missing(e))?
+            .into_iter()
+            .collect();
             for id in (floor + 1..=upto).filter(|id| !present.contains(id)) {
-                let locked = sqlx::query(include_str!("../../../sql/mysql/horizon_locked.sql"))
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .is_err();
+                let locked = sqlx::query(include_str!(
+                    "../../../sql/mysql/queries/horizon_locked.sql"
+                ))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .is_err();
                 if locked {
                     settled = id - 1;
                     waiting_for = Some(id);
@@ -119,11 +123,12 @@ impl MySqlStore {
     /// id an open transaction holds, when one holds an id below every committed one. A few
     /// locking reads of ranges with no committed row (a binary search), whatever the history.
     async fn first_horizon(&self, head: i64) -> Result<std::result::Result<i64, i64>> {
-        let lowest: Option<i64> =
-            sqlx::query_scalar(include_str!("../../../sql/mysql/horizon_lowest.sql"))
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| self.missing(e))?;
+        let lowest: Option<i64> = sqlx::query_scalar(include_str!(
+            "../../../sql/mysql/queries/horizon_lowest.sql"
+        ))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| self.missing(e))?;
         let below = lowest.unwrap_or(head.saturating_add(1));
         let (mut lo, mut hi) = (1, below - 1);
         if hi < lo || !self.held_in(lo, hi).await {
@@ -145,20 +150,23 @@ impl MySqlStore {
     /// A read that fails for another reason counts as held: the horizon then waits, never
     /// passes an id it could not check.
     async fn held_in(&self, from: i64, to: i64) -> bool {
-        sqlx::query(include_str!("../../../sql/mysql/horizon_locked_range.sql"))
-            .bind(from)
-            .bind(to)
-            .fetch_optional(&self.pool)
-            .await
-            .is_err()
+        sqlx::query(include_str!(
+            "../../../sql/mysql/queries/horizon_locked_range.sql"
+        ))
+        .bind(from)
+        .bind(to)
+        .fetch_optional(&self.pool)
+        .await
+        .is_err()
     }
 
     /// [`Store::outbox_heads`](crate::Store::outbox_heads).
     pub(super) async fn heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        let head: Option<i64> = sqlx::query_scalar(include_str!("../../../sql/mysql/head.sql"))
-            .fetch_optional(&self.pool)
-            .await?
-            .flatten();
+        let head: Option<i64> =
+            sqlx::query_scalar(include_str!("../../../sql/mysql/queries/head.sql"))
+                .fetch_optional(&self.pool)
+                .await?
+                .flatten();
         Ok(targets
             .iter()
             .map(|t| if t.tenant.is_none() { head } else { None })

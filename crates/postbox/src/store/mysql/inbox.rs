@@ -26,7 +26,7 @@ pub(crate) async fn receive(
     message_id: &str,
 ) -> Result<bool> {
     Ok(
-        sqlx::query(include_str!("../../../sql/mysql/inbox_receive.sql"))
+        sqlx::query(include_str!("../../../sql/mysql/queries/inbox_receive.sql"))
             .bind(inbox.consumer())
             .bind(message_id)
             .execute(conn)
@@ -41,7 +41,7 @@ impl MySqlStore {
     pub(super) async fn read_inbox_stats(&self, target: &Target) -> Result<Vec<InboxStats>> {
         Self::check_target(target)?;
         let rows: Vec<(String, i64, i64)> =
-            sqlx::query_as(include_str!("../../../sql/mysql/inbox_stats.sql"))
+            sqlx::query_as(include_str!("../../../sql/mysql/queries/inbox_stats.sql"))
                 .bind(crate::store::INBOX_COUNT_LIMIT)
                 .fetch_all(&self.pool)
                 .await

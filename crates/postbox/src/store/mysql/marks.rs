@@ -17,7 +17,7 @@ impl MySqlStore {
         if p.ids.is_empty() {
             return Ok(0);
         }
-        let q = with_ids(include_str!("../../../sql/mysql/renew.sql"), p.ids)
+        let q = with_ids(include_str!("../../../sql/mysql/queries/renew.sql"), p.ids)
             .bind(micros(p.lease))
             .bind(p.claim_token.to_string());
         Ok(bind_ids(q, p.ids)
@@ -32,8 +32,11 @@ impl MySqlStore {
         if p.ids.is_empty() {
             return Ok(0);
         }
-        let q = with_ids(include_str!("../../../sql/mysql/mark_processed.sql"), p.ids)
-            .bind(p.claim_token.to_string());
+        let q = with_ids(
+            include_str!("../../../sql/mysql/queries/mark_processed.sql"),
+            p.ids,
+        )
+        .bind(p.claim_token.to_string());
         Ok(bind_ids(q, p.ids)
             .execute(&self.pool)
             .await?
@@ -50,7 +53,7 @@ impl MySqlStore {
         let mut tx = self.pool.begin().await?;
         let mut marks = Vec::with_capacity(p.tries.len());
         for t in p.tries {
-            let done = sqlx::query(include_str!("../../../sql/mysql/mark_failed.sql"))
+            let done = sqlx::query(include_str!("../../../sql/mysql/queries/mark_failed.sql"))
                 .bind(t.permanent)
                 .bind(t.max_retries)
                 .bind(micros(p.retry.cap))
@@ -66,11 +69,12 @@ impl MySqlStore {
             if done.rows_affected() == 0 {
                 continue;
             }
-            let (retry_count, gave_up): (i32, bool) =
-                sqlx::query_as(include_str!("../../../sql/mysql/mark_failed_read.sql"))
-                    .bind(t.id)
-                    .fetch_one(&mut *tx)
-                    .await?;
+            let (retry_count, gave_up): (i32, bool) = sqlx::query_as(include_str!(
+                "../../../sql/mysql/queries/mark_failed_read.sql"
+            ))
+            .bind(t.id)
+            .fetch_one(&mut *tx)
+            .await?;
             marks.push(FailedMark {
                 id: t.id,
                 retry_count,
@@ -91,7 +95,7 @@ impl MySqlStore {
         let mut tx = self.pool.begin().await?;
         let mut released = 0;
         for r in p.releases {
-            released += sqlx::query(include_str!("../../../sql/mysql/release.sql"))
+            released += sqlx::query(include_str!("../../../sql/mysql/queries/release.sql"))
                 .bind(micros(r.delay))
                 .bind(storable_error(&r.error))
                 .bind(r.id)
@@ -110,12 +114,17 @@ impl MySqlStore {
         let q = match p.ids {
             Some([]) => return Ok(0),
             Some(ids) => bind_ids(
-                with_ids(include_str!("../../../sql/mysql/retry_failed.sql"), ids)
-                    .bind(RETRIED_BY_OPERATOR),
+                with_ids(
+                    include_str!("../../../sql/mysql/queries/retry_failed.sql"),
+                    ids,
+                )
+                .bind(RETRIED_BY_OPERATOR),
                 ids,
             ),
-            None => sqlx::query(include_str!("../../../sql/mysql/retry_failed_all.sql"))
-                .bind(RETRIED_BY_OPERATOR),
+            None => sqlx::query(include_str!(
+                "../../../sql/mysql/queries/retry_failed_all.sql"
+            ))
+            .bind(RETRIED_BY_OPERATOR),
         };
         Ok(q.execute(&self.pool)
             .await
@@ -130,14 +139,15 @@ impl MySqlStore {
         // Candidates in id order, a few more than the batch for the excluded types, locked; the
         // retry policies' globs are matched here (MySQL's LIKE has no per-pattern escape that
         // every version reads alike).
-        let candidates: Vec<(i64, String)> =
-            sqlx::query_as(include_str!("../../../sql/mysql/slow_lane_pick.sql"))
-                .bind(micros(p.after))
-                .bind(i64::from(p.max_tries))
-                .bind(i64::from(p.batch_size).saturating_mul(4))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| self.missing(e))?;
+        let candidates: Vec<(i64, String)> = sqlx::query_as(include_str!(
+            "../../../sql/mysql/queries/slow_lane_pick.sql"
+        ))
+        .bind(micros(p.after))
+        .bind(i64::from(p.max_tries))
+        .bind(i64::from(p.batch_size).saturating_mul(4))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| self.missing(e))?;
         let ids: Vec<i64> = candidates
             .into_iter()
             .filter(|(_, event_type)| !p.exclude.iter().any(|g| g.matches(event_type)))
@@ -148,8 +158,11 @@ impl MySqlStore {
             tx.commit().await?;
             return Ok(0);
         }
-        let take = with_ids(include_str!("../../../sql/mysql/slow_lane_take.sql"), &ids)
-            .bind(RETRIED_BY_SLOW_LANE);
+        let take = with_ids(
+            include_str!("../../../sql/mysql/queries/slow_lane_take.sql"),
+            &ids,
+        )
+        .bind(RETRIED_BY_SLOW_LANE);
         let done = bind_ids(take, &ids)
             .execute(&mut *tx)
             .await?
@@ -166,7 +179,7 @@ impl MySqlStore {
         }
         let mut tx = self.pool.begin().await?;
         let pick = sqlx::query_scalar(spelled(
-            include_str!("../../../sql/mysql/skip_pick.sql"),
+            include_str!("../../../sql/mysql/queries/skip_pick.sql"),
             &[("ids", ids.len())],
             &[],
         ));
@@ -177,7 +190,10 @@ impl MySqlStore {
             .await
             .map_err(|e| self.missing(e))?;
         if !skipped.is_empty() {
-            let skip = with_ids(include_str!("../../../sql/mysql/skip.sql"), &skipped);
+            let skip = with_ids(
+                include_str!("../../../sql/mysql/queries/skip.sql"),
+                &skipped,
+            );
             bind_ids(skip, &skipped).execute(&mut *tx).await?;
         }
         tx.commit().await?;

@@ -4,25 +4,13 @@ use sqlx::mysql::MySql;
 
 use super::{MIGRATION_LOCK, MySqlStore, try_lock, unlock};
 use crate::error::{Error, Result};
-use crate::store::migrations::{self, Migration};
+use crate::store::migrations::{self, Migration, migration};
 
 pub(super) const MIGRATIONS: &[Migration] = &[
-    Migration {
-        name: "outbox_0001_events",
-        sql: include_str!("../../../sql/mysql/0001_outbox_events.sql"),
-    },
-    Migration {
-        name: "outbox_0002_retry_due",
-        sql: include_str!("../../../sql/mysql/0002_retry_due.sql"),
-    },
-    Migration {
-        name: "outbox_0003_retry_index",
-        sql: include_str!("../../../sql/mysql/0003_retry_index.sql"),
-    },
-    Migration {
-        name: "outbox_0004_inbox",
-        sql: include_str!("../../../sql/mysql/0004_inbox.sql"),
-    },
+    migration!("mysql", "0001_outbox_events", was "outbox_0001_events"),
+    migration!("mysql", "0002_retry_due", was "outbox_0002_retry_due"),
+    migration!("mysql", "0003_retry_index", was "outbox_0003_retry_index"),
+    migration!("mysql", "0004_inbox", was "outbox_0004_inbox"),
 ];
 
 impl MySqlStore {
@@ -37,13 +25,24 @@ impl MySqlStore {
             ));
         }
         let history = migrations::History {
-            create: include_str!("../../../sql/mysql/history_create.sql").to_owned(),
-            read: include_str!("../../../sql/mysql/history_read.sql").to_owned(),
-            record: include_str!("../../../sql/mysql/history_record.sql").to_owned(),
+            create: include_str!("../../../sql/mysql/queries/history_create.sql").to_owned(),
+            read: include_str!("../../../sql/mysql/queries/history_read.sql").to_owned(),
+            record: include_str!("../../../sql/mysql/queries/history_record.sql").to_owned(),
+            rename: include_str!("../../../sql/mysql/queries/history_rename.sql").to_owned(),
         };
         let applied =
             migrations::apply::<MySql>(&mut conn, &history, MIGRATIONS, str::to_owned).await;
         unlock(&mut conn, MIGRATION_LOCK).await?;
         applied
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_migration_file_is_listed_once_under_a_number_of_its_own() {
+        migrations::assert_listed("mysql", MIGRATIONS);
     }
 }

@@ -152,7 +152,7 @@ const MIGRATION_LOCK: &str = "postbox_migrate:";
 /// Takes the named lock of this database's outbox for `what` on `conn`'s session, waiting up to
 /// `wait_secs`. False when another session holds it.
 async fn try_lock(conn: &mut MySqlConnection, what: &str, wait_secs: i64) -> Result<bool> {
-    let got: Option<i64> = sqlx::query_scalar(include_str!("../../../sql/mysql/lock.sql"))
+    let got: Option<i64> = sqlx::query_scalar(include_str!("../../../sql/mysql/queries/lock.sql"))
         .bind(what)
         .bind(wait_secs)
         .fetch_one(&mut *conn)
@@ -161,7 +161,7 @@ async fn try_lock(conn: &mut MySqlConnection, what: &str, wait_secs: i64) -> Res
 }
 
 async fn unlock(conn: &mut MySqlConnection, what: &str) -> Result<()> {
-    sqlx::query(include_str!("../../../sql/mysql/unlock.sql"))
+    sqlx::query(include_str!("../../../sql/mysql/queries/unlock.sql"))
         .bind(what)
         .execute(&mut *conn)
         .await?;

@@ -10,7 +10,7 @@ use crate::event::Enqueued;
 use crate::outbox::{Checked, Outbox};
 use crate::schema::SchemaName;
 
-const ENQUEUE: &str = include_str!("../../../sql/mysql/enqueue.sql");
+const ENQUEUE: &str = include_str!("../../../sql/mysql/queries/enqueue.sql");
 
 /// The idempotency key's unique index, as MySQL names it in a duplicate-key error.
 const KEY_INDEX: &str = "outbox_events_idempotency_key_idx";

@@ -13,7 +13,7 @@ impl MySqlStore {
     /// [`StoreOps::status_counts`](crate::ops::StoreOps::status_counts).
     pub(super) async fn count_statuses(&self, target: &Target) -> Result<StatusCounts> {
         Self::check_target(target)?;
-        let row = sqlx::query(include_str!("../../../sql/mysql/status_counts.sql"))
+        let row = sqlx::query(include_str!("../../../sql/mysql/queries/status_counts.sql"))
             .bind(EXACT_PROCESSED_COUNT + 1)
             .fetch_one(&self.pool)
             .await
@@ -22,7 +22,7 @@ impl MySqlStore {
         let (processed, processed_exact) = if counted > EXACT_PROCESSED_COUNT {
             // Past the exact limit: the table's row estimate less the other statuses.
             let estimate: Option<i64> =
-                sqlx::query_scalar(include_str!("../../../sql/mysql/table_rows.sql"))
+                sqlx::query_scalar(include_str!("../../../sql/mysql/queries/table_rows.sql"))
                     .fetch_optional(&self.pool)
                     .await?
                     .flatten();
@@ -54,12 +54,13 @@ impl MySqlStore {
     ) -> Result<Backlog> {
         Self::check_target(target)?;
         let ordered = ordered_json(ordered)?;
-        let due: Option<f64> = sqlx::query_scalar(include_str!("../../../sql/mysql/backlog.sql"))
-            .bind(&ordered)
-            .bind(&ordered)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| self.missing(e))?;
+        let due: Option<f64> =
+            sqlx::query_scalar(include_str!("../../../sql/mysql/queries/backlog.sql"))
+                .bind(&ordered)
+                .bind(&ordered)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| self.missing(e))?;
         Ok(Backlog {
             next_due_in: secs(due),
         })
@@ -68,10 +69,11 @@ impl MySqlStore {
     /// [`StoreOps::oldest_transaction_age`](crate::ops::StoreOps::oldest_transaction_age).
     pub(super) async fn oldest_transaction(&self) -> Result<Option<Duration>> {
         // A long transaction keeps InnoDB's purge from removing old row versions.
-        let age: Option<f64> =
-            sqlx::query_scalar(include_str!("../../../sql/mysql/oldest_transaction.sql"))
-                .fetch_one(&self.pool)
-                .await?;
+        let age: Option<f64> = sqlx::query_scalar(include_str!(
+            "../../../sql/mysql/queries/oldest_transaction.sql"
+        ))
+        .fetch_one(&self.pool)
+        .await?;
         Ok(secs(age))
     }
 }

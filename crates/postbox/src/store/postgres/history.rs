@@ -24,7 +24,7 @@ struct PgList<'a>(&'a SchemaName);
 impl ListDialect for PgList<'_> {
     type Db = sqlx::Postgres;
     const BRANCH: &'static str = "(";
-    const COLUMNS: &'static str = include_str!("../../../sql/postgres/list_columns.sql");
+    const COLUMNS: &'static str = include_str!("../../../sql/postgres/queries/list_columns.sql");
     const NULL_ARCHIVED_AT: &'static str = "NULL::timestamptz AS archived_at";
 
     fn table(&self, table: &'static str) -> Cow<'static, str> {
@@ -33,7 +33,7 @@ impl ListDialect for PgList<'_> {
 
     fn parked(&self) -> Cow<'static, str> {
         let sql = render(
-            include_str!("../../../sql/postgres/list_parked.sql"),
+            include_str!("../../../sql/postgres/queries/list_parked.sql"),
             self.0,
         );
         Cow::Owned(sql.to_string())
@@ -64,13 +64,13 @@ pub(super) async fn retention_lock(
     tx: &mut sqlx::PgConnection,
     schema: &SchemaName,
 ) -> Result<bool> {
-    Ok(
-        sqlx::query_scalar(include_str!("../../../sql/postgres/retention_lock.sql"))
-            .bind(schema.as_str())
-            .bind(pg_locks::RETENTION)
-            .fetch_one(tx)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(include_str!(
+        "../../../sql/postgres/queries/retention_lock.sql"
+    ))
+    .bind(schema.as_str())
+    .bind(pg_locks::RETENTION)
+    .fetch_one(tx)
+    .await?)
 }
 
 impl PgStore {

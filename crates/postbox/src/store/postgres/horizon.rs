@@ -33,11 +33,12 @@ impl PgStore {
     /// [`Store::outbox_heads`](crate::Store::outbox_heads).
     pub(super) async fn heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
         let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
-        let heads: Vec<Option<i64>> =
-            sqlx::query_scalar(include_str!("../../../sql/postgres/heads.sql"))
-                .bind(&schemas)
-                .fetch_all(&self.pool)
-                .await?;
+        let heads: Vec<Option<i64>> = sqlx::query_scalar(include_str!(
+            "../../../sql/postgres/queries/horizon_heads.sql"
+        ))
+        .bind(&schemas)
+        .fetch_all(&self.pool)
+        .await?;
         Ok(heads)
     }
 }

@@ -21,7 +21,7 @@ impl Prepared {
     pub(crate) fn new(schema: &SchemaName) -> Self {
         Prepared {
             receive: render(
-                include_str!("../../../sql/postgres/inbox_receive.sql"),
+                include_str!("../../../sql/postgres/queries/inbox_receive.sql"),
                 schema,
             ),
         }

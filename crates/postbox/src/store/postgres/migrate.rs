@@ -4,91 +4,43 @@
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
+use super::functions;
 use super::sql::{render, safe};
 use super::{PgStore, map_missing_table, pg_locks};
 use crate::error::{Error, Result};
 use crate::schema::SchemaName;
-use crate::store::migrations::{self, Migration};
+use crate::store::migrations::{self, Migration, migration};
 
 /// The index of the events below a relay's floor that claims still take (migration
 /// `0008_claim.sql`), built by `PgStore::build_retry_index`.
 pub(super) const RETRY_INDEX: &str = "outbox_events_retry_idx";
 
-/// Migrations of every outbox schema, in order. Names are recorded in the schema's
-/// `postbox_schema_history` table, never in the application's own migration table.
-const OUTBOX_MIGRATIONS: &[Migration] = &[
-    Migration {
-        name: "outbox_0001_events",
-        sql: include_str!("../../../sql/postgres/0001_outbox_events.sql"),
-    },
-    Migration {
-        name: "outbox_0002_claim_function",
-        sql: include_str!("../../../sql/postgres/0002_claim_function.sql"),
-    },
-    Migration {
-        name: "outbox_0003_no_auto_analyze",
-        sql: include_str!("../../../sql/postgres/0003_no_auto_analyze.sql"),
-    },
-    Migration {
-        name: "outbox_0004_bounded_reads",
-        sql: include_str!("../../../sql/postgres/0004_bounded_reads.sql"),
-    },
-    Migration {
-        name: "outbox_0005_sql_enqueue",
-        sql: include_str!("../../../sql/postgres/0005_sql_enqueue.sql"),
-    },
-    Migration {
-        name: "outbox_0006_retention",
-        sql: include_str!("../../../sql/postgres/0006_retention.sql"),
-    },
-    Migration {
-        name: "outbox_0007_ordering",
-        sql: include_str!("../../../sql/postgres/0007_ordering.sql"),
-    },
-    Migration {
-        name: "outbox_0008_claim",
-        sql: include_str!("../../../sql/postgres/0008_claim.sql"),
-    },
-    Migration {
-        name: "outbox_0009_ordered_heads",
-        sql: include_str!("../../../sql/postgres/0009_ordered_heads.sql"),
-    },
-    Migration {
-        name: "outbox_0010_ordered_backlog",
-        sql: include_str!("../../../sql/postgres/0010_ordered_backlog.sql"),
-    },
-    Migration {
-        name: "outbox_0011_ordered_runs",
-        sql: include_str!("../../../sql/postgres/0011_ordered_runs.sql"),
-    },
-    Migration {
-        name: "outbox_0012_inlined_probes",
-        sql: include_str!("../../../sql/postgres/0012_inlined_probes.sql"),
-    },
-    Migration {
-        name: "outbox_0013_inbox",
-        sql: include_str!("../../../sql/postgres/0013_inbox.sql"),
-    },
-    Migration {
-        name: "outbox_0014_horizon_checks",
-        sql: include_str!("../../../sql/postgres/0014_horizon_checks.sql"),
-    },
+/// Migrations of every outbox schema, in order (`sql/postgres/migrations/`; the numbers are
+/// shared with [`REGISTRY_MIGRATIONS`], one sequence per dialect). Names are recorded in the
+/// schema's `postbox_schema_history` table, never in the application's own migration table.
+pub(super) const OUTBOX_MIGRATIONS: &[Migration] = &[
+    migration!("postgres", "0001_outbox_events", was "outbox_0001_events"),
+    migration!("postgres", "0002_claim_function", was "outbox_0002_claim_function"),
+    migration!("postgres", "0003_no_auto_analyze", was "outbox_0003_no_auto_analyze"),
+    migration!("postgres", "0004_bounded_reads", was "outbox_0004_bounded_reads"),
+    migration!("postgres", "0005_sql_enqueue", was "outbox_0005_sql_enqueue"),
+    migration!("postgres", "0006_retention", was "outbox_0006_retention"),
+    migration!("postgres", "0007_ordering", was "outbox_0007_ordering"),
+    migration!("postgres", "0008_claim", was "outbox_0008_claim"),
+    migration!("postgres", "0009_ordered_heads", was "outbox_0009_ordered_heads"),
+    migration!("postgres", "0010_ordered_backlog", was "outbox_0010_ordered_backlog"),
+    migration!("postgres", "0011_ordered_runs", was "outbox_0011_ordered_runs"),
+    migration!("postgres", "0012_inlined_probes", was "outbox_0012_inlined_probes"),
+    migration!("postgres", "0013_inbox", was "outbox_0013_inbox"),
+    migration!("postgres", "0014_horizon_checks", was "outbox_0014_horizon_checks"),
+    migration!("postgres", "0018_function_checksums"),
 ];
 
-/// Migrations of the default schema only.
-const REGISTRY_MIGRATIONS: &[Migration] = &[
-    Migration {
-        name: "registry_0001_tenants",
-        sql: include_str!("../../../sql/postgres/0001_tenants.sql"),
-    },
-    Migration {
-        name: "registry_0002_tenant_names",
-        sql: include_str!("../../../sql/postgres/0002_tenant_names.sql"),
-    },
-    Migration {
-        name: "registry_0003_sink_health",
-        sql: include_str!("../../../sql/postgres/0003_sink_health.sql"),
-    },
+/// Migrations of the default schema only, applied after the outbox's.
+pub(super) const REGISTRY_MIGRATIONS: &[Migration] = &[
+    migration!("postgres", "0015_registry_tenants", was "registry_0001_tenants"),
+    migration!("postgres", "0016_registry_tenant_names", was "registry_0002_tenant_names"),
+    migration!("postgres", "0017_registry_sink_health", was "registry_0003_sink_health"),
 ];
 
 impl PgStore {
@@ -109,7 +61,7 @@ impl PgStore {
         }
         // A sequence relays cannot rely on is refused here already, not first by a relay.
         let check = render(
-            include_str!("../../../sql/postgres/id_sequence.sql"),
+            include_str!("../../../sql/postgres/queries/id_sequence.sql"),
             schema,
         );
         sqlx::query(safe(&check))
@@ -124,45 +76,58 @@ impl PgStore {
         schema: &SchemaName,
         registry: bool,
     ) -> Result<Vec<String>> {
-        sqlx::query(include_str!("../../../sql/postgres/migrate_lock.sql"))
-            .bind(schema.as_str())
-            .bind(pg_locks::MIGRATE)
-            .execute(&mut *conn)
-            .await?;
-        sqlx::query(include_str!("../../../sql/postgres/migrate_quiet.sql"))
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(include_str!(
+            "../../../sql/postgres/queries/migrate_lock.sql"
+        ))
+        .bind(schema.as_str())
+        .bind(pg_locks::MIGRATE)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(include_str!(
+            "../../../sql/postgres/queries/migrate_quiet.sql"
+        ))
+        .execute(&mut *conn)
+        .await?;
         let create = render(
-            include_str!("../../../sql/postgres/create_schema.sql"),
+            include_str!("../../../sql/postgres/queries/create_schema.sql"),
             schema,
         );
         sqlx::raw_sql(safe(&create)).execute(&mut *conn).await?;
-        let wanted: Vec<Migration> = OUTBOX_MIGRATIONS
+        let mut wanted: Vec<Migration> = OUTBOX_MIGRATIONS
             .iter()
             .chain(if registry { REGISTRY_MIGRATIONS } else { &[] })
             .copied()
             .collect();
+        // In the order of their numbers, which both lists share.
+        wanted.sort_by_key(|m| m.name);
         let history = migrations::History {
             create: render(
-                include_str!("../../../sql/postgres/history_create.sql"),
+                include_str!("../../../sql/postgres/queries/history_create.sql"),
                 schema,
             )
             .to_string(),
             read: render(
-                include_str!("../../../sql/postgres/history_read.sql"),
+                include_str!("../../../sql/postgres/queries/history_read.sql"),
                 schema,
             )
             .to_string(),
             record: render(
-                include_str!("../../../sql/postgres/history_record.sql"),
+                include_str!("../../../sql/postgres/queries/history_record.sql"),
+                schema,
+            )
+            .to_string(),
+            rename: render(
+                include_str!("../../../sql/postgres/queries/history_rename.sql"),
                 schema,
             )
             .to_string(),
         };
-        let applied = migrations::apply::<sqlx::Postgres>(conn, &history, &wanted, |template| {
-            render(template, schema).to_string()
-        })
-        .await?;
+        let mut applied =
+            migrations::apply::<sqlx::Postgres>(conn, &history, &wanted, |template| {
+                render(template, schema).to_string()
+            })
+            .await?;
+        applied.extend(functions::install(conn, schema).await?);
         Ok(applied)
     }
 
@@ -175,12 +140,13 @@ impl PgStore {
         schema: &SchemaName,
     ) -> Result<Option<PgConnection>> {
         let mut conn = PgConnection::connect_with(&self.pool.connect_options()).await?;
-        let ours: bool =
-            sqlx::query_scalar(include_str!("../../../sql/postgres/retry_index_lock.sql"))
-                .bind(schema.as_str())
-                .bind(pg_locks::RETRY_INDEX)
-                .fetch_one(&mut conn)
-                .await?;
+        let ours: bool = sqlx::query_scalar(include_str!(
+            "../../../sql/postgres/queries/retry_index_lock.sql"
+        ))
+        .bind(schema.as_str())
+        .bind(pg_locks::RETRY_INDEX)
+        .fetch_one(&mut conn)
+        .await?;
         if ours {
             Ok(Some(conn))
         } else {
@@ -197,11 +163,12 @@ impl PgStore {
         mut conn: PgConnection,
         schema: &SchemaName,
     ) -> Result<bool> {
-        let state: Option<bool> =
-            sqlx::query_scalar(include_str!("../../../sql/postgres/retry_index_state.sql"))
-                .bind(schema.as_str())
-                .fetch_optional(&mut conn)
-                .await?;
+        let state: Option<bool> = sqlx::query_scalar(include_str!(
+            "../../../sql/postgres/queries/retry_index_state.sql"
+        ))
+        .bind(schema.as_str())
+        .fetch_optional(&mut conn)
+        .await?;
         if state == Some(true) {
             conn.close().await.ok();
             return Ok(false);
@@ -213,12 +180,14 @@ impl PgStore {
         };
         // A concurrent build waits for every transaction that could still see the table
         // without the index: a snapshot held open for long holds it back.
-        sqlx::query(include_str!("../../../sql/postgres/retry_index_wait.sql"))
-            .execute(&mut conn)
-            .await?;
+        sqlx::query(include_str!(
+            "../../../sql/postgres/queries/retry_index_wait.sql"
+        ))
+        .execute(&mut conn)
+        .await?;
         if state == Some(false) {
             let drop = render(
-                include_str!("../../../sql/postgres/retry_index_drop.sql"),
+                include_str!("../../../sql/postgres/queries/retry_index_drop.sql"),
                 schema,
             );
             sqlx::raw_sql(safe(&drop))
@@ -227,7 +196,7 @@ impl PgStore {
                 .map_err(not_built)?;
         }
         let build = render(
-            include_str!("../../../sql/postgres/retry_index.sql"),
+            include_str!("../../../sql/postgres/queries/retry_index.sql"),
             schema,
         );
         sqlx::raw_sql(safe(&build))
@@ -236,5 +205,17 @@ impl PgStore {
             .map_err(not_built)?;
         conn.close().await.ok();
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_migration_file_is_listed_once_under_a_number_of_its_own() {
+        let mut all = [OUTBOX_MIGRATIONS, REGISTRY_MIGRATIONS].concat();
+        all.sort_by_key(|m| m.name);
+        migrations::assert_listed("postgres", &all);
     }
 }

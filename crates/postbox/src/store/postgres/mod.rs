@@ -9,6 +9,7 @@
 
 mod claim;
 mod connect;
+mod functions;
 mod health;
 mod history;
 mod horizon;
@@ -96,92 +97,128 @@ struct PgSql {
 impl PgSql {
     fn build(schema: &SchemaName) -> Self {
         PgSql {
-            claim: render(include_str!("../../../sql/postgres/claim.sql"), schema),
-            claim_unordered: render(
-                include_str!("../../../sql/postgres/claim_unordered.sql"),
+            claim: render(
+                include_str!("../../../sql/postgres/queries/claim.sql"),
                 schema,
             ),
-            claim_ids: render(include_str!("../../../sql/postgres/claim_ids.sql"), schema),
-            floor: render(include_str!("../../../sql/postgres/floor.sql"), schema),
-            gaps: render(include_str!("../../../sql/postgres/gaps.sql"), schema),
-            horizon: render(include_str!("../../../sql/postgres/horizon.sql"), schema),
-            skip: render(include_str!("../../../sql/postgres/skip.sql"), schema),
-            renew: render(include_str!("../../../sql/postgres/renew.sql"), schema),
+            claim_unordered: render(
+                include_str!("../../../sql/postgres/queries/claim_unordered.sql"),
+                schema,
+            ),
+            claim_ids: render(
+                include_str!("../../../sql/postgres/queries/claim_ids.sql"),
+                schema,
+            ),
+            floor: render(
+                include_str!("../../../sql/postgres/queries/claim_floor.sql"),
+                schema,
+            ),
+            gaps: render(
+                include_str!("../../../sql/postgres/queries/claim_gaps.sql"),
+                schema,
+            ),
+            horizon: render(
+                include_str!("../../../sql/postgres/queries/horizon.sql"),
+                schema,
+            ),
+            skip: render(
+                include_str!("../../../sql/postgres/queries/skip.sql"),
+                schema,
+            ),
+            renew: render(
+                include_str!("../../../sql/postgres/queries/renew.sql"),
+                schema,
+            ),
             mark_processed: render(
-                include_str!("../../../sql/postgres/mark_processed.sql"),
+                include_str!("../../../sql/postgres/queries/mark_processed.sql"),
                 schema,
             ),
             mark_failed: render(
-                include_str!("../../../sql/postgres/mark_failed.sql"),
+                include_str!("../../../sql/postgres/queries/mark_failed.sql"),
                 schema,
             ),
-            release: render(include_str!("../../../sql/postgres/release.sql"), schema),
+            release: render(
+                include_str!("../../../sql/postgres/queries/release.sql"),
+                schema,
+            ),
             status_counts: render(
-                include_str!("../../../sql/postgres/status_counts.sql"),
+                include_str!("../../../sql/postgres/queries/status_counts.sql"),
                 schema,
             ),
-            backlog: render(include_str!("../../../sql/postgres/backlog.sql"), schema),
+            backlog: render(
+                include_str!("../../../sql/postgres/queries/backlog.sql"),
+                schema,
+            ),
             backlog_ordered: render(
-                include_str!("../../../sql/postgres/backlog_ordered.sql"),
+                include_str!("../../../sql/postgres/queries/backlog_ordered.sql"),
                 schema,
             ),
             retry_failed: render(
-                include_str!("../../../sql/postgres/retry_failed.sql"),
+                include_str!("../../../sql/postgres/queries/retry_failed.sql"),
                 schema,
             ),
             retry_slow_lane: render(
-                include_str!("../../../sql/postgres/retry_slow_lane.sql"),
+                include_str!("../../../sql/postgres/queries/retry_slow_lane.sql"),
                 schema,
             ),
-            vacuum: render(include_str!("../../../sql/postgres/vacuum.sql"), schema),
-            archive: render(include_str!("../../../sql/postgres/archive.sql"), schema),
+            vacuum: render(
+                include_str!("../../../sql/postgres/queries/vacuum.sql"),
+                schema,
+            ),
+            archive: render(
+                include_str!("../../../sql/postgres/queries/archive.sql"),
+                schema,
+            ),
             archive_count: render(
-                include_str!("../../../sql/postgres/archive_count.sql"),
+                include_str!("../../../sql/postgres/queries/archive_count.sql"),
                 schema,
             ),
             archive_purge: render(
-                include_str!("../../../sql/postgres/archive_purge.sql"),
+                include_str!("../../../sql/postgres/queries/archive_purge.sql"),
                 schema,
             ),
             purge_failed: render(
-                include_str!("../../../sql/postgres/purge_failed.sql"),
+                include_str!("../../../sql/postgres/queries/purge_failed.sql"),
                 schema,
             ),
             purge_failed_count: render(
-                include_str!("../../../sql/postgres/purge_failed_count.sql"),
+                include_str!("../../../sql/postgres/queries/purge_failed_count.sql"),
                 schema,
             ),
             inbox_purge: render(
-                include_str!("../../../sql/postgres/inbox_purge.sql"),
+                include_str!("../../../sql/postgres/queries/inbox_purge.sql"),
                 schema,
             ),
             inbox_purge_count: render(
-                include_str!("../../../sql/postgres/inbox_purge_count.sql"),
+                include_str!("../../../sql/postgres/queries/inbox_purge_count.sql"),
                 schema,
             ),
             inbox_stats: render(
-                include_str!("../../../sql/postgres/inbox_stats.sql"),
+                include_str!("../../../sql/postgres/queries/inbox_stats.sql"),
                 schema,
             ),
             tenant_list: render(
-                include_str!("../../../sql/postgres/tenant_list.sql"),
+                include_str!("../../../sql/postgres/queries/tenant_list.sql"),
                 schema,
             ),
-            tenant_add: render(include_str!("../../../sql/postgres/tenant_add.sql"), schema),
+            tenant_add: render(
+                include_str!("../../../sql/postgres/queries/tenant_add.sql"),
+                schema,
+            ),
             tenant_set_status: render(
-                include_str!("../../../sql/postgres/tenant_set_status.sql"),
+                include_str!("../../../sql/postgres/queries/tenant_set_status.sql"),
                 schema,
             ),
             sinks_forget: render(
-                include_str!("../../../sql/postgres/sinks_forget.sql"),
+                include_str!("../../../sql/postgres/queries/sinks_forget.sql"),
                 schema,
             ),
             sinks_report: render(
-                include_str!("../../../sql/postgres/sinks_report.sql"),
+                include_str!("../../../sql/postgres/queries/sinks_report.sql"),
                 schema,
             ),
             sinks_reported: render(
-                include_str!("../../../sql/postgres/sinks_reported.sql"),
+                include_str!("../../../sql/postgres/queries/sinks_reported.sql"),
                 schema,
             ),
         }
@@ -422,19 +459,19 @@ mod lock_tests {
         for (file, sql) in [
             (
                 "migrate_lock",
-                include_str!("../../../sql/postgres/migrate_lock.sql"),
+                include_str!("../../../sql/postgres/queries/migrate_lock.sql"),
             ),
             (
                 "vacuum_lock",
-                include_str!("../../../sql/postgres/vacuum_lock.sql"),
+                include_str!("../../../sql/postgres/queries/vacuum_lock.sql"),
             ),
             (
                 "retry_index_lock",
-                include_str!("../../../sql/postgres/retry_index_lock.sql"),
+                include_str!("../../../sql/postgres/queries/retry_index_lock.sql"),
             ),
             (
                 "retention_lock",
-                include_str!("../../../sql/postgres/retention_lock.sql"),
+                include_str!("../../../sql/postgres/queries/retention_lock.sql"),
             ),
         ] {
             let code: String = sql

@@ -27,21 +27,24 @@ pub(crate) struct Prepared {
 impl Prepared {
     pub(crate) fn new(schema: &SchemaName) -> Self {
         let with = render(
-            include_str!("../../../sql/postgres/enqueue_with.sql"),
+            include_str!("../../../sql/postgres/queries/enqueue_with.sql"),
             schema,
         );
         Prepared {
-            one: render(include_str!("../../../sql/postgres/enqueue.sql"), schema),
+            one: render(
+                include_str!("../../../sql/postgres/queries/enqueue.sql"),
+                schema,
+            ),
             one_notify: render(
-                include_str!("../../../sql/postgres/enqueue_notify.sql"),
+                include_str!("../../../sql/postgres/queries/enqueue_notify.sql"),
                 schema,
             ),
             many: render(
-                include_str!("../../../sql/postgres/enqueue_many.sql"),
+                include_str!("../../../sql/postgres/queries/enqueue_many.sql"),
                 schema,
             ),
             many_notify: render(
-                include_str!("../../../sql/postgres/enqueue_many_notify.sql"),
+                include_str!("../../../sql/postgres/queries/enqueue_many_notify.sql"),
                 schema,
             ),
             with_notify: Wrapped::new(&with),

@@ -57,10 +57,11 @@ impl PgStore {
 
     /// [`StoreOps::oldest_transaction_age`](crate::ops::StoreOps::oldest_transaction_age).
     pub(super) async fn oldest_transaction(&self) -> Result<Option<Duration>> {
-        let age: Option<f64> =
-            sqlx::query_scalar(include_str!("../../../sql/postgres/oldest_transaction.sql"))
-                .fetch_one(&self.pool)
-                .await?;
+        let age: Option<f64> = sqlx::query_scalar(include_str!(
+            "../../../sql/postgres/queries/oldest_transaction.sql"
+        ))
+        .fetch_one(&self.pool)
+        .await?;
         Ok(secs(age))
     }
 
@@ -68,9 +69,11 @@ impl PgStore {
     pub(super) async fn read_replication_slots(
         &self,
     ) -> Result<Vec<crate::store::ReplicationSlot>> {
-        let rows = sqlx::query(include_str!("../../../sql/postgres/replication_slots.sql"))
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(include_str!(
+            "../../../sql/postgres/queries/replication_slots.sql"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|row| {
                 Ok(crate::store::ReplicationSlot {
@@ -88,7 +91,7 @@ impl PgStore {
     pub(super) async fn dead_rows(&self, targets: &[Target]) -> Result<Vec<u64>> {
         let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
         let rows: Vec<(String, i64)> =
-            sqlx::query_as(include_str!("../../../sql/postgres/dead_rows.sql"))
+            sqlx::query_as(include_str!("../../../sql/postgres/queries/dead_rows.sql"))
                 .bind(&schemas)
                 .fetch_all(&self.pool)
                 .await?;
@@ -110,7 +113,7 @@ impl PgStore {
         // Only the owner (or a superuser) may vacuum; anyone else gets a warning and nothing
         // done, so ask first.
         let may: Option<bool> =
-            sqlx::query_scalar(include_str!("../../../sql/postgres/may_vacuum.sql"))
+            sqlx::query_scalar(include_str!("../../../sql/postgres/queries/may_vacuum.sql"))
                 .bind(target.schema.as_str())
                 .fetch_optional(&mut conn)
                 .await?;
@@ -127,17 +130,21 @@ impl PgStore {
             }
             Some(true) => {}
         }
-        let ours: bool = sqlx::query_scalar(include_str!("../../../sql/postgres/vacuum_lock.sql"))
-            .bind(target.schema.as_str())
-            .bind(pg_locks::VACUUM)
-            .fetch_one(&mut conn)
-            .await?;
+        let ours: bool = sqlx::query_scalar(include_str!(
+            "../../../sql/postgres/queries/vacuum_lock.sql"
+        ))
+        .bind(target.schema.as_str())
+        .bind(pg_locks::VACUUM)
+        .fetch_one(&mut conn)
+        .await?;
         if !ours {
             return Ok(());
         }
-        sqlx::raw_sql(include_str!("../../../sql/postgres/vacuum_wait.sql"))
-            .execute(&mut conn)
-            .await?;
+        sqlx::raw_sql(include_str!(
+            "../../../sql/postgres/queries/vacuum_wait.sql"
+        ))
+        .execute(&mut conn)
+        .await?;
         let sql = self.sql.get(&target.schema);
         sqlx::raw_sql(safe(&sql.vacuum)).execute(&mut conn).await?;
         conn.close().await.ok();

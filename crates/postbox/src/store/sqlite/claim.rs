@@ -14,7 +14,7 @@ impl SqliteStore {
         Self::check_target(p.target)?;
         let token = Uuid::new_v4();
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let pick = sqlx::query_as(include_str!("../../../sql/sqlite/claim_pick.sql"))
+        let pick = sqlx::query_as(include_str!("../../../sql/sqlite/queries/claim_pick.sql"))
             .bind(i64::from(p.batch_size))
             .bind(serde_json::to_string(p.order.aggregate_types)?);
         let picked: Vec<(i64, bool)> = pick.fetch_all(&mut *tx).await.map_err(map_missing_table)?;
@@ -32,7 +32,7 @@ impl SqliteStore {
             .filter(|(_, stale)| *stale)
             .map(|(id, _)| *id)
             .collect();
-        let rows = sqlx::query(include_str!("../../../sql/sqlite/claim_take.sql"))
+        let rows = sqlx::query(include_str!("../../../sql/sqlite/queries/claim_take.sql"))
             .bind(ids_json(&ids))
             .bind(ms(p.lease))
             .bind(p.relay_id)
@@ -52,9 +52,10 @@ impl SqliteStore {
 
     /// [`Store::outbox_heads`](crate::Store::outbox_heads).
     pub(super) async fn heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        let head: Option<i64> = sqlx::query_scalar(include_str!("../../../sql/sqlite/head.sql"))
-            .fetch_optional(&self.pool)
-            .await?;
+        let head: Option<i64> =
+            sqlx::query_scalar(include_str!("../../../sql/sqlite/queries/head.sql"))
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(targets
             .iter()
             .map(|t| {

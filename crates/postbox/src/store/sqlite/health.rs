@@ -13,13 +13,13 @@ impl SqliteStore {
         sinks: &[SinkHealth],
     ) -> Result<()> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(include_str!("../../../sql/sqlite/sinks_forget.sql"))
+        sqlx::query(include_str!("../../../sql/sqlite/queries/sinks_forget.sql"))
             .bind(relay_id)
             .execute(&mut *tx)
             .await
             .map_err(map_missing_table)?;
         for sink in sinks {
-            sqlx::query(include_str!("../../../sql/sqlite/sinks_report.sql"))
+            sqlx::query(include_str!("../../../sql/sqlite/queries/sinks_report.sql"))
                 .bind(relay_id)
                 .bind(&sink.name)
                 .bind(sink.up)
@@ -34,11 +34,12 @@ impl SqliteStore {
 
     /// [`StoreOps::sinks_reported`](crate::ops::StoreOps::sinks_reported).
     pub(super) async fn read_sink_health(&self) -> Result<Vec<ReportedSink>> {
-        let rows: Vec<crate::store::ReportedRow> =
-            sqlx::query_as(include_str!("../../../sql/sqlite/sinks_reported.sql"))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(map_missing_table)?;
+        let rows: Vec<crate::store::ReportedRow> = sqlx::query_as(include_str!(
+            "../../../sql/sqlite/queries/sinks_reported.sql"
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_missing_table)?;
         Ok(crate::store::reported_sinks(rows))
     }
 }

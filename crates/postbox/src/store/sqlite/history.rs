@@ -23,7 +23,7 @@ struct SqliteList;
 impl ListDialect for SqliteList {
     type Db = sqlx::Sqlite;
     const BRANCH: &'static str = "SELECT * FROM (";
-    const COLUMNS: &'static str = include_str!("../../../sql/sqlite/list_columns.sql");
+    const COLUMNS: &'static str = include_str!("../../../sql/sqlite/queries/list_columns.sql");
     const NULL_ARCHIVED_AT: &'static str = "NULL AS archived_at";
 
     fn table(&self, table: &'static str) -> Cow<'static, str> {
@@ -31,7 +31,7 @@ impl ListDialect for SqliteList {
     }
 
     fn parked(&self) -> Cow<'static, str> {
-        Cow::Borrowed(include_str!("../../../sql/sqlite/list_parked.sql"))
+        Cow::Borrowed(include_str!("../../../sql/sqlite/queries/list_parked.sql"))
     }
 
     fn ids(&self, q: &mut sqlx::QueryBuilder<Self::Db>, ids: &[i64]) {
@@ -78,7 +78,7 @@ impl SqliteStore {
         Self::check_target(p.target)?;
         // One writer at a time is SQLite's own rule: no lock of Postbox's is needed.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let walked = sqlx::query(include_str!("../../../sql/sqlite/archive_walk.sql"))
+        let walked = sqlx::query(include_str!("../../../sql/sqlite/queries/archive_walk.sql"))
             .bind(p.older_than.as_secs_f64())
             .bind(p.after_id)
             .bind(i64::from(p.batch_size))
@@ -107,15 +107,17 @@ impl SqliteStore {
             old.len() as u64
         } else {
             let ids = ids_json(&old);
-            sqlx::query(include_str!("../../../sql/sqlite/archive_move.sql"))
+            sqlx::query(include_str!("../../../sql/sqlite/queries/archive_move.sql"))
                 .bind(&ids)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(include_str!("../../../sql/sqlite/archive_delete.sql"))
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
+            sqlx::query(include_str!(
+                "../../../sql/sqlite/queries/archive_delete.sql"
+            ))
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
         };
         tx.commit().await?;
         Ok(Some(ArchiveBatch {
@@ -131,16 +133,16 @@ impl SqliteStore {
         let age = p.older_than.as_secs_f64();
         let (statement, count) = match p.kind {
             PurgeKind::Archive => (
-                include_str!("../../../sql/sqlite/archive_purge.sql"),
-                include_str!("../../../sql/sqlite/archive_purge_count.sql"),
+                include_str!("../../../sql/sqlite/queries/archive_purge.sql"),
+                include_str!("../../../sql/sqlite/queries/archive_purge_count.sql"),
             ),
             PurgeKind::Failed => (
-                include_str!("../../../sql/sqlite/purge_failed.sql"),
-                include_str!("../../../sql/sqlite/purge_failed_count.sql"),
+                include_str!("../../../sql/sqlite/queries/purge_failed.sql"),
+                include_str!("../../../sql/sqlite/queries/purge_failed_count.sql"),
             ),
             PurgeKind::Inbox => (
-                include_str!("../../../sql/sqlite/inbox_purge.sql"),
-                include_str!("../../../sql/sqlite/inbox_purge_count.sql"),
+                include_str!("../../../sql/sqlite/queries/inbox_purge.sql"),
+                include_str!("../../../sql/sqlite/queries/inbox_purge_count.sql"),
             ),
         };
         if p.dry_run {

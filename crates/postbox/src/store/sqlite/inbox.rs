@@ -25,11 +25,13 @@ pub(crate) async fn receive(
     conn: &mut SqliteConnection,
     message_id: &str,
 ) -> Result<bool> {
-    let duplicates: i64 = sqlx::query_scalar(include_str!("../../../sql/sqlite/inbox_receive.sql"))
-        .bind(inbox.consumer())
-        .bind(message_id)
-        .fetch_one(conn)
-        .await?;
+    let duplicates: i64 = sqlx::query_scalar(include_str!(
+        "../../../sql/sqlite/queries/inbox_receive.sql"
+    ))
+    .bind(inbox.consumer())
+    .bind(message_id)
+    .fetch_one(conn)
+    .await?;
     Ok(duplicates == 0)
 }
 
@@ -38,7 +40,7 @@ impl SqliteStore {
     pub(super) async fn read_inbox_stats(&self, target: &Target) -> Result<Vec<InboxStats>> {
         Self::check_target(target)?;
         let rows: Vec<(String, i64, i64)> =
-            sqlx::query_as(include_str!("../../../sql/sqlite/inbox_stats.sql"))
+            sqlx::query_as(include_str!("../../../sql/sqlite/queries/inbox_stats.sql"))
                 .bind(crate::store::INBOX_COUNT_LIMIT)
                 .fetch_all(&self.pool)
                 .await

@@ -13,7 +13,7 @@ impl SqliteStore {
     /// [`Store::leases_renew`](crate::Store::leases_renew).
     pub(super) async fn renew(&self, p: &RenewParams<'_>) -> Result<u64> {
         Self::check_target(p.target)?;
-        let done = sqlx::query(include_str!("../../../sql/sqlite/renew.sql"))
+        let done = sqlx::query(include_str!("../../../sql/sqlite/queries/renew.sql"))
             .bind(ids_json(p.ids))
             .bind(p.claim_token.to_string())
             .bind(ms(p.lease))
@@ -28,11 +28,13 @@ impl SqliteStore {
         if p.ids.is_empty() {
             return Ok(0);
         }
-        let done = sqlx::query(include_str!("../../../sql/sqlite/mark_processed.sql"))
-            .bind(ids_json(p.ids))
-            .bind(p.claim_token.to_string())
-            .execute(&self.pool)
-            .await?;
+        let done = sqlx::query(include_str!(
+            "../../../sql/sqlite/queries/mark_processed.sql"
+        ))
+        .bind(ids_json(p.ids))
+        .bind(p.claim_token.to_string())
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 
@@ -47,7 +49,7 @@ impl SqliteStore {
         let mut marks = Vec::with_capacity(p.tries.len());
         for t in p.tries {
             let row: Option<(i64, i32, bool)> =
-                sqlx::query_as(include_str!("../../../sql/sqlite/mark_failed.sql"))
+                sqlx::query_as(include_str!("../../../sql/sqlite/queries/mark_failed.sql"))
                     .bind(t.id)
                     .bind(storable_error(&t.error))
                     .bind(t.permanent)
@@ -79,7 +81,7 @@ impl SqliteStore {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let mut released = 0;
         for r in p.releases {
-            released += sqlx::query(include_str!("../../../sql/sqlite/release.sql"))
+            released += sqlx::query(include_str!("../../../sql/sqlite/queries/release.sql"))
                 .bind(r.id)
                 .bind(storable_error(&r.error))
                 .bind(ms(r.delay))
@@ -95,7 +97,7 @@ impl SqliteStore {
     /// [`StoreOps::events_retry_failed`](crate::ops::StoreOps::events_retry_failed).
     pub(super) async fn retry_failed(&self, p: &RetryFailedParams<'_>) -> Result<u64> {
         Self::check_target(p.target)?;
-        let done = sqlx::query(include_str!("../../../sql/sqlite/retry_failed.sql"))
+        let done = sqlx::query(include_str!("../../../sql/sqlite/queries/retry_failed.sql"))
             .bind(p.ids.map(ids_json))
             .execute(&self.pool)
             .await
@@ -107,14 +109,16 @@ impl SqliteStore {
     pub(super) async fn retry_slow_lane(&self, p: &SlowLaneParams<'_>) -> Result<u64> {
         Self::check_target(p.target)?;
         let exclude: Vec<&str> = p.exclude.iter().map(|g| g.to_sqlite_glob()).collect();
-        let done = sqlx::query(include_str!("../../../sql/sqlite/retry_slow_lane.sql"))
-            .bind(p.after.as_secs_f64())
-            .bind(i64::from(p.max_tries))
-            .bind(i64::from(p.batch_size))
-            .bind(serde_json::to_string(&exclude)?)
-            .execute(&self.pool)
-            .await
-            .map_err(map_missing_table)?;
+        let done = sqlx::query(include_str!(
+            "../../../sql/sqlite/queries/retry_slow_lane.sql"
+        ))
+        .bind(p.after.as_secs_f64())
+        .bind(i64::from(p.max_tries))
+        .bind(i64::from(p.batch_size))
+        .bind(serde_json::to_string(&exclude)?)
+        .execute(&self.pool)
+        .await
+        .map_err(map_missing_table)?;
         Ok(done.rows_affected())
     }
 
@@ -122,7 +126,7 @@ impl SqliteStore {
     pub(super) async fn skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
         Self::check_target(target)?;
         let mut skipped: Vec<i64> =
-            sqlx::query_scalar(include_str!("../../../sql/sqlite/skip.sql"))
+            sqlx::query_scalar(include_str!("../../../sql/sqlite/queries/skip.sql"))
                 .bind(ids_json(ids))
                 .fetch_all(&self.pool)
                 .await

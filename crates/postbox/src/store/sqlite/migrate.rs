@@ -2,29 +2,14 @@
 
 use super::SqliteStore;
 use crate::error::Result;
-use crate::store::migrations::{self, Migration};
+use crate::store::migrations::{self, Migration, migration};
 
 pub(super) const MIGRATIONS: &[Migration] = &[
-    Migration {
-        name: "outbox_0001_events",
-        sql: include_str!("../../../sql/sqlite/0001_outbox_events.sql"),
-    },
-    Migration {
-        name: "outbox_0002_sink_health",
-        sql: include_str!("../../../sql/sqlite/0002_sink_health.sql"),
-    },
-    Migration {
-        name: "outbox_0003_retention",
-        sql: include_str!("../../../sql/sqlite/0003_retention.sql"),
-    },
-    Migration {
-        name: "outbox_0004_ordering",
-        sql: include_str!("../../../sql/sqlite/0004_ordering.sql"),
-    },
-    Migration {
-        name: "outbox_0005_inbox",
-        sql: include_str!("../../../sql/sqlite/0005_inbox.sql"),
-    },
+    migration!("sqlite", "0001_outbox_events", was "outbox_0001_events"),
+    migration!("sqlite", "0002_sink_health", was "outbox_0002_sink_health"),
+    migration!("sqlite", "0003_retention", was "outbox_0003_retention"),
+    migration!("sqlite", "0004_ordering", was "outbox_0004_ordering"),
+    migration!("sqlite", "0005_inbox", was "outbox_0005_inbox"),
 ];
 
 impl SqliteStore {
@@ -32,13 +17,24 @@ impl SqliteStore {
     pub(super) async fn apply_migrations(&self) -> Result<Vec<String>> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let history = migrations::History {
-            create: include_str!("../../../sql/sqlite/history_create.sql").to_owned(),
-            read: include_str!("../../../sql/sqlite/history_read.sql").to_owned(),
-            record: include_str!("../../../sql/sqlite/history_record.sql").to_owned(),
+            create: include_str!("../../../sql/sqlite/queries/history_create.sql").to_owned(),
+            read: include_str!("../../../sql/sqlite/queries/history_read.sql").to_owned(),
+            record: include_str!("../../../sql/sqlite/queries/history_record.sql").to_owned(),
+            rename: include_str!("../../../sql/sqlite/queries/history_rename.sql").to_owned(),
         };
         let applied =
             migrations::apply::<sqlx::Sqlite>(&mut tx, &history, MIGRATIONS, str::to_owned).await?;
         tx.commit().await?;
         Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_migration_file_is_listed_once_under_a_number_of_its_own() {
+        migrations::assert_listed("sqlite", MIGRATIONS);
     }
 }

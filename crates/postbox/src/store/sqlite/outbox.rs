@@ -8,7 +8,7 @@ use crate::event::Enqueued;
 use crate::outbox::{Checked, Outbox};
 use crate::schema::SchemaName;
 
-const ENQUEUE: &str = include_str!("../../../sql/sqlite/enqueue.sql");
+const ENQUEUE: &str = include_str!("../../../sql/sqlite/queries/enqueue.sql");
 
 /// What an outbox keeps for SQLite: nothing, its statement names no schema.
 pub(crate) struct Prepared;

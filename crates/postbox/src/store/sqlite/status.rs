@@ -11,10 +11,12 @@ impl SqliteStore {
     /// [`StoreOps::status_counts`](crate::ops::StoreOps::status_counts).
     pub(super) async fn count_statuses(&self, target: &Target) -> Result<StatusCounts> {
         Self::check_target(target)?;
-        let row = sqlx::query(include_str!("../../../sql/sqlite/status_counts.sql"))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_missing_table)?;
+        let row = sqlx::query(include_str!(
+            "../../../sql/sqlite/queries/status_counts.sql"
+        ))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_missing_table)?;
         Ok(StatusCounts {
             pending: row.try_get(0)?,
             processing: row.try_get(1)?,
@@ -34,10 +36,12 @@ impl SqliteStore {
     ) -> Result<Backlog> {
         Self::check_target(target)?;
         let query = if ordered.is_empty() {
-            sqlx::query(include_str!("../../../sql/sqlite/backlog.sql"))
+            sqlx::query(include_str!("../../../sql/sqlite/queries/backlog.sql"))
         } else {
-            sqlx::query(include_str!("../../../sql/sqlite/backlog_ordered.sql"))
-                .bind(serde_json::to_string(ordered)?)
+            sqlx::query(include_str!(
+                "../../../sql/sqlite/queries/backlog_ordered.sql"
+            ))
+            .bind(serde_json::to_string(ordered)?)
         };
         let row = query
             .fetch_one(&self.pool)

@@ -1,0 +1,81 @@
+-- What a draining relay still has to wait for: 0 when an event can be claimed now, else the
+-- seconds until the earliest lease or backoff runs out, NULL when nothing is outstanding. The
+-- first probe walks the polling index from the head of the queue and stops at the first
+-- claimable event (past the batches other relays hold); the minimum over every outstanding event
+-- is taken only when none is claimable, when all of them are in flight or waiting for a retry.
+-- Sequential and bitmap scans are off so that statistics saying "most rows are due" cannot turn
+-- the probe into a scan of the whole table from its oldest, processed, rows.
+CREATE OR REPLACE FUNCTION {schema}.postbox_backlog()
+RETURNS double precision
+LANGUAGE sql
+STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $backlog$
+SELECT CASE
+    WHEN EXISTS (SELECT 1 FROM {schema}.outbox_events
+                 WHERE status IN ('PENDING', 'PROCESSING')
+                   AND (locked_until IS NULL OR locked_until < now()))
+    THEN 0.0::float8
+    -- NULL when nothing is outstanding (greatest() would turn it into 0).
+    ELSE (SELECT EXTRACT(EPOCH FROM min(locked_until) - now())::float8
+          FROM {schema}.outbox_events
+          WHERE status IN ('PENDING', 'PROCESSING'))
+END
+$backlog$;
+
+CREATE OR REPLACE FUNCTION {schema}.postbox_backlog(ordered text[])
+RETURNS double precision
+LANGUAGE sql
+STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_mergejoin = off
+SET enable_hashjoin = off
+SET jit = off
+AS $backlog$
+WITH RECURSIVE aggregates(aggregate_type, aggregate_id) AS (
+    (SELECT e.aggregate_type, e.aggregate_id
+     FROM {schema}.outbox_events e
+     WHERE e.status IN ('PENDING', 'PROCESSING', 'FAILED') AND e.skipped_at IS NULL
+       AND e.aggregate_id IS NOT NULL AND e.aggregate_type IS NOT NULL
+     ORDER BY e.aggregate_type DESC, e.aggregate_id DESC, e.id DESC
+     LIMIT 1)
+    UNION ALL
+    SELECT n.aggregate_type, n.aggregate_id
+    FROM aggregates p
+    CROSS JOIN LATERAL (
+        SELECT e.aggregate_type, e.aggregate_id
+        FROM {schema}.outbox_events e
+        WHERE e.status IN ('PENDING', 'PROCESSING', 'FAILED') AND e.skipped_at IS NULL
+          AND e.aggregate_id IS NOT NULL
+          AND (e.aggregate_type, e.aggregate_id) < (p.aggregate_type, p.aggregate_id)
+        ORDER BY e.aggregate_type DESC, e.aggregate_id DESC, e.id DESC
+        LIMIT 1) n
+)
+SELECT CASE
+    WHEN EXISTS (
+        SELECT 1 FROM {schema}.outbox_events e
+        WHERE e.status IN ('PENDING', 'PROCESSING')
+          AND (e.locked_until IS NULL OR e.locked_until < now())
+          AND NOT {schema}.postbox_is_ordered(e.aggregate_type, e.aggregate_id, ordered))
+      OR EXISTS (
+        SELECT 1
+        FROM aggregates a
+        CROSS JOIN LATERAL (
+            SELECT e.status, e.locked_until
+            FROM {schema}.outbox_events e
+            WHERE e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
+              AND e.status IN ('PENDING', 'PROCESSING', 'FAILED') AND e.skipped_at IS NULL
+            ORDER BY e.aggregate_type, e.aggregate_id, e.id
+            LIMIT 1) h
+        WHERE {schema}.postbox_is_ordered(a.aggregate_type, a.aggregate_id, ordered)
+          AND h.status IN ('PENDING', 'PROCESSING')
+          AND (h.locked_until IS NULL OR h.locked_until < now()))
+    THEN 0.0::float8
+    ELSE (SELECT EXTRACT(EPOCH FROM min(locked_until) - now())::float8
+          FROM {schema}.outbox_events
+          WHERE status IN ('PENDING', 'PROCESSING') AND locked_until >= now())
+END
+$backlog$;

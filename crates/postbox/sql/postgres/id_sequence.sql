@@ -1,3 +1,0 @@
--- The outbox's id sequence, checked (migration 0014_horizon_checks.sql): its last value, or an
--- error naming what to fix when ids from it would not follow commit order.
-SELECT {schema}.postbox_id_sequence()

@@ -1,3 +1,0 @@
--- Whether consumer $1 is to handle message $2 (migration 0013_inbox.sql): true the first time,
--- false for a repeat. Runs in the consumer's transaction.
-SELECT {schema}.postbox_inbox_receive($1::text, $2::text)

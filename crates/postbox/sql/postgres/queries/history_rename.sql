@@ -1,0 +1,3 @@
+-- Renames a migration recorded under the name an earlier release gave it ($2) to its name now
+-- ($1), the name of its file.
+UPDATE {schema}.postbox_schema_history SET name = $1 WHERE name = $2
