@@ -12,7 +12,7 @@ use crate::store::Store;
 /// path ending in `.db`, `.sqlite` or `.sqlite3` for SQLite (created if missing). See [`ConnectOptions`] for the schema and the pool size.
 ///
 /// The store hands out the producer that writes to the table its relays read
-/// ([`Store::outbox`]), so the two cannot disagree on where events go.
+/// ([`StoreExt::outbox`](crate::StoreExt::outbox)), so the two cannot disagree on where events go.
 ///
 /// ```no_run
 /// use postbox::StoreExt;

@@ -10,7 +10,7 @@
 //! and what it does not (effects outside the consumer's database).
 //!
 //! Records live in `inbox_messages` beside the outbox tables (created by
-//! [`Store::schema_migrate`](crate::Store::schema_migrate) and `postbox migrate`), keyed by
+//! [`StoreOps::schema_migrate`](crate::ops::StoreOps::schema_migrate) and `postbox migrate`), keyed by
 //! consumer name and message id, and are kept for the dedup window: relays purge them past
 //! [`RelayConfig::inbox_retention`](crate::RelayConfig::inbox_retention) (7 days by default),
 //! `postbox purge --inbox` does it by hand. Services in other languages call the SQL function
@@ -52,7 +52,7 @@ impl Received {
 /// A consumer's inbox: records the messages it has handled, in its own transactions.
 ///
 /// Get one from the store of the database the consumer writes its business rows to
-/// ([`Store::inbox`](crate::Store::inbox)); [`tenant`](Self::tenant) points it at a tenant's
+/// ([`StoreExt::inbox`](crate::StoreExt::inbox)); [`tenant`](Self::tenant) points it at a tenant's
 /// schema. Cheap to clone.
 ///
 /// ```no_run

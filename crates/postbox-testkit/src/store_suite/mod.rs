@@ -147,10 +147,10 @@ pub trait StoreHarness: Sized {
     /// The ids in `outbox_events_archive`, in order.
     async fn archived_ids(&self) -> Vec<i64>;
     /// Whether marks leave dead row versions in the store's table that it counts
-    /// ([`Store::outbox_dead_rows`]) and a vacuum removes (PostgreSQL).
+    /// ([`StoreOps::outbox_dead_rows`](postbox::ops::StoreOps::outbox_dead_rows)) and a vacuum removes (PostgreSQL).
     const DEAD_ROWS: bool;
     /// Whether the store can tell the age of the database's oldest open transaction
-    /// ([`Store::oldest_transaction_age`]: PostgreSQL, MySQL).
+    /// ([`StoreOps::oldest_transaction_age`](postbox::ops::StoreOps::oldest_transaction_age): PostgreSQL, MySQL).
     const SEES_TRANSACTIONS: bool;
     /// A transaction of the store's database left open by [`StoreHarness::open_enqueue`].
     type Open;

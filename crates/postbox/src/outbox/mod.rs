@@ -1,6 +1,6 @@
 //! The producer side: writing events into `outbox_events` inside the caller's own transaction.
 //!
-//! An [`Outbox`] comes from the store whose relays read its table ([`Store::outbox`](crate::Store::outbox)), so the
+//! An [`Outbox`] comes from the store whose relays read its table ([`StoreExt::outbox`](crate::StoreExt::outbox)), so the
 //! two cannot disagree on the schema; [`OutboxBuilder::tenant`] points it at a tenant's table.
 //! The statements of each database live in its folder under `store/` (`outbox.rs` there);
 //! `conn` hands each write to it.
@@ -30,8 +30,8 @@ pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
 /// The producer side of Postbox: writes events into `outbox_events` inside the caller's own sqlx
 /// transaction, so they are committed, or rolled back, with the business rows.
 ///
-/// Get one from the store whose relays publish the events ([`Store::outbox`](crate::Store::outbox), or
-/// [`Store::outbox_builder`](crate::Store::outbox_builder) to change its settings): it writes to the table they read.
+/// Get one from the store whose relays publish the events ([`StoreExt::outbox`](crate::StoreExt::outbox), or
+/// [`StoreExt::outbox_builder`](crate::StoreExt::outbox_builder) to change its settings): it writes to the table they read.
 ///
 /// ```no_run
 /// use postbox::outbox::OutboxConnection;
@@ -216,7 +216,7 @@ pub(crate) struct Checked<'e> {
     pub(crate) max_retries: i32,
 }
 
-/// Settings of an [`Outbox`]; from [`Store::outbox_builder`](crate::Store::outbox_builder).
+/// Settings of an [`Outbox`]; from [`StoreExt::outbox_builder`](crate::StoreExt::outbox_builder).
 #[derive(Clone, Debug)]
 pub struct OutboxBuilder {
     schema: SchemaName,

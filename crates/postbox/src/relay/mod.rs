@@ -173,7 +173,7 @@ impl Relay {
     ///
     /// Destinations that are down are waited for up to
     /// [`drain_patience`](RelayConfig::drain_patience); past it the drain returns
-    /// [`Error::Unavailable`], and their events stay `PENDING` with no try spent.
+    /// [`Error::Unavailable`](crate::Error::Unavailable), and their events stay `PENDING` with no try spent.
     pub async fn drain(&self, shutdown: impl Future<Output = ()> + Send) -> Result<RelayStats> {
         self.run_mode(Mode::Drain, shutdown).await
     }

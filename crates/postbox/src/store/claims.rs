@@ -28,7 +28,7 @@ pub struct ClaimParams<'a> {
     pub order: ClaimOrder<'a>,
     /// Where new work is claimed from: an id below which every event is finished or went
     /// wrong once (see [`Store::claim_floor`]); 0 claims from the start. Stores that do not
-    /// [claim from a floor](Store::claims_from_floor) ignore it.
+    /// [claim from a floor](crate::store::Capabilities) ignore it.
     pub floor: i64,
 }
 

@@ -1,4 +1,4 @@
-//! The statement of [`Store::events_list`](super::Store::events_list), written once for every
+//! The statement of [`StoreOps::events_list`](crate::ops::StoreOps::events_list), written once for every
 //! database over a [`ListDialect`]: each store says only what its database says differently.
 
 use std::borrow::Cow;

@@ -52,7 +52,7 @@ mod opt_secs {
     }
 }
 
-/// Up to how many `PROCESSED` events [`Store::status_counts`] counts exactly.
+/// Up to how many `PROCESSED` events [`StoreOps::status_counts`](crate::ops::StoreOps::status_counts) counts exactly.
 pub const EXACT_PROCESSED_COUNT: i64 = 100_000;
 
 /// What is still to do in one target, for draining.
@@ -123,7 +123,7 @@ pub struct RejectedTenant {
     pub reason: String,
 }
 
-/// Parameters of [`Store::events_retry_failed`].
+/// Parameters of [`StoreOps::events_retry_failed`](crate::ops::StoreOps::events_retry_failed).
 #[derive(Clone, Debug)]
 pub struct RetryFailedParams<'a> {
     /// Whose events.
@@ -132,7 +132,7 @@ pub struct RetryFailedParams<'a> {
     pub ids: Option<&'a [i64]>,
 }
 
-/// Parameters of [`Store::events_retry_slow_lane`].
+/// Parameters of [`StoreOps::events_retry_slow_lane`](crate::ops::StoreOps::events_retry_slow_lane).
 #[derive(Clone, Debug)]
 pub struct SlowLaneParams<'a> {
     /// Whose events.
@@ -147,7 +147,7 @@ pub struct SlowLaneParams<'a> {
     pub exclude: &'a [crate::glob::Glob],
 }
 
-/// Parameters of [`Store::tenant_add`].
+/// Parameters of [`StoreOps::tenant_add`](crate::ops::StoreOps::tenant_add).
 #[derive(Clone, Debug)]
 pub struct TenantAddParams<'a> {
     /// The new tenant.

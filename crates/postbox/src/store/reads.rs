@@ -1,4 +1,4 @@
-//! Reading events back: what [`Store::events_list`](super::Store::events_list) takes and
+//! Reading events back: what [`StoreOps::events_list`](crate::ops::StoreOps::events_list) takes and
 //! returns. `postbox events list/show` and replays are built on it.
 
 use std::fmt;
@@ -256,7 +256,7 @@ pub enum Order {
     OldestFirst,
 }
 
-/// Parameters of [`Store::events_list`](super::Store::events_list).
+/// Parameters of [`StoreOps::events_list`](crate::ops::StoreOps::events_list).
 #[derive(Clone, Debug)]
 pub struct ListParams<'a> {
     /// Whose events.

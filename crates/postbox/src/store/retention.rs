@@ -1,5 +1,5 @@
-//! Retention: what [`Store::events_archive`](super::Store::events_archive) and
-//! [`Store::events_purge`](super::Store::events_purge) take and return.
+//! Retention: what [`StoreOps::events_archive`](crate::ops::StoreOps::events_archive) and
+//! [`StoreOps::events_purge`](crate::ops::StoreOps::events_purge) take and return.
 //!
 //! Both work in batches, each a short transaction of its own, so that neither holds a lock that
 //! stops claims nor a snapshot that keeps vacuum from cleaning up; the caller loops until a
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::schema::Target;
 
-/// Parameters of [`Store::events_archive`](super::Store::events_archive): one batch of moving
+/// Parameters of [`StoreOps::events_archive`](crate::ops::StoreOps::events_archive): one batch of moving
 /// `PROCESSED` events created more than `older_than` ago to the archive.
 #[derive(Clone, Debug)]
 pub struct ArchiveParams<'a> {
@@ -25,7 +25,7 @@ pub struct ArchiveParams<'a> {
     pub dry_run: bool,
 }
 
-/// One batch of [`Store::events_archive`](super::Store::events_archive).
+/// One batch of [`StoreOps::events_archive`](crate::ops::StoreOps::events_archive).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ArchiveBatch {
@@ -48,7 +48,7 @@ impl ArchiveBatch {
     }
 }
 
-/// What [`Store::events_purge`](super::Store::events_purge) deletes.
+/// What [`StoreOps::events_purge`](crate::ops::StoreOps::events_purge) deletes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PurgeKind {
     /// Archived events archived more than `older_than` ago.
@@ -61,7 +61,7 @@ pub enum PurgeKind {
     Inbox,
 }
 
-/// Parameters of [`Store::events_purge`](super::Store::events_purge).
+/// Parameters of [`StoreOps::events_purge`](crate::ops::StoreOps::events_purge).
 #[derive(Clone, Debug)]
 pub struct PurgeParams<'a> {
     /// Whose events.
@@ -77,7 +77,7 @@ pub struct PurgeParams<'a> {
     pub dry_run: bool,
 }
 
-/// One batch of [`Store::events_purge`](super::Store::events_purge).
+/// One batch of [`StoreOps::events_purge`](crate::ops::StoreOps::events_purge).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PurgeBatch {
@@ -97,7 +97,7 @@ impl PurgeBatch {
 /// How long a run that waits for the retention lock sleeps between tries.
 const LOCK_RETRY: Duration = Duration::from_millis(250);
 
-/// Runs [`Store::events_archive`](super::Store::events_archive) batch after batch, from the
+/// Runs [`StoreOps::events_archive`](crate::ops::StoreOps::events_archive) batch after batch, from the
 /// start of the table, until the walk is done; `progress` sees each batch's count. Returns how
 /// many events moved (in a dry run, would move).
 ///
@@ -147,7 +147,7 @@ pub async fn archive_all(
     }
 }
 
-/// Runs [`Store::events_purge`](super::Store::events_purge) batch after batch until nothing old
+/// Runs [`StoreOps::events_purge`](crate::ops::StoreOps::events_purge) batch after batch until nothing old
 /// enough is left; `progress` sees each batch's count. Returns how many events went (in a dry
 /// run, would go). `wait` as for [`archive_all`].
 pub async fn purge_all(

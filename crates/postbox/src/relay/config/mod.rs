@@ -75,7 +75,7 @@ pub struct RelayConfig {
     pub vacuum_threshold: Option<u64>,
     /// How long a drain ([`Relay::drain`](crate::Relay::drain)) waits for destinations that
     /// are down: when its events have only been put back for this long (nothing published,
-    /// nothing failed), it gives up with [`Error::Unavailable`], leaving them `PENDING` with no
+    /// nothing failed), it gives up with [`Error::Unavailable`](crate::Error::Unavailable), leaving them `PENDING` with no
     /// try spent. Long enough to wait out a broker's restart.
     pub drain_patience: Duration,
     /// How often an idle relay checks whether rows arrived, in one cheap read of every target's

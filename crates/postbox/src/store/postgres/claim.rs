@@ -59,7 +59,7 @@ impl PgStore {
     }
 
     /// Claims the events of `ids` that are still `PENDING` and never tried, as
-    /// [`Store::events_claim`] claims (lease, token, per-aggregate order of
+    /// [`Store::events_claim`](crate::Store::events_claim) claims (lease, token, per-aggregate order of
     /// `params.order.aggregate_types`); `params.batch_size` and `params.floor` are not used. For
     /// a relay that learns of committed events elsewhere — the CDC relay reads them from the
     /// WAL — and leaves what it does not get (taken, finished, waiting behind its aggregate, a
