@@ -199,6 +199,10 @@ fn watch_progress(sink: Arc<CountingSink>, bar: ProgressBar) -> tokio::task::Joi
 }
 
 /// The ceiling: the relay's own claim and mark statements in a minimal loop, `workers` at once.
+/// Each worker claims from a floor as a relay does: the first id of its last batch, below which
+/// every event is processed or in another worker's batch (claims take ids in order, skipping
+/// only rows other claims hold). From 0 each time, a claim on a long backlog walks the dead
+/// versions every mark leaves in the polling index, and the "ceiling" falls below one relay.
 pub(crate) async fn ceiling(
     dbs: &[Db],
     config: &RelayConfig,
@@ -215,6 +219,7 @@ pub(crate) async fn ceiling(
         let config = config.clone();
         async move {
             let target = Target::default_schema(store.default_schema());
+            let mut floor = 0;
             loop {
                 let claimed = store
                     .events_claim(&ClaimParams {
@@ -222,13 +227,19 @@ pub(crate) async fn ceiling(
                         batch_size: config.batch_size,
                         lease: config.lease,
                         relay_id: &relay_id,
-                        floor: 0,
+                        floor,
                         order: Default::default(),
                     })
                     .await?;
                 if claimed.events.is_empty() {
                     return Ok::<_, BenchError>(());
                 }
+                floor = claimed
+                    .events
+                    .iter()
+                    .map(|e| e.id)
+                    .min()
+                    .map_or(floor, |first| first.max(floor));
                 let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
                 let n = store
                     .events_mark_processed(&MarkProcessedParams {
