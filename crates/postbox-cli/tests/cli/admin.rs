@@ -11,13 +11,13 @@ use postbox_testkit::wait_until;
 const TOKEN: &str = "cli-test-token-0123456789";
 
 /// A free loopback port (bound, then released for the relay to take).
-fn free_port() -> SocketAddr {
+pub(crate) fn free_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr")
 }
 
 /// A plain HTTP/1.1 GET: the status and the body (`None` while nothing listens).
-fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+pub(crate) fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
@@ -32,7 +32,7 @@ fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, String
 
 /// Asks for `path` until `check` holds for the answer, which it returns; panics after 30 s with
 /// the last answer.
-async fn wait_for(
+pub(crate) async fn wait_for(
     addr: SocketAddr,
     path: &str,
     what: &str,

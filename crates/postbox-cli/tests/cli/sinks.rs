@@ -1012,3 +1012,159 @@ fn signed_at(r: &Received) -> u64 {
         .and_then(|t| t.parse().ok())
         .expect("a signed request carries its timestamp")
 }
+
+/// A CDC relay (`--source cdc`) publishes through the same sinks and routes as the poller: one
+/// relay, routed by event type to NATS, RabbitMQ, Redis, MQTT, Kafka and a webhook, delivers
+/// each event committed after it started to its broker once, with the same headers and payload
+/// the polling relay's tests check; the slot delivered every one of them to the relay
+/// (`postbox_cdc_events_total`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cdc_relay_publishes_to_every_broker_sink_what_the_poller_does() {
+    let pg = migrated().await;
+    let nats = NatsStream::start().await;
+    let mut queue = AmqpQueue::start().await;
+    let streams = RedisStreams::start().await;
+    let topics = MqttTopics::start().await;
+    let hook = Webhook::start().await;
+    let kafka_topic = format!("cdc_{}", postbox_testkit::consumers::suffix());
+    postbox_testkit::tansu::create_topic(postbox_testkit::tansu::SHARED, &kafka_topic, 1);
+    let toml = format!(
+        r#"
+        [sinks.nats]
+        kind = "nats"
+        url = "nats://127.0.0.1:4222"
+        [sinks.amqp]
+        kind = "amqp"
+        url = "amqp://guest:guest@127.0.0.1:5672/%2f"
+        [sinks.redis]
+        kind = "redis"
+        url = "redis://127.0.0.1:6379"
+        [sinks.mqtt]
+        kind = "mqtt"
+        url = "mqtt://127.0.0.1:1883"
+        [sinks.kafka]
+        kind = "kafka"
+        url = "kafka://{kafka}"
+        [sinks.hook]
+        kind = "webhook"
+        url = "http://{hook}/hooks/cdc/{{event_type}}"
+
+        [[routes]]
+        event_type = "ToNats"
+        sink = "nats"
+        topic = "{nats}.{{aggregate_type}}.{{event_type}}"
+        [[routes]]
+        event_type = "ToAmqp"
+        sink = "amqp"
+        topic = "{queue}"
+        [[routes]]
+        event_type = "ToRedis"
+        sink = "redis"
+        topic = "{redis}:{{aggregate_type}}:{{event_type}}"
+        [[routes]]
+        event_type = "ToMqtt"
+        sink = "mqtt"
+        topic = "{mqtt}/{{aggregate_type}}/{{aggregate_id}}"
+        [[routes]]
+        event_type = "ToKafka"
+        sink = "kafka"
+        topic = "{kafka_topic}"
+        [[routes]]
+        event_type = "ToHook"
+        sink = "hook"
+        "#,
+        kafka = postbox_testkit::tansu::SHARED,
+        hook = hook.addr,
+        nats = nats.prefix,
+        queue = queue.queue,
+        redis = streams.prefix,
+        mqtt = topics.prefix,
+    );
+    std::fs::write(pg.dir.path().join("postbox.toml"), toml).expect("write postbox.toml");
+    let slot = pg
+        .db
+        .url()
+        .rsplit('/')
+        .next()
+        .expect("a database name")
+        .to_owned();
+    let admin = crate::admin::free_port().to_string();
+    let mut relay = Running::spawn(pg.cmd(&[
+        "relay",
+        "--source",
+        "cdc",
+        "--cdc-slot",
+        &slot,
+        "--admin-listen",
+        &admin,
+    ]));
+    relay.wait_for_stderr("CDC relay reading the slot", DEADLINE);
+
+    let to_nats = insert(&pg, "ToNats", "Invoice", 5, 5).await;
+    let to_amqp = insert(&pg, "ToAmqp", "Invoice", 5, 5).await;
+    let to_redis = insert(&pg, "ToRedis", "Invoice", 5, 5).await;
+    let to_mqtt = insert(&pg, "ToMqtt", "Invoice", 5, 5).await;
+    let to_kafka = insert(&pg, "ToKafka", "Invoice", 5, 5).await;
+    let to_hook = insert(&pg, "ToHook", "Invoice", 5, 5).await;
+
+    let rows = rows(&pg).await;
+    let got = nats.received(&to_nats, ARRIVAL).await;
+    assert_delivered(&got, &rows, &to_nats, |row| {
+        format!("{}.{}.{}", nats.prefix, row.aggregate_type, row.event_type)
+    });
+    let got = queue.received(&to_amqp, ARRIVAL).await;
+    assert_delivered(&got, &rows, &to_amqp, |_| queue.queue.clone());
+    let got = streams.received(&to_redis, ARRIVAL).await;
+    assert_delivered(&got, &rows, &to_redis, |row| {
+        format!(
+            "{}:{}:{}",
+            streams.prefix, row.aggregate_type, row.event_type
+        )
+    });
+    let got = topics.received(&to_mqtt, ARRIVAL).await;
+    assert_delivered(&got, &rows, &to_mqtt, |row| {
+        format!(
+            "{}/{}/{}",
+            topics.prefix, row.aggregate_type, row.aggregate_id
+        )
+    });
+    let got =
+        read_with_kafka_python(postbox_testkit::tansu::SHARED, &kafka_topic, to_kafka.len()).await;
+    assert_read_back(&got, &rows, &to_kafka, &kafka_topic);
+    let at_hook = hook.received(&to_hook, ARRIVAL).await;
+    let mut hooked: Vec<i64> = at_hook.iter().map(|r| r.event_id().expect("id")).collect();
+    hooked.sort_unstable();
+    let mut to_hook = to_hook;
+    to_hook.sort_unstable();
+    assert_eq!(hooked, to_hook, "each webhook event once");
+    assert!(at_hook.iter().all(|r| r.destination == "/hooks/cdc/ToHook"));
+
+    // The slot delivered every event.
+    let total = rows.len();
+    let metric = format!("postbox_cdc_events_total{{slot=\"{slot}\"}} {total}");
+    crate::admin::wait_for(
+        admin.parse().expect("address"),
+        "/metrics",
+        "every event counted as delivered by the slot",
+        |status, body| status == 200 && body.contains(&metric),
+    )
+    .await;
+    wait_until("every event PROCESSED", ARRIVAL, || async {
+        let states = states(&pg).await;
+        let left = states.values().filter(|s| s.0 != "PROCESSED").count();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} not PROCESSED"))
+        }
+    })
+    .await;
+    relay.signal("TERM");
+    let out = relay.finish(Duration::from_secs(30));
+    assert!(out.status.success(), "{}", out.stderr);
+    nats.cleanup().await;
+    queue.cleanup().await;
+    streams.cleanup().await;
+    topics.cleanup();
+    hook.cleanup();
+}
