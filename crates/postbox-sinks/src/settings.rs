@@ -1,7 +1,7 @@
 //! What every kind of sink's configuration offers ([`SinkSettings`], implemented once per sink
 //! module), and the pieces those modules share: secrets, `%XX` decoding, the default publish
 //! timeout. The [`SinkConfig`](crate::SinkConfig) enum that dispatches over every kind lives in
-//! `config.rs`, which depends on the sink modules; they depend on this module only.
+//! `config/`, which depends on the sink modules; they depend on this module only.
 
 use std::collections::BTreeMap;
 use std::fmt;
