@@ -19,7 +19,8 @@ use postbox::store::HorizonProbe;
 use postbox::{Event, Target, schema::TenantId};
 use tokio::time::Instant;
 
-use super::{StoreHarness, ready, target};
+use super::StoreHarness;
+use super::helpers::{ready, target};
 use postbox::StoreExt;
 
 /// How long a store may take to settle an id after its transaction ended.

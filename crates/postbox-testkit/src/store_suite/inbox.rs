@@ -8,7 +8,8 @@ use postbox::Error;
 use postbox::inbox::{MAX_CONSUMER_LEN, MAX_MESSAGE_ID_LEN, Received};
 use postbox::store::{PurgeKind, PurgeParams};
 
-use super::{StoreHarness, ready, target};
+use super::StoreHarness;
+use super::helpers::{ready, target};
 use postbox::StoreExt;
 
 /// The first delivery is handled, a repeat is skipped and counted, per consumer; a transaction

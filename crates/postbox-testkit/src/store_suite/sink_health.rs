@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use postbox::sink::SinkHealth;
 use postbox::store::{MAX_ERROR_BYTES, ReportedSink};
 
-use super::{StoreHarness, ready};
+use super::StoreHarness;
+use super::helpers::ready;
 
 /// `(relay, sink, up, since, last error)` of one report.
 type Row = (String, String, bool, DateTime<Utc>, Option<String>);

@@ -10,7 +10,8 @@
 use postbox::store::TenantAddParams;
 use postbox::{Error, SchemaName, schema::TenantId, store::TenantStatus};
 
-use super::{StoreHarness, ready};
+use super::StoreHarness;
+use super::helpers::ready;
 
 /// A conformance case: a store without tenants answers [`Error::Unsupported`] to listing,
 /// adding and suspending them (and has no rejected registry rows); a store with tenants lists

@@ -14,7 +14,8 @@ use tokio::time::Instant;
 
 use postbox::Event;
 
-use super::{StoreHarness, claim, enqueue_n, mark_processed, ready, target};
+use super::StoreHarness;
+use super::helpers::{claim, enqueue_n, mark_processed, ready, target};
 use crate::wait_until;
 use postbox::StoreExt;
 
