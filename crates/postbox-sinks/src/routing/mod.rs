@@ -6,5 +6,9 @@ mod config;
 mod router;
 
 pub use config::{Opened, RouteConfig, Routes, RoutingConfig, SinkSetup};
+#[allow(
+    unused_imports,
+    reason = "used by the broker sinks, each behind a feature of its own"
+)]
 pub(crate) use router::no_destination;
 pub use router::{RoutableSink, Route, Router, Unmatched};
