@@ -1022,7 +1022,7 @@ fn signed_at(r: &Received) -> u64 {
 async fn a_cdc_relay_publishes_to_every_broker_sink_what_the_poller_does() {
     let pg = migrated().await;
     let nats = NatsStream::start().await;
-    let mut queue = AmqpQueue::start().await;
+    let queue = AmqpQueue::start().await;
     let streams = RedisStreams::start().await;
     let topics = MqttTopics::start().await;
     let hook = Webhook::start().await;
