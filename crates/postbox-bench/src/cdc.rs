@@ -50,9 +50,16 @@ pub(crate) async fn run(
             "the CDC comparison needs PostgreSQL".into(),
         ));
     };
+    // The CDC relay's own connections, as the polling relay's (`poll_db`): on the producers'
+    // pool (a few connections for 8 producers) its claims and marks waited for theirs.
+    let Db::Pg(relay_pool) = scratch.open(4).await? else {
+        return Err(BenchError::Setup(
+            "the CDC comparison needs PostgreSQL".into(),
+        ));
+    };
     let cdc = Cdc {
         url,
-        pool: pool.clone(),
+        pool: relay_pool,
         config: CdcConfig::default().slot(slot.clone()),
     };
     // The first start makes the slot: a server that cannot is a finding, not a failed run.
