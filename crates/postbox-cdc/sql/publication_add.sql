@@ -1,2 +1,2 @@
 -- A publication that exists without this schema's outbox table.
-ALTER PUBLICATION {publication} ADD TABLE {schema}.outbox_events
+ALTER PUBLICATION {publication} ADD TABLE {schema}.outbox_events {columns}

@@ -3,6 +3,7 @@
 
 use postbox::SchemaName;
 use sqlx::PgPool;
+use tracing::info;
 
 use crate::config::CdcConfig;
 use crate::error::{Error, Result};
@@ -10,7 +11,7 @@ use crate::error::{Error, Result};
 /// Fails with the fix when the server or the role cannot replicate; creates the publication,
 /// or adds the outbox table to it, when missing.
 pub(crate) async fn prepare(pool: &PgPool, schema: &SchemaName, cfg: &CdcConfig) -> Result<()> {
-    let (wal_level, role, may): (String, String, Option<bool>) =
+    let (wal_level, role, may, column_lists): (String, String, Option<bool>, bool) =
         sqlx::query_as(include_str!("../sql/server_check.sql"))
             .fetch_one(pool)
             .await?;
@@ -27,6 +28,21 @@ pub(crate) async fn prepare(pool: &PgPool, schema: &SchemaName, cfg: &CdcConfig)
             .fetch_one(pool)
             .await?;
     if holds {
+        if column_lists {
+            let columns: Option<Vec<String>> =
+                sqlx::query_scalar(include_str!("../sql/publication_columns.sql"))
+                    .bind(&cfg.publication)
+                    .bind(schema.as_str())
+                    .fetch_optional(pool)
+                    .await?;
+            if columns.is_some_and(|c| c != ["id"]) {
+                info!(publication = %cfg.publication, schema = %schema.as_str(),
+                    "the publication sends every column of the outbox table (made by an earlier \
+                     Postbox, or by hand); the relay reads only id: `ALTER PUBLICATION … SET \
+                     TABLE <schema>.outbox_events (id)` makes the server's decoding cheaper \
+                     (docs/cdc.md)");
+            }
+        }
         return Ok(());
     }
     let template = if exists {
@@ -38,7 +54,8 @@ pub(crate) async fn prepare(pool: &PgPool, schema: &SchemaName, cfg: &CdcConfig)
     // and `_`), and quoted; the schema's by `SchemaName`.
     let sql = template
         .replace("{publication}", &format!("\"{}\"", cfg.publication))
-        .replace("{schema}", &schema.quoted());
+        .replace("{schema}", &schema.quoted())
+        .replace("{columns}", if column_lists { "(id)" } else { "" });
     match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(pool).await {
         Ok(_) => Ok(()),
         // Another relay created it meanwhile.

@@ -162,6 +162,15 @@ impl CdcStore {
         result
     }
 
+    /// Whether the slot streams and the timed poll is due, whatever waits in the queue.
+    fn poll_overdue(&self) -> bool {
+        if !self.progress.streaming() {
+            return false;
+        }
+        let polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+        polled.at.is_some_and(|at| at.elapsed() >= self.poll_every)
+    }
+
     fn polled(&self, found: bool) {
         let mut polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
         *polled = Polled {
@@ -190,6 +199,22 @@ impl Store for CdcStore {
     async fn events_claim(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
         if !self.cdc_target(p.target) {
             return self.watch(self.inner.events_claim(p).await);
+        }
+        // The timed poll runs even while delivered ids wait: a relay whose slot is far behind
+        // (restarted after a stop, while a polling relay did the work) reads back everything it
+        // missed before it reaches new commits, and those must not wait for that.
+        if self.poll_overdue() {
+            let claimed = self.watch(self.inner.events_claim(p).await)?;
+            self.polled(!claimed.events.is_empty() || !claimed.exhausted.is_empty());
+            if !claimed.events.is_empty()
+                || !claimed.undecodable.is_empty()
+                || !claimed.exhausted.is_empty()
+            {
+                if self.progress.waiting() {
+                    self.progress.arrived.notify_one();
+                }
+                return Ok(claimed);
+            }
         }
         let ids = self
             .progress

@@ -142,6 +142,15 @@ async fn the_slot_delivers_committed_events_in_commit_order_and_never_a_rolled_b
     })
     .await;
     assert!(store.status().received_lsn > 0);
+    // The publication the relay made sends the id alone (PostgreSQL 15+): all it reads.
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT attnames::text[] FROM pg_publication_tables \
+         WHERE pubname = 'postbox_outbox' AND tablename = 'outbox_events'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(columns, ["id"]);
     handle.stop().await.unwrap();
 }
 
@@ -237,6 +246,130 @@ async fn a_relay_restarted_on_the_slot_publishes_every_event_and_repeats_only_wh
         "{repeated} repeated, more than in flight"
     );
     handle.stop().await.unwrap();
+}
+
+/// A relay restarted with its slot far behind — stopped while a polling relay did the work —
+/// reads back every insert it missed before it reaches new commits. A new event meanwhile goes
+/// out by the timed poll (`poll_interval`), not after the catch-up; what the poller finished is
+/// not published again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_far_behind_its_slot_publishes_new_events_while_it_catches_up() {
+    let db = TestDb::new().await;
+    let slot = slot_name(&db);
+    let store = cdc(&db, CdcConfig::default()).await;
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    drop(store);
+    wait_until("the slot is let go", PATIENCE, || async {
+        !sqlx::query_scalar::<_, bool>(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(&slot)
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    })
+    .await;
+    // While the CDC relay was stopped, a polling relay published 200,000 events (written here
+    // as it leaves them), committed in transactions of 1,000.
+    const MISSED: i64 = 200_000;
+    for from in (0..MISSED).step_by(1000) {
+        sqlx::query(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload, \
+             status, processed_at) \
+             SELECT 'Missed', 'Order', 'o-' || g, '{}', 'PROCESSED', now() \
+             FROM generate_series($1::bigint, $1::bigint + 999) g",
+        )
+        .bind(from)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    }
+
+    let store = cdc(&db, CdcConfig::default()).await;
+    let sink = RecordingSink::new();
+    let handle = relay(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    // Where the WAL stood inside the new event's transaction: before its commit.
+    let mut tx = db.pool().begin().await.unwrap();
+    let new: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ('New', 'Order', 'o-new', '{}') RETURNING id",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let before_commit: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let committed = std::time::Instant::now();
+    while !sink.published_ids().contains(&new) {
+        assert!(
+            committed.elapsed() < PATIENCE,
+            "the new event was not published"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Published while the slot had not delivered its commit yet, or had a long queue before it.
+    let status = store.status();
+    assert!(
+        status.received_lsn < u64::try_from(before_commit).unwrap() || status.unrecorded > 1000,
+        "the new event went out only once the slot had caught up ({status:?}, {:?} after its \
+         commit)",
+        committed.elapsed()
+    );
+    wait_until(
+        "the slot has caught up",
+        Duration::from_secs(120),
+        || async { store.status().unrecorded == 0 },
+    )
+    .await;
+    assert_eq!(sink.published_ids(), vec![new], "only the new event");
+    assert_eq!(processed(db.pool()).await, MISSED + 1);
+    handle.stop().await.unwrap();
+}
+
+/// A polling relay beside a CDC relay on the same table: the claim is the same for both (a
+/// lease and a token on each row), so each event is published once, by one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_relay_beside_a_cdc_relay_publishes_each_event_once() {
+    let db = TestDb::new().await;
+    let (_store, cdc_sink, cdc_handle) = running(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_millis(100)),
+    )
+    .await;
+    let poll_sink = RecordingSink::new();
+    let poller = Relay::from_parts(
+        Arc::new(PgStore::new(db.pool().clone())) as Arc<dyn Store>,
+        Arc::new(poll_sink.clone()),
+        RelayConfig::default()
+            .ordered_aggregate_types(vec!["*".to_owned()])
+            .poll_interval(Duration::from_millis(20)),
+    )
+    .unwrap()
+    .start();
+    let mut ids = Vec::new();
+    for i in 0..500 {
+        ids.push(insert(db.pool(), "Placed", &format!("o-{}", i % 13)).await);
+    }
+    wait_until("every event is PROCESSED", PATIENCE, || async {
+        processed(db.pool()).await == 500
+    })
+    .await;
+    let mut published = cdc_sink.published_ids();
+    published.extend(poll_sink.published_ids());
+    published.sort_unstable();
+    assert_eq!(published, ids, "each event once, by one relay or the other");
+    cdc_handle.stop().await.unwrap();
+    poller.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
