@@ -92,6 +92,24 @@ async fn read(s: Arc<Stream>) {
                     {
                         warn!(slot, error = %e, "cannot drop the invalidated slot");
                     }
+                } else if text.contains("publication") && text.contains("does not exist") {
+                    // The slot decodes with the catalog as it was at each change: past a DROP
+                    // PUBLICATION it fails at the same change forever, even once the
+                    // publication is back. A new slot starts past it.
+                    error!(slot, publication = %s.config.publication, error = %text,
+                        "the CDC publication was dropped: creating it again, and a new slot (the \
+                         old one cannot read past the drop); events committed meanwhile are \
+                         claimed by the polling claim");
+                    if let Err(e) = crate::setup::prepare(&s.pool, &s.schema, &s.config).await {
+                        warn!(slot, error = %e, "cannot create the publication again");
+                    }
+                    if let Err(e) = sqlx::query(include_str!("../sql/slot_drop.sql"))
+                        .bind(slot)
+                        .execute(&s.pool)
+                        .await
+                    {
+                        warn!(slot, error = %e, "cannot drop the slot");
+                    }
                 } else if text.contains("is active for PID") {
                     warn!(
                         slot,

@@ -465,6 +465,79 @@ async fn a_dropped_slot_is_polled_around_and_made_again() {
     handle.stop().await.unwrap();
 }
 
+/// `DROP PUBLICATION` under a running relay: the slot cannot decode past it (not even once the
+/// publication is back), so the relay creates the publication again and a new slot; what was
+/// committed meanwhile is claimed by the polling claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_publication_is_made_again_with_a_new_slot() {
+    let db = TestDb::new().await;
+    // No heartbeat: the received position moves with delivered commits alone.
+    let (store, sink, handle) = running(
+        &db,
+        CdcConfig::default()
+            .poll_interval(Duration::from_millis(200))
+            .heartbeat(Duration::from_secs(3600)),
+    )
+    .await;
+    let slot = slot_name(&db);
+    let before = insert(db.pool(), "Placed", "o-before").await;
+    wait_until("the first event is published", PATIENCE, || async {
+        sink.published_ids().contains(&before)
+    })
+    .await;
+    let old_slot: i64 = sqlx::query_scalar(
+        "SELECT (restart_lsn - '0/0')::bigint FROM pg_replication_slots WHERE slot_name = $1",
+    )
+    .bind(&slot)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    db.pool()
+        .execute("DROP PUBLICATION postbox_outbox")
+        .await
+        .unwrap();
+    let mut ids = vec![before];
+    for i in 0..20 {
+        ids.push(insert(db.pool(), "Placed", &format!("o-{i}")).await);
+    }
+    wait_until("every event is PROCESSED", PATIENCE, || async {
+        processed(db.pool()).await == 21
+    })
+    .await;
+    wait_until(
+        "the publication and a new slot are made, and read",
+        PATIENCE,
+        || async {
+            let (publication, restart): (bool, Option<i64>) = sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'postbox_outbox'), \
+                 (SELECT (restart_lsn - '0/0')::bigint FROM pg_replication_slots \
+                  WHERE slot_name = $1 AND active)",
+            )
+            .bind(&slot)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            publication && restart.is_some_and(|lsn| lsn > old_slot) && store.status().streaming
+        },
+    )
+    .await;
+    let received = store.status().received_lsn;
+    let late = insert(db.pool(), "Placed", "o-late").await;
+    wait_until("an event after it is published", PATIENCE, || async {
+        sink.published_ids().contains(&late)
+    })
+    .await;
+    wait_until("the new slot delivered it", PATIENCE, || async {
+        store.status().received_lsn > received
+    })
+    .await;
+    ids.push(late);
+    let mut published = sink.published_ids();
+    published.sort_unstable();
+    assert_eq!(published, ids, "each event once");
+    handle.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_that_may_not_replicate_is_told_the_statement_that_fixes_it() {
     let db = TestDb::new().await;
