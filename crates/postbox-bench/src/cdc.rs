@@ -64,7 +64,11 @@ pub(crate) async fn run(
     };
     // The first start makes the slot: a server that cannot is a finding, not a failed run.
     match cdc.start().await {
-        Ok(store) => cdc.stop(store).await?,
+        Ok(store) => {
+            // Read once, so the slot exists for the phases to move it.
+            cdc.streaming(&store).await?;
+            cdc.stop(store).await?;
+        }
         Err(
             e @ (postbox_cdc::Error::WalLevel { .. } | postbox_cdc::Error::NoReplication { .. }),
         ) => {

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use pg_walstream::SharedLsnFeedback;
 use tokio::sync::Notify;
@@ -19,10 +20,24 @@ struct Txn {
     remaining: usize,
 }
 
+/// How many times an id the claim by id did not get is looked at again (after 1, 2, 4, … 128
+/// ms: a quarter of a second in all) before it is left to the polling claim.
+pub(crate) const RECHECKS: u8 = 8;
+
+/// A delivered id the claim by id did not get, looked at again from `due`.
+struct Recheck {
+    id: i64,
+    due: Instant,
+}
+
 #[derive(Default)]
 struct State {
     /// Ids delivered and not handed to a claim yet, in commit order.
     queue: VecDeque<i64>,
+    /// Ids the claim by id did not get, to look at again (see [`Progress::missed`]).
+    recheck: Vec<Recheck>,
+    /// How many times each id in `recheck` was missed.
+    misses: HashMap<i64, u8>,
     /// Ids delivered and not recorded yet, with their transaction's `seq`.
     owner: HashMap<i64, u64>,
     txns: VecDeque<Txn>,
@@ -122,11 +137,54 @@ impl Progress {
         advance(&mut s);
     }
 
-    /// Up to `n` ids for a claim, in commit order.
+    /// Up to `n` ids for a claim: the rechecks that are due, then the queue in commit order.
     pub(crate) fn take(&self, n: usize) -> Vec<i64> {
         let mut s = self.state();
-        let n = n.min(s.queue.len());
-        s.queue.drain(..n).collect()
+        let now = Instant::now();
+        let mut ids = Vec::new();
+        let mut i = 0;
+        while i < s.recheck.len() && ids.len() < n {
+            if s.recheck[i].due <= now {
+                ids.push(s.recheck.swap_remove(i).id);
+            } else {
+                i += 1;
+            }
+        }
+        let more = (n - ids.len()).min(s.queue.len());
+        ids.extend(s.queue.drain(..more));
+        ids
+    }
+
+    /// Ids a claim by id did not get. A row the slot delivered may not be visible to other
+    /// sessions yet: the server sends a commit to the slot's reader once its WAL is flushed,
+    /// a moment before the transaction shows as committed to new snapshots. An ordered event
+    /// also waits while an earlier one of its aggregate is in flight. So each is looked at again
+    /// a few times, soon ([`RECHECKS`]); after that it is someone else's, finished, or waits
+    /// for longer, and is left to the polling claim.
+    pub(crate) fn missed(&self, ids: impl IntoIterator<Item = i64>) {
+        let mut s = self.state();
+        let now = Instant::now();
+        let mut given_up = Vec::new();
+        for id in ids {
+            if !s.owner.contains_key(&id) {
+                continue;
+            }
+            let misses = s.misses.entry(id).or_default();
+            *misses += 1;
+            if *misses > RECHECKS {
+                given_up.push(id);
+            } else {
+                let due = now + Duration::from_millis(1 << (*misses - 1));
+                s.recheck.push(Recheck { id, due });
+            }
+        }
+        drop(s);
+        self.done(given_up);
+    }
+
+    /// When the next recheck is due, if any waits.
+    pub(crate) fn next_recheck(&self) -> Option<Instant> {
+        self.state().recheck.iter().map(|r| r.due).min()
     }
 
     /// Ids whose claim failed: claimed first next time.
@@ -139,9 +197,11 @@ impl Progress {
         }
     }
 
-    /// Whether ids wait for a claim.
+    /// Whether ids wait for a claim now (queued, or a recheck due).
     pub(crate) fn waiting(&self) -> bool {
-        !self.state().queue.is_empty()
+        let s = self.state();
+        let now = Instant::now();
+        !s.queue.is_empty() || s.recheck.iter().any(|r| r.due <= now)
     }
 
     /// These ids are recorded (or were not this relay's to claim).
@@ -149,6 +209,7 @@ impl Progress {
         let mut s = self.state();
         let mut any = false;
         for id in ids {
+            s.misses.remove(&id);
             if let Some(seq) = s.owner.remove(&id) {
                 let front = s.txns.front().map_or(0, |t| t.seq);
                 if let Some(txn) = seq
@@ -180,6 +241,8 @@ impl Progress {
 /// Forgets what a stream delivered: the next reader of the slot delivers it again.
 fn forget(s: &mut State) {
     s.queue.clear();
+    s.recheck.clear();
+    s.misses.clear();
     s.owner.clear();
     s.txns.clear();
 }
@@ -235,6 +298,27 @@ mod tests {
         assert_eq!(p.positions().0, 50, "event 7 is not recorded");
         p.done(p.take(1));
         assert_eq!(p.positions().0, 150);
+    }
+
+    #[test]
+    fn a_missed_id_is_looked_at_again_a_few_times_then_left_to_the_polling_claim() {
+        let p = Progress::default();
+        p.restart(SharedLsnFeedback::new_shared());
+        p.committed(100, vec![1, 2]);
+        assert_eq!(p.take(10), vec![1, 2]);
+        p.done([2]);
+        p.missed([1]);
+        assert_eq!(p.positions().0, 0, "1 is not recorded yet");
+        for _ in 0..RECHECKS {
+            let due = p.next_recheck().expect("a recheck waits");
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            assert!(p.waiting());
+            assert_eq!(p.take(10), vec![1]);
+            p.missed([1]);
+        }
+        assert_eq!(p.next_recheck(), None);
+        assert!(!p.waiting());
+        assert_eq!(p.positions(), (100, 100), "left to the polling claim");
     }
 
     #[test]

@@ -227,8 +227,9 @@ impl Store for CdcStore {
                     return Err(e);
                 }
             };
-            // What this claim did not get is someone else's, finished, or waits behind its
-            // aggregate or for a retry: the polling claim's, and nothing more to wait for here.
+            // What this claim did not get is not visible yet, someone else's, finished, or
+            // waits behind its aggregate or for a retry: looked at again a few times, then the
+            // polling claim's (`Progress::missed`).
             let got: HashSet<i64> = claimed
                 .events
                 .iter()
@@ -236,7 +237,7 @@ impl Store for CdcStore {
                 .chain(claimed.undecodable.iter().map(|u| u.id))
                 .collect();
             self.progress
-                .done(ids.into_iter().filter(|id| !got.contains(id)));
+                .missed(ids.into_iter().filter(|id| !got.contains(id)));
             if self.progress.waiting() {
                 self.progress.arrived.notify_one();
             }
@@ -320,7 +321,16 @@ struct Arrivals {
 #[async_trait]
 impl Wakeups for Arrivals {
     async fn next(&mut self) -> postbox::Result<Option<String>> {
-        self.progress.arrived.notified().await;
+        let arrived = self.progress.arrived.notified();
+        match self.progress.next_recheck() {
+            Some(due) => {
+                tokio::select! {
+                    () = arrived => {}
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+                }
+            }
+            None => arrived.await,
+        }
         Ok(Some(self.schema.clone()))
     }
 }

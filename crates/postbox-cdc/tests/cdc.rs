@@ -154,6 +154,47 @@ async fn the_slot_delivers_committed_events_in_commit_order_and_never_a_rolled_b
     handle.stop().await.unwrap();
 }
 
+/// An ordered event whose aggregate's previous event is still in flight (here: held by
+/// another relay) when the slot delivers it is not claimable yet; the relay looks at it again
+/// shortly, rather than leaving it to the polling claim (here: never, the poll being an hour
+/// away). The same look again covers a row delivered a moment before its transaction is
+/// visible to other sessions (the server sends a commit to the slot once its WAL is flushed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_event_behind_one_in_flight_goes_out_by_the_slot_when_that_one_is_done() {
+    let db = TestDb::new().await;
+    let (_store, sink, handle) = running(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_secs(3600)),
+    )
+    .await;
+    // Another relay holds the aggregate's first event.
+    let first: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload, status, \
+         locked_until, locked_by, claim_token) \
+         VALUES ('First', 'Order', 'o-1', '{}', 'PROCESSING', now() + interval '1 hour', \
+         'other', gen_random_uuid()) RETURNING id",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    let second = insert(db.pool(), "Second", "o-1").await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The other relay records it.
+    sqlx::query(
+        "UPDATE outbox_events SET status = 'PROCESSED', processed_at = now() WHERE id = $1",
+    )
+    .bind(first)
+    .execute(db.pool())
+    .await
+    .unwrap();
+    wait_until("the second is published", PATIENCE, || async {
+        sink.published_ids().contains(&second)
+    })
+    .await;
+    assert_eq!(sink.published_ids(), vec![second]);
+    handle.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slot_is_confirmed_only_once_the_events_are_recorded() {
     let db = TestDb::new().await;
