@@ -56,6 +56,7 @@ pub struct CdcStore {
     progress: Arc<Progress>,
     poll_every: Duration,
     polled: Mutex<Polled>,
+    ids_taken_sql: std::sync::OnceLock<String>,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     slot: String,
@@ -110,6 +111,7 @@ impl CdcStore {
             progress,
             poll_every: config.poll_interval,
             polled: Mutex::default(),
+            ids_taken_sql: std::sync::OnceLock::new(),
             cancel,
             tasks,
             slot: config.slot,
@@ -160,6 +162,27 @@ impl CdcStore {
             self.progress.server_lost();
         }
         result
+    }
+
+    /// Ids a claim by id did not get: those taken by another claim, finished or waiting for a
+    /// retry are done here (the polling claim's); the rest — not visible yet, or ordered behind
+    /// an event in flight — are looked at again shortly ([`Progress::missed`]). If the table
+    /// cannot be read now, every one is looked at again.
+    async fn missed(&self, ids: Vec<i64>) {
+        // The schema's name is validated by `SchemaName`, and quoted.
+        let sql = self.ids_taken_sql.get_or_init(|| {
+            include_str!("../sql/ids_taken.sql").replace("{schema}", &self.schema.quoted())
+        });
+        let taken: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(&ids)
+            .fetch_all(self.inner.pool())
+            .await
+            .unwrap_or_default();
+        let taken: HashSet<i64> = taken.into_iter().collect();
+        let (done, again): (Vec<i64>, Vec<i64>) =
+            ids.into_iter().partition(|id| taken.contains(id));
+        self.progress.done(done);
+        self.progress.missed(again);
     }
 
     /// Whether the slot streams and the timed poll is due, whatever waits in the queue.
@@ -236,8 +259,10 @@ impl Store for CdcStore {
                 .map(|e| e.id)
                 .chain(claimed.undecodable.iter().map(|u| u.id))
                 .collect();
-            self.progress
-                .missed(ids.into_iter().filter(|id| !got.contains(id)));
+            let missed: Vec<i64> = ids.into_iter().filter(|id| !got.contains(id)).collect();
+            if !missed.is_empty() {
+                self.missed(missed).await;
+            }
             if self.progress.waiting() {
                 self.progress.arrived.notify_one();
             }
