@@ -182,6 +182,12 @@ impl Progress {
         self.done(given_up);
     }
 
+    /// Splits `ids` into those missed for the first time and those missed before.
+    pub(crate) fn first_misses(&self, ids: Vec<i64>) -> (Vec<i64>, Vec<i64>) {
+        let s = self.state();
+        ids.into_iter().partition(|id| !s.misses.contains_key(id))
+    }
+
     /// When the next recheck is due, if any waits.
     pub(crate) fn next_recheck(&self) -> Option<Instant> {
         self.state().recheck.iter().map(|r| r.due).min()

@@ -62,7 +62,7 @@ pub struct CdcStore {
     slot: String,
 }
 
-/// When the polling claim last ran beside the slot, and whether it found work.
+/// When the polling claim last ran beside the slot, and whether it came back full.
 #[derive(Default)]
 struct Polled {
     at: Option<Instant>,
@@ -144,7 +144,9 @@ impl CdcStore {
     }
 
     /// Whether the polling claim runs now: always while the slot is not read; else at most every
-    /// `poll_every`, or again at once while it keeps finding work.
+    /// `poll_every`, or again at once while it comes back full (a backlog the slot does not
+    /// cover). A poll that finds a few events finds those the slot is about to deliver: polling
+    /// again at once would race the slot for every new event and claim each one twice.
     fn poll_due(&self) -> bool {
         if !self.progress.streaming() {
             return true;
@@ -164,11 +166,17 @@ impl CdcStore {
         result
     }
 
-    /// Ids a claim by id did not get: those taken by another claim, finished or waiting for a
-    /// retry are done here (the polling claim's); the rest — not visible yet, or ordered behind
-    /// an event in flight — are looked at again shortly ([`Progress::missed`]). If the table
-    /// cannot be read now, every one is looked at again.
+    /// Ids a claim by id did not get. Missed once, each is looked at again after a millisecond
+    /// without further ado: most often the row was not visible yet. Missed again, those taken
+    /// by another claim, finished or waiting for a retry are done here (the polling claim's);
+    /// the rest — still not visible, or ordered behind an event in flight — are looked at again
+    /// ([`Progress::missed`]). If the table cannot be read now, every one is looked at again.
     async fn missed(&self, ids: Vec<i64>) {
+        let (first, ids) = self.progress.first_misses(ids);
+        self.progress.missed(first);
+        if ids.is_empty() {
+            return;
+        }
         // The schema's name is validated by `SchemaName`, and quoted.
         let sql = self.ids_taken_sql.get_or_init(|| {
             include_str!("../sql/ids_taken.sql").replace("{schema}", &self.schema.quoted())
@@ -228,7 +236,7 @@ impl Store for CdcStore {
         // missed before it reaches new commits, and those must not wait for that.
         if self.poll_overdue() {
             let claimed = self.watch(self.inner.events_claim(p).await)?;
-            self.polled(!claimed.events.is_empty() || !claimed.exhausted.is_empty());
+            self.polled(claimed.events.len() + claimed.exhausted.len() >= p.batch_size as usize);
             if !claimed.events.is_empty()
                 || !claimed.undecodable.is_empty()
                 || !claimed.exhausted.is_empty()
@@ -272,7 +280,7 @@ impl Store for CdcStore {
             return Ok(Claimed::default());
         }
         let claimed = self.watch(self.inner.events_claim(p).await)?;
-        self.polled(!claimed.events.is_empty() || !claimed.exhausted.is_empty());
+        self.polled(claimed.events.len() + claimed.exhausted.len() >= p.batch_size as usize);
         Ok(claimed)
     }
 
