@@ -188,6 +188,11 @@ impl Progress {
         ids.into_iter().partition(|id| !s.misses.contains_key(id))
     }
 
+    /// Delivered ids waiting to be looked at again.
+    pub(crate) fn rechecking(&self) -> usize {
+        self.state().recheck.len()
+    }
+
     /// When the next recheck is due, if any waits.
     pub(crate) fn next_recheck(&self) -> Option<Instant> {
         self.state().recheck.iter().map(|r| r.due).min()

@@ -83,6 +83,9 @@ pub struct CdcStatus {
     pub received_lsn: u64,
     /// Events the slot delivered whose outcome is not recorded yet.
     pub unrecorded: usize,
+    /// Of those, events the claim by id did not get (not visible yet, or behind an event of
+    /// their aggregate in flight) that wait to be looked at again.
+    pub rechecking: usize,
 }
 
 impl CdcStore {
@@ -127,6 +130,7 @@ impl CdcStore {
             confirmed_lsn,
             received_lsn,
             unrecorded: self.progress.unrecorded(),
+            rechecking: self.progress.rechecking(),
         }
     }
 

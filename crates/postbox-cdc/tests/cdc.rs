@@ -162,12 +162,10 @@ async fn the_slot_delivers_committed_events_in_commit_order_and_never_a_rolled_b
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ordered_event_behind_one_in_flight_goes_out_by_the_slot_when_that_one_is_done() {
     let db = TestDb::new().await;
-    let (_store, sink, handle) = running(
-        &db,
-        CdcConfig::default().poll_interval(Duration::from_secs(3600)),
-    )
-    .await;
-    // Another relay holds the aggregate's first event.
+    postbox::migrate(&PgStore::new(db.pool().clone()))
+        .await
+        .unwrap();
+    // Another relay holds the aggregate's first event (written before the slot exists).
     let first: i64 = sqlx::query_scalar(
         "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload, status, \
          locked_until, locked_by, claim_token) \
@@ -177,9 +175,22 @@ async fn an_ordered_event_behind_one_in_flight_goes_out_by_the_slot_when_that_on
     .fetch_one(db.pool())
     .await
     .unwrap();
+    let (store, sink, handle) = running(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_secs(3600)),
+    )
+    .await;
     let second = insert(db.pool(), "Second", "o-1").await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    // The other relay records it.
+    // The slot delivered it and the relay's claim found its aggregate busy: it waits to be
+    // looked at again. Then the other relay records the first.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while store.status().rechecking == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second event was never looked at again"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     sqlx::query(
         "UPDATE outbox_events SET status = 'PROCESSED', processed_at = now() WHERE id = $1",
     )
