@@ -56,7 +56,8 @@ pub struct CdcStore {
     progress: Arc<Progress>,
     poll_every: Duration,
     polled: Mutex<Polled>,
-    ids_taken_sql: std::sync::OnceLock<String>,
+    /// `sql/ids_taken.sql` for this schema.
+    ids_taken_sql: String,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     slot: String,
@@ -66,7 +67,7 @@ pub struct CdcStore {
 #[derive(Default)]
 struct Polled {
     at: Option<Instant>,
-    found: bool,
+    full: bool,
 }
 
 /// Where a CDC relay's slot stands ([`CdcStore::status`]).
@@ -108,13 +109,16 @@ impl CdcStore {
             progress: Arc::clone(&progress),
             cancel: cancel.clone(),
         });
+        // The schema's name is validated by `SchemaName`, and quoted.
+        let ids_taken_sql =
+            include_str!("../sql/ids_taken.sql").replace("{schema}", &schema.quoted());
         Ok(CdcStore {
             inner: store,
             schema,
             progress,
             poll_every: config.poll_interval,
             polled: Mutex::default(),
-            ids_taken_sql: std::sync::OnceLock::new(),
+            ids_taken_sql,
             cancel,
             tasks,
             slot: config.slot,
@@ -156,7 +160,7 @@ impl CdcStore {
             return true;
         }
         let polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
-        polled.found || polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
+        polled.full || polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
     }
 
     /// Passes `result` on; an error that says the database is going away also makes the reader
@@ -181,11 +185,7 @@ impl CdcStore {
         if ids.is_empty() {
             return;
         }
-        // The schema's name is validated by `SchemaName`, and quoted.
-        let sql = self.ids_taken_sql.get_or_init(|| {
-            include_str!("../sql/ids_taken.sql").replace("{schema}", &self.schema.quoted())
-        });
-        let taken: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
+        let taken: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(self.ids_taken_sql.as_str()))
             .bind(&ids)
             .fetch_all(self.inner.pool())
             .await
@@ -206,12 +206,17 @@ impl CdcStore {
         polled.at.is_some_and(|at| at.elapsed() >= self.poll_every)
     }
 
-    fn polled(&self, found: bool) {
+    /// The polling claim beside the slot, and when it ran and whether it came back full.
+    async fn poll(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
+        let claimed = self.watch(self.inner.events_claim(p).await)?;
+        let full = claimed.events.len() + claimed.exhausted.len()
+            >= usize::try_from(p.batch_size).unwrap_or(usize::MAX);
         let mut polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
         *polled = Polled {
             at: Some(Instant::now()),
-            found,
+            full,
         };
+        Ok(claimed)
     }
 }
 
@@ -239,8 +244,7 @@ impl Store for CdcStore {
         // (restarted after a stop, while a polling relay did the work) reads back everything it
         // missed before it reaches new commits, and those must not wait for that.
         if self.poll_overdue() {
-            let claimed = self.watch(self.inner.events_claim(p).await)?;
-            self.polled(claimed.events.len() + claimed.exhausted.len() >= p.batch_size as usize);
+            let claimed = self.poll(p).await?;
             if !claimed.events.is_empty()
                 || !claimed.undecodable.is_empty()
                 || !claimed.exhausted.is_empty()
@@ -283,9 +287,7 @@ impl Store for CdcStore {
         if !self.poll_due() {
             return Ok(Claimed::default());
         }
-        let claimed = self.watch(self.inner.events_claim(p).await)?;
-        self.polled(claimed.events.len() + claimed.exhausted.len() >= p.batch_size as usize);
-        Ok(claimed)
+        self.poll(p).await
     }
 
     async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> postbox::Result<i64> {

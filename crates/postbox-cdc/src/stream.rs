@@ -85,13 +85,7 @@ async fn read(s: Arc<Stream>) {
                         "the CDC slot was invalidated (it held more WAL than max_slot_wal_keep_size \
                          allows): dropping it and creating a new one; events committed meanwhile \
                          are claimed by the polling claim");
-                    if let Err(e) = sqlx::query(include_str!("../sql/slot_drop.sql"))
-                        .bind(slot)
-                        .execute(&s.pool)
-                        .await
-                    {
-                        warn!(slot, error = %e, "cannot drop the invalidated slot");
-                    }
+                    drop_slot(&s).await;
                 } else if text.contains("publication") && text.contains("does not exist") {
                     // The slot decodes with the catalog as it was at each change: past a DROP
                     // PUBLICATION it fails at the same change forever, even once the
@@ -103,13 +97,7 @@ async fn read(s: Arc<Stream>) {
                     if let Err(e) = crate::setup::prepare(&s.pool, &s.schema, &s.config).await {
                         warn!(slot, error = %e, "cannot create the publication again");
                     }
-                    if let Err(e) = sqlx::query(include_str!("../sql/slot_drop.sql"))
-                        .bind(slot)
-                        .execute(&s.pool)
-                        .await
-                    {
-                        warn!(slot, error = %e, "cannot drop the slot");
-                    }
+                    drop_slot(&s).await;
                 } else if text.contains("is active for PID") {
                     warn!(
                         slot,
@@ -127,6 +115,18 @@ async fn read(s: Arc<Stream>) {
             () = s.cancel.cancelled() => break,
             () = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// Drops the slot nobody reads any more (it cannot be read past where it broke); the next
+/// read creates a new one at the current WAL position.
+async fn drop_slot(s: &Stream) {
+    if let Err(e) = sqlx::query(include_str!("../sql/slot_drop.sql"))
+        .bind(&s.config.slot)
+        .execute(&s.pool)
+        .await
+    {
+        warn!(slot = %s.config.slot, error = %e, "cannot drop the slot");
     }
 }
 
