@@ -39,6 +39,9 @@ struct Faults {
     calls: Mutex<HashMap<StoreOp, u64>>,
     marks_open: tokio::sync::watch::Sender<bool>,
     marks_held: AtomicU64,
+    /// Claims under way now, and the most ever under way at once.
+    claiming: AtomicU64,
+    most_claiming: AtomicU64,
 }
 
 impl FaultyStore {
@@ -52,6 +55,8 @@ impl FaultyStore {
                 calls: Mutex::default(),
                 marks_open: tokio::sync::watch::Sender::new(true),
                 marks_held: AtomicU64::new(0),
+                claiming: AtomicU64::new(0),
+                most_claiming: AtomicU64::new(0),
             }),
         }
     }
@@ -85,6 +90,11 @@ impl FaultyStore {
     /// Mark calls waiting behind [`FaultyStore::hold_marks`] right now.
     pub fn marks_held(&self) -> u64 {
         self.faults.marks_held.load(Ordering::SeqCst)
+    }
+
+    /// The most claims (`events_claim`) that were under way at once.
+    pub fn most_claims_at_once(&self) -> u64 {
+        self.faults.most_claiming.load(Ordering::SeqCst)
     }
 
     fn enter(&self, op: StoreOp) -> postbox::Result<()> {
@@ -130,6 +140,23 @@ impl FaultyStore {
     }
 }
 
+/// One claim under way, counted until it ends (or is dropped mid-way).
+struct Claiming<'a>(&'a Faults);
+
+impl<'a> Claiming<'a> {
+    fn start(faults: &'a Faults) -> Self {
+        let now = faults.claiming.fetch_add(1, Ordering::SeqCst) + 1;
+        faults.most_claiming.fetch_max(now, Ordering::SeqCst);
+        Claiming(faults)
+    }
+}
+
+impl Drop for Claiming<'_> {
+    fn drop(&mut self) {
+        self.0.claiming.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 fn get(map: &Mutex<HashMap<StoreOp, u64>>, op: StoreOp) -> u64 {
     map.lock().expect("lock").get(&op).copied().unwrap_or(0)
 }
@@ -148,6 +175,7 @@ impl postbox::Store for FaultyStore {
 
     async fn events_claim(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
         self.enter(StoreOp::Claim)?;
+        let _under_way = Claiming::start(&self.faults);
         self.inner.events_claim(p).await
     }
 

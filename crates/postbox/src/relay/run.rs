@@ -310,7 +310,13 @@ impl Relay {
                 result.behind_own = true;
                 continue;
             }
-            match pipeline.claim(&target).await {
+            // A backlog that needs no order: two claims side by side.
+            let claimed = if pipeline.pairs(&target) {
+                pipeline.claim_pair(&target).await
+            } else {
+                pipeline.claim(&target).await
+            };
+            match claimed {
                 Ok(claimed) => {
                     served += 1;
                     if claimed.any && !busy_period.is_zero() {

@@ -120,6 +120,11 @@ pub struct Capabilities {
     /// Whether ids are drawn in commit order (SQLite: one writer at a time), so that every
     /// committed id is settled at once and [`Store::commit_horizon`] needs no probe.
     pub ids_in_commit_order: bool,
+    /// Whether one relay's claims may run side by side, each locking rows the others skip
+    /// (PostgreSQL, MySQL/MariaDB): while its claims come back full, a relay keeps two in flight,
+    /// so that a backlog is claimed on two of the server's cores. Not with one writer at a time
+    /// (SQLite), where the second would only wait for the first.
+    pub concurrent_claims: bool,
 }
 
 impl Capabilities {
@@ -128,6 +133,7 @@ impl Capabilities {
     pub const SERVER: Capabilities = Capabilities {
         claims_from_floor: true,
         ids_in_commit_order: false,
+        concurrent_claims: true,
     };
 
     /// The capabilities of a store that claims by scanning from the first due event and draws
@@ -135,6 +141,7 @@ impl Capabilities {
     pub const EMBEDDED: Capabilities = Capabilities {
         claims_from_floor: false,
         ids_in_commit_order: true,
+        concurrent_claims: false,
     };
 
     /// The name of the claim path these capabilities give a relay: `floor` or `scan`. Relays

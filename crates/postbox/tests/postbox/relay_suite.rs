@@ -143,6 +143,35 @@ async fn g3_relays_side_by_side_publish_each_event_once(t: TestStore) {
     );
 }
 
+/// G1/G3: a relay drains a backlog with two claims in flight where the store allows it (the
+/// rows one locks the other skips), one at a time where it does not (SQLite): each event
+/// published once, every one of them.
+async fn g3_a_backlog_is_claimed_two_batches_at_once_each_event_once(t: TestStore) {
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.extend(t.commit(events("Order", 500)).await);
+    }
+    let store = FaultyStore::new(t.connect().await);
+    let pairs = store.capabilities().concurrent_claims;
+    let sink = RecordingSink::new();
+    let relay = Relay::new(store.clone(), sink.clone(), config()).unwrap();
+    let stats = relay.drain(std::future::pending()).await.unwrap();
+    let counts = tally(sink.published_ids());
+    assert_eq!(counts.len(), ids.len(), "{}: every event", t.name);
+    assert!(
+        ids.iter().all(|id| counts[id] == 1),
+        "{}: each event once",
+        t.name
+    );
+    assert_eq!(stats.published, 2_000, "{}", t.name);
+    assert_eq!(
+        store.most_claims_at_once(),
+        if pairs { 2 } else { 1 },
+        "{}: claims in flight at once",
+        t.name
+    );
+}
+
 /// G1: a relay dropped with its whole batch in flight loses nothing: once its lease runs out
 /// another relay takes the batch over (a failed try each) and publishes it.
 async fn g1_a_relay_dropped_mid_batch_loses_nothing(t: TestStore) {
@@ -438,6 +467,7 @@ relay_suite!(
     g1_the_relay_rides_out_database_errors_and_loses_nothing,
     g2_rolled_back_events_are_never_published,
     g3_relays_side_by_side_publish_each_event_once,
+    g3_a_backlog_is_claimed_two_batches_at_once_each_event_once,
     g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing,
     g5_a_failing_event_is_tried_max_retries_times_then_failed,
     g6_ordered_aggregates_are_delivered_in_commit_order_through_retries,

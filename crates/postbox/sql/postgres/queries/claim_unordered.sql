@@ -1,7 +1,7 @@
 -- The claim of a relay without ordered aggregate types: claim.sql's, through the eight-argument
--- postbox_claim (functions/postbox_claim.sql), the ten-argument one without the paths for ordered
--- aggregates. The ten-argument plans those paths on every call (a SQL function's plan lasts one call): about 5 ms
--- more per claim on an empty table, which a relay that orders nothing has no use for.
+-- postbox_claim (functions/postbox_claim.sql): the ten-argument one without the paths for ordered
+-- aggregates, nor the per-row check of whether a row waits for its aggregate, which a relay that
+-- orders nothing has no use for (a fifth of a claim of 500).
 -- One short claim (docs/architecture.md, "The contract"): due rows in id order, rows other relays hold are skipped; a row
 -- still PROCESSING is a stale claim, whose take-over counts as a failed try (FAILED on its last).
 -- The statement lives in the function postbox_claim, which pins its plan whatever the table's

@@ -19,9 +19,11 @@ use crate::metrics as metric;
 use crate::ordering::{HELD_BACK, is_ordered, plan};
 use crate::relay::lease::LeaseKeeper;
 use crate::relay::timing::write_patience;
-use crate::relay::{RelayConfig, RelayStats};
+use crate::relay::{Inner, RelayConfig, RelayStats};
 use crate::schema::Target;
-use crate::store::{ClaimOrder, ClaimParams, FailedTry, HorizonProbe, Release, ReleaseParams};
+use crate::store::{
+    self, ClaimOrder, ClaimParams, FailedTry, HorizonProbe, Release, ReleaseParams,
+};
 
 /// The commit horizon of one target (see [`Store::commit_horizon`](crate::Store)).
 #[derive(Default)]
@@ -114,12 +116,11 @@ impl Pipeline {
         }
     }
 
-    /// Claims a batch of `target` and queues its events for publishing; rows that cannot be
-    /// read fail at once, alone.
-    pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
+    /// Where `target`'s next claim starts and how large it is: its commit horizon, the ids
+    /// passed, its floor or cursor.
+    async fn prepare(&mut self, target: &Target) -> Result<Prepared> {
         let inner = Arc::clone(&self.inner);
         let cfg = &inner.config;
-        let tenant = target.label();
         let ordered = !cfg.ordered_aggregate_types.is_empty();
         let floors = inner.store.capabilities().claims_from_floor;
         let (settled_through, stalled) = if ordered || floors {
@@ -141,25 +142,101 @@ impl Pipeline {
             .copied()
             .unwrap_or(cfg.batch_size);
         let sweep = ordered && self.sweep(target);
-        let started = Instant::now();
-        let mut claimed = inner
-            .store
-            .events_claim(&ClaimParams {
-                target,
-                batch_size: size,
-                lease: cfg.lease,
-                relay_id: &inner.id,
-                order: ClaimOrder {
-                    aggregate_types: &cfg.ordered_aggregate_types,
-                    settled_through,
-                    walk: size.saturating_mul(WALK_CLAIMS),
-                    sweep,
-                },
-                floor,
-            })
-            .await?;
-        metrics::histogram!(metric::CLAIM_SECONDS, "tenant" => tenant.to_owned())
-            .record(started.elapsed().as_secs_f64());
+        Ok(Prepared {
+            settled_through,
+            floor,
+            size,
+            sweep,
+        })
+    }
+
+    /// Whether `target`'s next claim is a pair of claims side by side (see
+    /// [`Capabilities::concurrent_claims`](crate::store::Capabilities)): its last one came
+    /// back full and went on past its last event (a backlog of work that needs no order), and the
+    /// store lets one relay's claims run at once.
+    pub(in crate::relay) fn pairs(&self, target: &Target) -> bool {
+        self.inner.config.ordered_aggregate_types.is_empty()
+            && self.inner.store.capabilities().concurrent_claims
+            && self
+                .floors
+                .get(&target.schema)
+                .is_some_and(|state| state.cursor.is_some())
+    }
+
+    /// Claims a batch of `target` and queues its events for publishing; rows that cannot be
+    /// read fail at once, alone.
+    pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
+        let prepared = self.prepare(target).await?;
+        let claimed = ask(&Arc::clone(&self.inner), target, &prepared).await?;
+        let (result, last) = self.absorb(target, &prepared, claimed).await?;
+        self.set_cursor(target, result.full, last);
+        Ok(result)
+    }
+
+    /// Two claims of `target` side by side, from the same start: the rows one locks the other
+    /// skips, so together they take the next two batches, each on a connection of its own,
+    /// while a relay that claims one batch at a time leaves the database's other cores to its
+    /// marks. The first error is returned once what the other claimed is queued.
+    pub(in crate::relay) async fn claim_pair(&mut self, target: &Target) -> Result<Claimed> {
+        let prepared = self.prepare(target).await?;
+        let inner = Arc::clone(&self.inner);
+        let (first, second) = tokio::join!(
+            ask(&inner, target, &prepared),
+            ask(&inner, target, &prepared)
+        );
+        let mut result = Claimed {
+            full: true,
+            any: false,
+            behind_own: false,
+        };
+        let mut last = None;
+        let mut failed = None;
+        for claimed in [first, second] {
+            match claimed {
+                Ok(claimed) => {
+                    let (one, one_last) = self.absorb(target, &prepared, claimed).await?;
+                    result.full &= one.full;
+                    result.any |= one.any;
+                    last = last.max(one_last);
+                }
+                Err(e) => {
+                    result.full = false;
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        // The claims go on past both, while both came back full.
+        self.set_cursor(target, result.full, last);
+        failed.map_or(Ok(result), Err)
+    }
+
+    /// Where `target`'s next claim takes new work from: past `last`, the last event of a full
+    /// claim (relays without ordered aggregate types); from its floor again after a short one
+    /// (and finds whatever the cursor passed over).
+    fn set_cursor(&mut self, target: &Target, full: bool, last: Option<i64>) {
+        let ordered = !self.inner.config.ordered_aggregate_types.is_empty();
+        if let Some(state) = self.floors.get_mut(&target.schema) {
+            state.cursor = if full && !ordered {
+                last.map(|id| id.saturating_add(1))
+            } else {
+                None
+            };
+        }
+    }
+
+    /// Takes in what one claim brought: counts it, fails its unreadable rows, sets the size of
+    /// the next claim, and queues its events for publishing. Returns it and its last id.
+    async fn absorb(
+        &mut self,
+        target: &Target,
+        prepared: &Prepared,
+        mut claimed: store::Claimed,
+    ) -> Result<(Claimed, Option<i64>)> {
+        let inner = Arc::clone(&self.inner);
+        let cfg = &inner.config;
+        let tenant = target.label();
+        let ordered = !cfg.ordered_aggregate_types.is_empty();
+        let size = prepared.size;
         let mut stats = RelayStats {
             recovered: claimed.recovered,
             gave_up: claimed.exhausted.len() as u64,
@@ -168,19 +245,10 @@ impl Pipeline {
         };
         let count = claimed.events.len() + claimed.exhausted.len() + claimed.undecodable.len();
         let full = count >= size as usize;
-        if floors && let Some(state) = self.floors.get_mut(&target.schema) {
-            // A full claim: more new work waits past it. A short one: the claims start from the
-            // floor again (and find whatever the cursor passed over).
-            state.cursor = if full && !ordered {
-                (claimed.events.iter().map(|e| e.id))
-                    .chain(claimed.exhausted.iter().map(|e| e.id))
-                    .chain(claimed.undecodable.iter().map(|u| u.id))
-                    .max()
-                    .map(|id| id.saturating_add(1))
-            } else {
-                None
-            };
-        }
+        let last = (claimed.events.iter().map(|e| e.id))
+            .chain(claimed.exhausted.iter().map(|e| e.id))
+            .chain(claimed.undecodable.iter().map(|u| u.id))
+            .max();
         // Ordered events wait for this relay's own events of their aggregates in flight: a
         // claim beside those says nothing of the backlog, and keeps its size for the claim
         // after them (else claims of few aggregates never grow past the first).
@@ -310,12 +378,48 @@ impl Pipeline {
                     .map(|work| (claim, work)),
             );
         }
-        Ok(Claimed {
-            full,
-            any: count > 0,
-            behind_own,
-        })
+        Ok((
+            Claimed {
+                full,
+                any: count > 0,
+                behind_own,
+            },
+            last,
+        ))
     }
+}
+
+/// Where a claim starts and how large it is (see [`Pipeline::prepare`]).
+struct Prepared {
+    settled_through: i64,
+    floor: i64,
+    size: u32,
+    sweep: bool,
+}
+
+/// Asks the store for the claim `prepared` describes.
+async fn ask(inner: &Inner, target: &Target, prepared: &Prepared) -> Result<store::Claimed> {
+    let cfg = &inner.config;
+    let started = Instant::now();
+    let claimed = inner
+        .store
+        .events_claim(&ClaimParams {
+            target,
+            batch_size: prepared.size,
+            lease: cfg.lease,
+            relay_id: &inner.id,
+            order: ClaimOrder {
+                aggregate_types: &cfg.ordered_aggregate_types,
+                settled_through: prepared.settled_through,
+                walk: prepared.size.saturating_mul(WALK_CLAIMS),
+                sweep: prepared.sweep,
+            },
+            floor: prepared.floor,
+        })
+        .await?;
+    metrics::histogram!(metric::CLAIM_SECONDS, "tenant" => target.label().to_owned())
+        .record(started.elapsed().as_secs_f64());
+    Ok(claimed)
 }
 
 /// The size of the claim after one of `size` that brought `count` events: doubled after a full
