@@ -298,7 +298,9 @@ impl Relay {
         let mut failed = None;
         let mut served = 0;
         let busy_period = self.inner.config.busy_period;
-        for target in targets.round(busy_only) {
+        let round = targets.round(busy_only);
+        let alone = round.len() == 1;
+        for target in round {
             if *stop.borrow() || !pipeline.has_room() {
                 break;
             }
@@ -311,7 +313,7 @@ impl Relay {
                 continue;
             }
             // A backlog that needs no order: two claims side by side.
-            let claimed = if pipeline.pairs(&target) {
+            let claimed = if pipeline.pairs(&target, alone) {
                 pipeline.claim_pair(&target).await
             } else {
                 pipeline.claim(&target).await

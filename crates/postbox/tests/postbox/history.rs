@@ -352,6 +352,79 @@ async fn hot_path_costs_do_not_grow_with_history_with_statistics_of_a_backlog() 
     history_does_not_raise_costs(Stats::TakenWhilePending).await;
 }
 
+/// A relay's session keeps the claim's plan, made at its first claim: on a new outbox, while
+/// the table was empty (and a vacuum had said so). Its claims must still cost their batch once
+/// a history has grown, whatever that plan assumed the table held: without ordered aggregate
+/// types and with them.
+async fn claim_planned_on_an_empty_table(ordered: bool) {
+    let db = TestDb::new().await;
+    postbox::migrate(&PgStore::new(db.pool().clone()))
+        .await
+        .expect("migrate");
+    run(db.pool(), "VACUUM outbox_events").await;
+    let mut conn = db.pool().acquire().await.expect("connection");
+    let token = "'00000000-0000-0000-0000-000000000001'::uuid";
+    let (claim, args): (&str, Box<dyn Fn(i64) -> String>) = if ordered {
+        (
+            include_str!("../../sql/postgres/queries/claim.sql"),
+            Box::new(move |floor| {
+                format!(
+                    "{BATCH}, 30000, 'r1', {token}, ARRAY['*']::text[], {}, 'lease expired', \
+                     {floor}, {}, false",
+                    i64::MAX,
+                    4 * BATCH
+                )
+            }),
+        )
+    } else {
+        (
+            include_str!("../../sql/postgres/queries/claim_unordered.sql"),
+            Box::new(move |floor| {
+                format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}")
+            }),
+        )
+    };
+    // The first claim, on the empty table, plans the claim for this session.
+    conn.execute(AssertSqlSafe(format!(
+        "PREPARE first AS {}",
+        claim.replace("{schema}", "\"public\"")
+    )))
+    .await
+    .expect("prepare");
+    conn.execute(AssertSqlSafe(format!("EXECUTE first({})", args(0))))
+        .await
+        .expect("first claim");
+    run(
+        db.pool(),
+        &format!(
+            "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload, status)
+             SELECT 'InvoiceCreated', 'Invoice', g::text, jsonb_build_object('invoice_id', g),
+                    CASE WHEN g <= {HISTORY} THEN 'PROCESSED' ELSE 'PENDING' END
+             FROM generate_series(1, {}) g",
+            HISTORY + BACKLOG
+        ),
+    )
+    .await;
+    let cost = buffers(&mut conn, "claim", claim, &args(HISTORY)).await;
+    // A claim of 100 from its floor touched about 1,500 buffers here; one whose plan read the
+    // history, 10,000.
+    assert!(
+        cost <= 3_000,
+        "a claim of {BATCH} (ordered: {ordered}) touched {cost} buffers beside {HISTORY} \
+         processed events"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_planned_on_an_empty_table_costs_its_batch_once_a_history_grows() {
+    claim_planned_on_an_empty_table(false).await;
+}
+
+#[tokio::test]
+async fn an_ordered_claim_planned_on_an_empty_table_costs_its_batch_once_a_history_grows() {
+    claim_planned_on_an_empty_table(true).await;
+}
+
 #[tokio::test]
 async fn status_estimates_a_long_history_and_counts_the_rest() {
     let db = table(HISTORY, Stats::Fresh).await;

@@ -52,9 +52,14 @@ AS $claim$
 -- of a claim of 500) and every row locked is kept. PL/pgSQL, as the ten-argument claim, so that
 -- each statement is planned once per session rather than at every call.
 #variable_conflict use_column
+DECLARE
+    ids bigint[];
+    stale_ids bigint[];
 BEGIN
 IF cardinality($5) = 0 THEN
-    RETURN QUERY
+    -- The rows are picked (and locked) first, then updated by id: a join of the picked rows to
+    -- the table would be planned once for the session, and on a table whose statistics say it
+    -- is empty the planner may put the table outside and read all of it per claim.
     WITH fresh AS MATERIALIZED (
         SELECT e.id, e.status = 'PROCESSING' AS stale
         FROM {schema}.outbox_events e
@@ -65,7 +70,7 @@ IF cardinality($5) = 0 THEN
         LIMIT $1
         FOR UPDATE OF e SKIP LOCKED
     ), retried AS MATERIALIZED (
-        -- Written with <> rather than IN so that only the retry index's predicate matches it, never
+        -- With <> rather than IN, so that only the retry index's predicate matches it, never
         -- the polling index's (whose walk from the start is what this claim avoids).
         SELECT e.id, e.status = 'PROCESSING' AS stale
         FROM {schema}.outbox_events e
@@ -75,37 +80,38 @@ IF cardinality($5) = 0 THEN
         ORDER BY coalesce(e.locked_until, '-infinity'::timestamptz)
         LIMIT $1
         FOR UPDATE OF e SKIP LOCKED
-    ), picked AS MATERIALIZED (
-        -- Both paths' rows in id order, a batch of them (rows locked beyond it are let go at the
-        -- end of the claim's transaction).
-        SELECT w.id, w.stale
-        FROM (SELECT * FROM retried UNION ALL SELECT * FROM fresh) w
-        ORDER BY w.id
-        LIMIT $1
     )
+    -- Both paths' rows in id order, a batch of them (rows locked beyond it are let go at the
+    -- end of the claim's transaction).
+    SELECT coalesce(array_agg(w.id), '{}'), coalesce(array_agg(w.id) FILTER (WHERE w.stale), '{}')
+    INTO ids, stale_ids
+    FROM (SELECT u.id, u.stale
+          FROM (SELECT * FROM retried UNION ALL SELECT * FROM fresh) u
+          ORDER BY u.id
+          LIMIT $1) w;
+    RETURN QUERY
     UPDATE {schema}.outbox_events AS e
-    SET status       = CASE WHEN p.stale AND e.retry_count + 1 >= e.max_retries
+    SET status       = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
                             THEN 'FAILED' ELSE 'PROCESSING' END,
-        retry_count  = e.retry_count + CASE WHEN p.stale THEN 1 ELSE 0 END,
-        last_error   = CASE WHEN p.stale
+        retry_count  = e.retry_count + CASE WHEN e.id = ANY(stale_ids) THEN 1 ELSE 0 END,
+        last_error   = CASE WHEN e.id = ANY(stale_ids)
                             THEN replace($7, '{relay}', coalesce(e.locked_by, '?'))
                             ELSE e.last_error END,
-        locked_until = CASE WHEN p.stale AND e.retry_count + 1 >= e.max_retries THEN NULL
+        locked_until = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
+                            THEN NULL
                             ELSE now() + $2::float8 * interval '1 millisecond' END,
         locked_by    = $3,
         claim_token  = $4,
         updated_at   = now()
-    FROM picked p
-    WHERE e.id = p.id
-    RETURNING e.id, p.stale, e.status = 'FAILED', e.event_type::text, e.aggregate_type::text,
-              e.aggregate_id::text, e.idempotency_key::text, e.payload::text, e.headers,
-              e.event_class::text, e.schema_version, e.retry_count, e.max_retries, e.created_at,
-              e.last_error;
+    WHERE e.id = ANY(ids)
+    RETURNING e.id, e.id = ANY(stale_ids), e.status = 'FAILED', e.event_type::text,
+              e.aggregate_type::text, e.aggregate_id::text, e.idempotency_key::text,
+              e.payload::text, e.headers, e.event_class::text, e.schema_version, e.retry_count,
+              e.max_retries, e.created_at, e.last_error;
     RETURN;
 END IF;
 -- Ordered aggregate types: the claim of relays of earlier releases (0008), which ordered
 -- through this signature; kept while they may run beside this one during an upgrade.
-RETURN QUERY
 WITH fresh AS MATERIALIZED (
     SELECT e.id, e.status = 'PROCESSING' AS stale, e.retry_count, e.max_retries,
            e.aggregate_type, e.aggregate_id
@@ -158,24 +164,30 @@ WITH fresh AS MATERIALIZED (
              AND b.status IN ('PENDING', 'PROCESSING', 'FAILED')
              AND b.skipped_at IS NULL)
 )
+-- The picked rows, then the update by id (see the eight-argument claim: no join the session's
+-- plan could turn into a read of the whole table).
+SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.stale), '{}')
+INTO ids, stale_ids
+FROM picked p;
+RETURN QUERY
 UPDATE {schema}.outbox_events AS e
-SET status       = CASE WHEN p.stale AND e.retry_count + 1 >= e.max_retries
+SET status       = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
                         THEN 'FAILED' ELSE 'PROCESSING' END,
-    retry_count  = e.retry_count + CASE WHEN p.stale THEN 1 ELSE 0 END,
-    last_error   = CASE WHEN p.stale
+    retry_count  = e.retry_count + CASE WHEN e.id = ANY(stale_ids) THEN 1 ELSE 0 END,
+    last_error   = CASE WHEN e.id = ANY(stale_ids)
                         THEN replace($7, '{relay}', coalesce(e.locked_by, '?'))
                         ELSE e.last_error END,
-    locked_until = CASE WHEN p.stale AND e.retry_count + 1 >= e.max_retries THEN NULL
+    locked_until = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
+                        THEN NULL
                         ELSE now() + $2::float8 * interval '1 millisecond' END,
     locked_by    = $3,
     claim_token  = $4,
     updated_at   = now()
-FROM picked p
-WHERE e.id = p.id
-RETURNING e.id, p.stale, e.status = 'FAILED', e.event_type::text, e.aggregate_type::text,
-          e.aggregate_id::text, e.idempotency_key::text, e.payload::text, e.headers,
-          e.event_class::text, e.schema_version, e.retry_count, e.max_retries, e.created_at,
-          e.last_error;
+WHERE e.id = ANY(ids)
+RETURNING e.id, e.id = ANY(stale_ids), e.status = 'FAILED', e.event_type::text,
+          e.aggregate_type::text, e.aggregate_id::text, e.idempotency_key::text,
+          e.payload::text, e.headers, e.event_class::text, e.schema_version, e.retry_count,
+          e.max_retries, e.created_at, e.last_error;
 END
 $claim$;
 
@@ -200,8 +212,10 @@ AS $claim$
 -- (a third of an ordered claim's time), and keeps a PL/pgSQL one's plan for the session; the
 -- settings above fix its shape, so the generic plan is the one a call would get.
 #variable_conflict use_column
+DECLARE
+    ids bigint[];
+    stale_ids bigint[];
 BEGIN
-RETURN QUERY
 WITH start AS MATERIALIZED (
     -- With ordered aggregate types and a limit, where the walk starts: the first due event at
     -- or above the floor (past the events in flight there).
@@ -509,23 +523,29 @@ WITH start AS MATERIALIZED (
     FROM checked c
     CROSS JOIN LATERAL unnest(c.ids[1:c.n], c.stale[1:c.n]) k(id, stale)
 )
+-- The picked rows, then the update by id (see the eight-argument claim: no join the session's
+-- plan could turn into a read of the whole table).
+SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.stale), '{}')
+INTO ids, stale_ids
+FROM picked p;
+RETURN QUERY
 UPDATE {schema}.outbox_events AS e
-SET status       = CASE WHEN p.stale AND e.retry_count + 1 >= e.max_retries
+SET status       = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
                         THEN 'FAILED' ELSE 'PROCESSING' END,
-    retry_count  = e.retry_count + CASE WHEN p.stale THEN 1 ELSE 0 END,
-    last_error   = CASE WHEN p.stale
+    retry_count  = e.retry_count + CASE WHEN e.id = ANY(stale_ids) THEN 1 ELSE 0 END,
+    last_error   = CASE WHEN e.id = ANY(stale_ids)
                         THEN replace($7, '{relay}', coalesce(e.locked_by, '?'))
                         ELSE e.last_error END,
-    locked_until = CASE WHEN p.stale AND e.retry_count + 1 >= e.max_retries THEN NULL
+    locked_until = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
+                        THEN NULL
                         ELSE now() + $2::float8 * interval '1 millisecond' END,
     locked_by    = $3,
     claim_token  = $4,
     updated_at   = now()
-FROM picked p
-WHERE e.id = p.id
-RETURNING e.id, p.stale, e.status = 'FAILED', e.event_type::text, e.aggregate_type::text,
-          e.aggregate_id::text, e.idempotency_key::text, e.payload::text, e.headers,
-          e.event_class::text, e.schema_version, e.retry_count, e.max_retries, e.created_at,
-          e.last_error;
+WHERE e.id = ANY(ids)
+RETURNING e.id, e.id = ANY(stale_ids), e.status = 'FAILED', e.event_type::text,
+          e.aggregate_type::text, e.aggregate_id::text, e.idempotency_key::text,
+          e.payload::text, e.headers, e.event_class::text, e.schema_version, e.retry_count,
+          e.max_retries, e.created_at, e.last_error;
 END
 $claim$;

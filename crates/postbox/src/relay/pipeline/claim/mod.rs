@@ -151,12 +151,20 @@ impl Pipeline {
     }
 
     /// Whether `target`'s next claim is a pair of claims side by side (see
-    /// [`Capabilities::concurrent_claims`](crate::store::Capabilities)): its last one came
-    /// back full and went on past its last event (a backlog of work that needs no order), and the
-    /// store lets one relay's claims run at once.
-    pub(in crate::relay) fn pairs(&self, target: &Target) -> bool {
-        self.inner.config.ordered_aggregate_types.is_empty()
+    /// [`Capabilities::concurrent_claims`](crate::store::Capabilities)): the store lets one
+    /// relay's claims run at once, the round serves this target `alone` (with others, one claim
+    /// each is what is fair), its claims need no order, and they have grown past `batch_size`
+    /// and go on past the last one (a backlog, and destinations that take it: a destination
+    /// found down sets the size back).
+    pub(in crate::relay) fn pairs(&self, target: &Target, alone: bool) -> bool {
+        let cfg = &self.inner.config;
+        alone
+            && cfg.ordered_aggregate_types.is_empty()
             && self.inner.store.capabilities().concurrent_claims
+            && self
+                .sizes
+                .get(&target.schema)
+                .is_some_and(|size| *size > cfg.batch_size)
             && self
                 .floors
                 .get(&target.schema)
