@@ -380,7 +380,9 @@ async fn claim_planned_on_an_empty_table(ordered: bool) {
         (
             include_str!("../../sql/postgres/queries/claim_unordered.sql"),
             Box::new(move |floor| {
-                format!("{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}")
+                format!(
+                    "{BATCH}, 30000, 'r1', {token}, ARRAY[]::text[], 0, 'lease expired', {floor}"
+                )
             }),
         )
     };

@@ -30,6 +30,13 @@ const HORIZON_STALL: Duration = Duration::from_millis(100);
 /// with the events done since the transaction began.
 const GAP_SPAN: u32 = 20_000;
 
+/// How often a relay reads again the ranges of ids it passed (see [`Pipeline::passed`]), for
+/// events committed late in them: the longest such an event waits for a claim. Not at every
+/// claim: a range can span many ids that are gone (archived or purged while the transaction
+/// that holds the horizon back was open, say) whose index entries stay until it ends, and a
+/// claim that read them all each time would cost what the table lost, not its batch.
+const PASSED_RECHECK: Duration = Duration::from_secs(1);
+
 /// How many ranges of passed ids a relay keeps per table (ids not visible when read: open
 /// transactions', rolled-back ones, rows removed; until the horizon passes them). Past it, its
 /// floor and cursor wait where they are, and its claims walk what was done since, until the
@@ -111,15 +118,22 @@ impl Pipeline {
         let state = self.floors.entry(target.schema.clone()).or_default();
         state.scanned = state.scanned.max(settled);
         let scan = stalled && state.passed.len() < MAX_PASSED;
-        if !scan && state.passed.is_empty() {
+        let recheck = !state.passed.is_empty()
+            && state
+                .rechecked
+                .is_none_or(|at| at.elapsed() >= PASSED_RECHECK);
+        if !scan && !recheck {
             return Ok((state.scanned, None));
+        }
+        if recheck {
+            state.rechecked = Some(Instant::now());
         }
         let gaps = self
             .inner
             .store
             .claim_gaps(&GapParams {
                 target,
-                passed: &state.passed,
+                passed: if recheck { &state.passed } else { &[] },
                 after: state.scanned,
                 limit: if scan { GAP_SPAN } else { 0 },
             })
@@ -131,14 +145,16 @@ impl Pipeline {
             }
         }
         // A range is done with once the horizon is past it (nothing in it can commit any more)
-        // and nothing in it is left to do.
-        state.passed.retain(|range| {
-            *range.end() > settled
-                || gaps
-                    .found
-                    .iter()
-                    .any(|f| f.unfinished && range.contains(&f.id))
-        });
+        // and nothing in it is left to do (known when it was read again).
+        if recheck {
+            state.passed.retain(|range| {
+                *range.end() > settled
+                    || gaps
+                        .found
+                        .iter()
+                        .any(|f| f.unfinished && range.contains(&f.id))
+            });
+        }
         for id in gaps.present {
             if id <= state.scanned {
                 continue;

@@ -58,6 +58,8 @@ pub(super) struct FloorState {
     passed: Vec<RangeInclusive<i64>>,
     /// Whether the relay said that `passed` is full.
     passed_full: bool,
+    /// When `passed` was last read again.
+    rechecked: Option<Instant>,
 }
 
 /// How often a relay's claims start from the floor while they come back full and could start
