@@ -682,8 +682,10 @@ async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_
         .restart(false, Duration::from_millis(500))
         .await
         .expect("a fast shutdown finishes while the CDC relay holds an event in flight");
+    // A shutdown held up by a reader that does not let go waits for wal_sender_timeout (60 s
+    // by default); a loaded CI machine has taken 34 s to restart this cluster without one.
     assert!(
-        took < Duration::from_secs(30),
+        took < Duration::from_secs(45),
         "the restart took {took:?}: the shutdown waited for the slot's reader"
     );
     wait_until(
