@@ -177,7 +177,7 @@ impl Pipeline {
     /// read fail at once, alone.
     pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
         let prepared = self.prepare(target).await?;
-        let claimed = ask(&Arc::clone(&self.inner), target, &prepared).await?;
+        let claimed = ask(&self.inner, target, &prepared).await?;
         let (result, last) = self.absorb(target, &prepared, claimed).await?;
         self.set_cursor(target, result.full, last);
         Ok(result)
