@@ -42,6 +42,8 @@ struct Faults {
     /// Claims under way now, and the most ever under way at once.
     claiming: AtomicU64,
     most_claiming: AtomicU64,
+    /// Every range of passed ids `claim_gaps` was asked to read again, in call order.
+    passed_read: Mutex<Vec<std::ops::RangeInclusive<i64>>>,
 }
 
 impl FaultyStore {
@@ -57,6 +59,7 @@ impl FaultyStore {
                 marks_held: AtomicU64::new(0),
                 claiming: AtomicU64::new(0),
                 most_claiming: AtomicU64::new(0),
+                passed_read: Mutex::default(),
             }),
         }
     }
@@ -95,6 +98,11 @@ impl FaultyStore {
     /// The most claims (`events_claim`) that were under way at once.
     pub fn most_claims_at_once(&self) -> u64 {
         self.faults.most_claiming.load(Ordering::SeqCst)
+    }
+
+    /// Every range of passed ids the relay read again (`claim_gaps`' `passed`), in call order.
+    pub fn passed_read(&self) -> Vec<std::ops::RangeInclusive<i64>> {
+        self.faults.passed_read.lock().expect("lock").clone()
     }
 
     fn enter(&self, op: StoreOp) -> postbox::Result<()> {
@@ -192,6 +200,11 @@ impl postbox::Store for FaultyStore {
         &self,
         p: &postbox::store::GapParams<'_>,
     ) -> postbox::Result<postbox::store::Gaps> {
+        self.faults
+            .passed_read
+            .lock()
+            .expect("lock")
+            .extend(p.passed.iter().cloned());
         self.inner.claim_gaps(p).await
     }
 

@@ -577,3 +577,57 @@ async fn a_relay_that_starts_behind_a_transaction_held_open_drains_past_it() {
         "the drain read {reads} polling index entries for {total} events"
     );
 }
+
+/// A relay that starts behind a transaction held open passes the ids below it as one range —
+/// here three million ids (the table's first ids archived, say). That range is read again less
+/// often the more ids it spans (every 30 s here, not every second: reading it costs what the
+/// table lost, not the batch), and at once when the transaction ends and the horizon moves
+/// into it: the held event is published when it commits, not when the range is next due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_passed_range_is_read_again_rarely_and_at_once_when_the_horizon_reaches_it() {
+    let (db, store) = pg().await;
+    sqlx::query("SELECT setval(pg_get_serial_sequence('outbox_events', 'id'), 3000000)")
+        .execute(db.pool())
+        .await
+        .expect("setval");
+    let outbox = PgStore::new(db.pool().clone()).outbox();
+    let (held, held_id) = hold_one(&outbox, &db).await;
+    insert_pending(&db, 1_000).await;
+    let faulty = postbox_testkit::FaultyStore::new(store);
+    let sink = RecordingSink::new();
+    let mut relay =
+        Running::start(Relay::new(faulty.clone(), sink.clone(), config()).expect("relay"));
+    wait_until(
+        "the events committed after the held one are published",
+        Duration::from_secs(30),
+        || async { sink.published_ids().len() >= 1_000 },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        relay.settled("an idle round").await;
+    }
+    let long = |ranges: Vec<std::ops::RangeInclusive<i64>>| {
+        ranges.into_iter().filter(|r| r.contains(&held_id)).count()
+    };
+    assert_eq!(
+        long(faulty.passed_read()),
+        0,
+        "a range of 3,000,000 ids is not read again within 4 s of being passed"
+    );
+    held.commit().await.expect("commit");
+    // Well before the range is next due (30 s after it was passed).
+    wait_until(
+        "the held event is published once it commits",
+        Duration::from_secs(10),
+        || async { sink.published_ids().contains(&held_id) },
+    )
+    .await;
+    assert_eq!(
+        long(faulty.passed_read()),
+        1,
+        "read again once, when the horizon reached it"
+    );
+    relay.stop().await;
+    assert_eq!(sink.published_ids().len(), 1_001, "every event once");
+}

@@ -28,6 +28,12 @@ async fn enqueue_records_the_trace_and_the_publish_span_links_to_it() {
         .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("postbox-test")));
     // This test's thread only (the runtime is single-threaded): other tests are not traced.
     let _guard = tracing::subscriber::set_default(subscriber);
+    // A callsite first hit on another test's thread while `set_default` above was registering
+    // this subscriber can keep the interest it computed without it ("never"), and then its spans
+    // never reach this subscriber. Recomputing every registered callsite's interest now that the
+    // subscriber is in place closes that window (the relay's publish callsite is the one at stake:
+    // other tests in this binary run relays).
+    tracing::callsite::rebuild_interest_cache();
 
     let (db, store) = pg().await;
     let outbox = db.outbox();
@@ -89,6 +95,9 @@ async fn enqueue_records_the_trace_and_the_publish_span_links_to_it() {
     assert_eq!(header(untraced).await, None);
 
     let sink = RecordingSink::new();
+    // Again, right before the relay makes its spans: no registration that raced the first
+    // rebuild is still in progress ~100 ms later.
+    tracing::callsite::rebuild_interest_cache();
     let relay = Relay::from_parts(Arc::new(store), Arc::new(sink.clone()), config())
         .unwrap()
         .start();

@@ -57,9 +57,7 @@ DECLARE
     stale_ids bigint[];
 BEGIN
 IF cardinality($5) = 0 THEN
-    -- The rows are picked (and locked) first, then updated by id: a join of the picked rows to
-    -- the table would be planned once for the session, and on a table whose statistics say it
-    -- is empty the planner may put the table outside and read all of it per claim.
+    -- The rows are picked (and locked) first, then taken by id (postbox_claim_take).
     WITH fresh AS MATERIALIZED (
         SELECT e.id, e.status = 'PROCESSING' AS stale
         FROM {schema}.outbox_events e
@@ -90,24 +88,7 @@ IF cardinality($5) = 0 THEN
           ORDER BY u.id
           LIMIT $1) w;
     RETURN QUERY
-    UPDATE {schema}.outbox_events AS e
-    SET status       = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
-                            THEN 'FAILED' ELSE 'PROCESSING' END,
-        retry_count  = e.retry_count + CASE WHEN e.id = ANY(stale_ids) THEN 1 ELSE 0 END,
-        last_error   = CASE WHEN e.id = ANY(stale_ids)
-                            THEN replace($7, '{relay}', coalesce(e.locked_by, '?'))
-                            ELSE e.last_error END,
-        locked_until = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
-                            THEN NULL
-                            ELSE now() + $2::float8 * interval '1 millisecond' END,
-        locked_by    = $3,
-        claim_token  = $4,
-        updated_at   = now()
-    WHERE e.id = ANY(ids)
-    RETURNING e.id, e.id = ANY(stale_ids), e.status = 'FAILED', e.event_type::text,
-              e.aggregate_type::text, e.aggregate_id::text, e.idempotency_key::text,
-              e.payload::text, e.headers, e.event_class::text, e.schema_version, e.retry_count,
-              e.max_retries, e.created_at, e.last_error;
+    SELECT * FROM {schema}.postbox_claim_take(ids, stale_ids, $2, $3, $4, $7);
     RETURN;
 END IF;
 -- Ordered aggregate types: the claim of relays of earlier releases (0008), which ordered
@@ -164,30 +145,12 @@ WITH fresh AS MATERIALIZED (
              AND b.status IN ('PENDING', 'PROCESSING', 'FAILED')
              AND b.skipped_at IS NULL)
 )
--- The picked rows, then the update by id (see the eight-argument claim: no join the session's
--- plan could turn into a read of the whole table).
+-- The picked rows, then taken by id (postbox_claim_take).
 SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.stale), '{}')
 INTO ids, stale_ids
 FROM picked p;
 RETURN QUERY
-UPDATE {schema}.outbox_events AS e
-SET status       = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
-                        THEN 'FAILED' ELSE 'PROCESSING' END,
-    retry_count  = e.retry_count + CASE WHEN e.id = ANY(stale_ids) THEN 1 ELSE 0 END,
-    last_error   = CASE WHEN e.id = ANY(stale_ids)
-                        THEN replace($7, '{relay}', coalesce(e.locked_by, '?'))
-                        ELSE e.last_error END,
-    locked_until = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
-                        THEN NULL
-                        ELSE now() + $2::float8 * interval '1 millisecond' END,
-    locked_by    = $3,
-    claim_token  = $4,
-    updated_at   = now()
-WHERE e.id = ANY(ids)
-RETURNING e.id, e.id = ANY(stale_ids), e.status = 'FAILED', e.event_type::text,
-          e.aggregate_type::text, e.aggregate_id::text, e.idempotency_key::text,
-          e.payload::text, e.headers, e.event_class::text, e.schema_version, e.retry_count,
-          e.max_retries, e.created_at, e.last_error;
+SELECT * FROM {schema}.postbox_claim_take(ids, stale_ids, $2, $3, $4, $7);
 END
 $claim$;
 
@@ -523,29 +486,11 @@ WITH start AS MATERIALIZED (
     FROM checked c
     CROSS JOIN LATERAL unnest(c.ids[1:c.n], c.stale[1:c.n]) k(id, stale)
 )
--- The picked rows, then the update by id (see the eight-argument claim: no join the session's
--- plan could turn into a read of the whole table).
+-- The picked rows, then taken by id (postbox_claim_take).
 SELECT coalesce(array_agg(p.id), '{}'), coalesce(array_agg(p.id) FILTER (WHERE p.stale), '{}')
 INTO ids, stale_ids
 FROM picked p;
 RETURN QUERY
-UPDATE {schema}.outbox_events AS e
-SET status       = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
-                        THEN 'FAILED' ELSE 'PROCESSING' END,
-    retry_count  = e.retry_count + CASE WHEN e.id = ANY(stale_ids) THEN 1 ELSE 0 END,
-    last_error   = CASE WHEN e.id = ANY(stale_ids)
-                        THEN replace($7, '{relay}', coalesce(e.locked_by, '?'))
-                        ELSE e.last_error END,
-    locked_until = CASE WHEN e.id = ANY(stale_ids) AND e.retry_count + 1 >= e.max_retries
-                        THEN NULL
-                        ELSE now() + $2::float8 * interval '1 millisecond' END,
-    locked_by    = $3,
-    claim_token  = $4,
-    updated_at   = now()
-WHERE e.id = ANY(ids)
-RETURNING e.id, e.id = ANY(stale_ids), e.status = 'FAILED', e.event_type::text,
-          e.aggregate_type::text, e.aggregate_id::text, e.idempotency_key::text,
-          e.payload::text, e.headers, e.event_class::text, e.schema_version, e.retry_count,
-          e.max_retries, e.created_at, e.last_error;
+SELECT * FROM {schema}.postbox_claim_take(ids, stale_ids, $2, $3, $4, $7);
 END
 $claim$;

@@ -53,6 +53,7 @@ pub(super) const FUNCTIONS: &[Function] = &[
     function!("postbox_id_sequence"),
     function!("postbox_horizon"),
     function!("postbox_floor"),
+    function!("postbox_claim_take"),
     function!("postbox_claim"),
     function!("postbox_inbox_receive"),
 ];

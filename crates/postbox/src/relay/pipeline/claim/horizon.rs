@@ -1,11 +1,13 @@
 //! Where a target's claims start: its commit horizon, the ranges of ids a relay passed while a
 //! transaction held the horizon back, and its floor.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::warn;
 
+use super::PassedRange;
 use crate::error::Result;
 use crate::relay::pipeline::Pipeline;
 use crate::schema::Target;
@@ -30,12 +32,22 @@ const HORIZON_STALL: Duration = Duration::from_millis(100);
 /// with the events done since the transaction began.
 const GAP_SPAN: u32 = 20_000;
 
-/// How often a relay reads again the ranges of ids it passed (see [`Pipeline::passed`]), for
-/// events committed late in them: the longest such an event waits for a claim. Not at every
-/// claim: a range can span many ids that are gone (archived or purged while the transaction
-/// that holds the horizon back was open, say) whose index entries stay until it ends, and a
-/// claim that read them all each time would cost what the table lost, not its batch.
+/// How often a relay reads again a range of ids it passed (see [`Pipeline::passed`]) of up to
+/// [`RECHECK_IDS_PER_SECOND`] ids, for events committed late in it: the longest such an event
+/// waits for a claim.
 const PASSED_RECHECK: Duration = Duration::from_secs(1);
+
+/// How many passed ids a relay reads again per second of a range's age at most: a longer range
+/// is read again less often (a range of a million ids every 10 s). A range can span many ids
+/// that are gone (archived or purged while the transaction that holds the horizon back was
+/// open, say) whose index entries stay until it ends; a claim that read them all every second
+/// would cost what the table lost, not its batch. A transaction that holds the horizon back is
+/// not waited for: when the horizon moves, every range it has reached is read again at once.
+const RECHECK_IDS_PER_SECOND: u64 = 100_000;
+
+/// The longest a passed range waits to be read again, however long: the floor's sweep
+/// ([`FLOOR_SWEEP`]) would find an event committed late in it by then anyway.
+const RECHECK_MAX: Duration = FLOOR_SWEEP;
 
 /// How many ranges of passed ids a relay keeps per table (ids not visible when read: open
 /// transactions', rolled-back ones, rows removed; until the horizon passes them). Past it, its
@@ -118,22 +130,20 @@ impl Pipeline {
         let state = self.floors.entry(target.schema.clone()).or_default();
         state.scanned = state.scanned.max(settled);
         let scan = stalled && state.passed.len() < MAX_PASSED;
-        let recheck = !state.passed.is_empty()
-            && state
-                .rechecked
-                .is_none_or(|at| at.elapsed() >= PASSED_RECHECK);
-        if !scan && !recheck {
+        let due: Vec<usize> = (0..state.passed.len())
+            .filter(|&i| recheck_due(&state.passed[i], settled))
+            .collect();
+        if !scan && due.is_empty() {
             return Ok((state.scanned, None));
         }
-        if recheck {
-            state.rechecked = Some(Instant::now());
-        }
+        let reread: Vec<RangeInclusive<i64>> =
+            due.iter().map(|&i| state.passed[i].ids.clone()).collect();
         let gaps = self
             .inner
             .store
             .claim_gaps(&GapParams {
                 target,
-                passed: if recheck { &state.passed } else { &[] },
+                passed: &reread,
                 after: state.scanned,
                 limit: if scan { GAP_SPAN } else { 0 },
             })
@@ -144,17 +154,25 @@ impl Pipeline {
                 late = Some(late.map_or(found.id, |l| l.min(found.id)));
             }
         }
-        // A range is done with once the horizon is past it (nothing in it can commit any more)
-        // and nothing in it is left to do (known when it was read again).
-        if recheck {
-            state.passed.retain(|range| {
-                *range.end() > settled
-                    || gaps
-                        .found
-                        .iter()
-                        .any(|f| f.unfinished && range.contains(&f.id))
-            });
-        }
+        // A range read again is done with once the horizon is past it (nothing in it can commit
+        // any more) and nothing in it is left to do.
+        let now = Instant::now();
+        let mut due = due.into_iter().peekable();
+        let mut index = 0;
+        state.passed.retain_mut(|range| {
+            let this = index;
+            index += 1;
+            if due.next_if_eq(&this).is_none() {
+                return true;
+            }
+            range.read = now;
+            range.settled = settled;
+            *range.ids.end() > settled
+                || gaps
+                    .found
+                    .iter()
+                    .any(|f| f.unfinished && range.ids.contains(&f.id))
+        });
         for id in gaps.present {
             if id <= state.scanned {
                 continue;
@@ -174,7 +192,11 @@ impl Pipeline {
                     }
                     break;
                 }
-                state.passed.push(state.scanned + 1..=id - 1);
+                state.passed.push(PassedRange {
+                    ids: state.scanned + 1..=id - 1,
+                    read: now,
+                    settled,
+                });
             }
             state.scanned = id;
         }
@@ -199,5 +221,69 @@ impl Pipeline {
             .claim_floor(target, state.floor, through)
             .await?;
         Ok(state.floor)
+    }
+}
+
+/// Whether a passed range is read again now: when the commit horizon has moved since it was
+/// last read and reached it (the transaction that held the horizon back has ended: what it
+/// wrote in the range is visible now), or when it has waited [`PASSED_RECHECK`], longer the
+/// more ids it spans (see [`RECHECK_IDS_PER_SECOND`]), never longer than [`RECHECK_MAX`].
+fn recheck_due(range: &PassedRange, settled: i64) -> bool {
+    if settled > range.settled && settled >= *range.ids.start() {
+        return true;
+    }
+    let ids = u64::try_from(range.ids.end() - range.ids.start() + 1).unwrap_or(0);
+    let wait = Duration::from_secs_f64(ids as f64 / RECHECK_IDS_PER_SECOND as f64)
+        .clamp(PASSED_RECHECK, RECHECK_MAX);
+    range.read.elapsed() >= wait
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(ids: RangeInclusive<i64>, age: Duration, settled: i64) -> PassedRange {
+        PassedRange {
+            ids,
+            read: Instant::now() - age,
+            settled,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_short_range_is_read_again_every_second() {
+        assert!(!recheck_due(
+            &range(10..=12, Duration::from_millis(900), 5),
+            5
+        ));
+        assert!(recheck_due(&range(10..=12, Duration::from_secs(1), 5), 5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_range_is_read_again_less_often_and_at_least_every_minute() {
+        let million = 1..=1_000_000;
+        assert!(!recheck_due(
+            &range(million.clone(), Duration::from_secs(9), 0),
+            0
+        ));
+        assert!(recheck_due(&range(million, Duration::from_secs(10), 0), 0));
+        let billion = 1..=1_000_000_000;
+        assert!(!recheck_due(
+            &range(billion.clone(), Duration::from_secs(59), 0),
+            0
+        ));
+        assert!(recheck_due(&range(billion, RECHECK_MAX, 0), 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_range_is_read_again_at_once_when_the_horizon_moves_into_it() {
+        let million = 1..=1_000_000;
+        // The horizon moved, but not as far as the range.
+        assert!(!recheck_due(&range(million.clone(), Duration::ZERO, 0), 0));
+        let above = 10..=1_000_000;
+        assert!(!recheck_due(&range(above.clone(), Duration::ZERO, 0), 9));
+        assert!(recheck_due(&range(above.clone(), Duration::ZERO, 0), 10));
+        // Already read since the horizon got there.
+        assert!(!recheck_due(&range(above, Duration::ZERO, 10), 10));
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::info;
+use tracing::{debug, info};
 
 use super::flush::mark_failed;
 use super::outcomes::alert_failed;
@@ -53,13 +53,25 @@ pub(super) struct FloorState {
     /// the commit horizon + 1, whichever is higher).
     scanned: i64,
     /// Ranges of ids the floor and the cursor may pass, none of which was visible when read (in
-    /// flight, rolled back, removed), in id order: looked up at each claim until the horizon is
-    /// past them and nothing in them is left to do.
-    passed: Vec<RangeInclusive<i64>>,
+    /// flight, rolled back, removed), in id order: read again from time to time until the
+    /// horizon is past them and nothing in them is left to do.
+    passed: Vec<PassedRange>,
     /// Whether the relay said that `passed` is full.
     passed_full: bool,
-    /// When `passed` was last read again.
-    rechecked: Option<Instant>,
+    /// Whether other relays' claims take most of the ids this relay's claims pass over (see
+    /// [`CROWDED`]): its claims go one at a time.
+    crowded: bool,
+}
+
+/// A range of ids a relay's floor and cursor passed (see [`FloorState::passed`]), and when it
+/// was last read.
+#[derive(Debug)]
+pub(super) struct PassedRange {
+    ids: RangeInclusive<i64>,
+    /// When it was passed or last read again.
+    read: Instant,
+    /// The commit horizon then.
+    settled: i64,
 }
 
 /// How often a relay's claims start from the floor while they come back full and could start
@@ -81,6 +93,18 @@ const ORDERED_SWEEP: Duration = Duration::from_secs(1);
 /// other relays are claiming at the same moment (skipped, as they are locked) do not leave it
 /// short.
 const WALK_CLAIMS: u32 = 4;
+
+/// How many ids a pair of full claims may span per event they took before the relay's claims go
+/// one at a time (see [`Pipeline::pairs`]): three or more claims' worth of events between its
+/// own were other relays' — two relays side by side with pairs of their own span about two —
+/// and the database's cores are busy without a second claim from each of them (on two cores,
+/// four relays' pairs drained no faster than their single claims, each skipping what the
+/// others had locked).
+const CROWDED: f64 = 3.0;
+
+/// How many ids a full claim may span per event it took for a crowded relay's claims to go in
+/// pairs again: the other relays have stopped or moved on.
+const UNCROWDED: f64 = 1.5;
 
 impl Pipeline {
     /// Where `target`'s next claim takes new work from: past its last claim (its cursor) while
@@ -157,7 +181,8 @@ impl Pipeline {
     /// relay's claims run at once, the round serves this target `alone` (with others, one claim
     /// each is what is fair), its claims need no order, and they have grown past `batch_size`
     /// and go on past the last one (a backlog, and destinations that take it: a destination
-    /// found down sets the size back).
+    /// found down sets the size back), and other relays are not claiming most of the same
+    /// range (see [`CROWDED`]).
     pub(in crate::relay) fn pairs(&self, target: &Target, alone: bool) -> bool {
         let cfg = &self.inner.config;
         alone
@@ -170,7 +195,7 @@ impl Pipeline {
             && self
                 .floors
                 .get(&target.schema)
-                .is_some_and(|state| state.cursor.is_some())
+                .is_some_and(|state| state.cursor.is_some() && !state.crowded)
     }
 
     /// Claims a batch of `target` and queues its events for publishing; rows that cannot be
@@ -178,15 +203,24 @@ impl Pipeline {
     pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
         let prepared = self.prepare(target).await?;
         let claimed = ask(&self.inner, target, &prepared).await?;
+        let spread = Spread::of(&[&claimed]);
         let (result, last) = self.absorb(target, &prepared, claimed).await?;
         self.set_cursor(target, result.full, last);
+        if let Some(state) = self.floors.get_mut(&target.schema)
+            && state.crowded
+            && result.full
+            && spread.per_event() <= UNCROWDED
+        {
+            state.crowded = false;
+        }
         Ok(result)
     }
 
     /// Two claims of `target` side by side, from the same start: the rows one locks the other
     /// skips, so together they take the next two batches, each on a connection of its own,
     /// while a relay that claims one batch at a time leaves the database's other cores to its
-    /// marks. The first error is returned once what the other claimed is queued.
+    /// marks. The first error is returned once what the other claimed is queued (an error
+    /// taking in one claim's rows included).
     pub(in crate::relay) async fn claim_pair(&mut self, target: &Target) -> Result<Claimed> {
         let prepared = self.prepare(target).await?;
         let inner = Arc::clone(&self.inner);
@@ -199,12 +233,24 @@ impl Pipeline {
             any: false,
             behind_own: false,
         };
+        let spread = Spread::of(
+            &[&first, &second]
+                .map(|c| c.as_ref().ok())
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>(),
+        );
         let mut last = None;
         let mut failed = None;
         for claimed in [first, second] {
-            match claimed {
-                Ok(claimed) => {
-                    let (one, one_last) = self.absorb(target, &prepared, claimed).await?;
+            // Each claim's events are queued even when the other's could not be (its unreadable
+            // rows could not be failed): they are this relay's to publish, under its lease.
+            let absorbed = match claimed {
+                Ok(claimed) => self.absorb(target, &prepared, claimed).await,
+                Err(e) => Err(e),
+            };
+            match absorbed {
+                Ok((one, one_last)) => {
                     result.full &= one.full;
                     result.any |= one.any;
                     last = last.max(one_last);
@@ -217,6 +263,17 @@ impl Pipeline {
         }
         // The claims go on past both, while both came back full.
         self.set_cursor(target, result.full, last);
+        if result.full
+            && spread.per_event() >= CROWDED
+            && let Some(state) = self.floors.get_mut(&target.schema)
+        {
+            state.crowded = true;
+            debug!(
+                tenant = target.label(),
+                ids_per_event = spread.per_event(),
+                "other relays claim most of this relay's range: its claims go one at a time"
+            );
+        }
         failed.map_or(Ok(result), Err)
     }
 
@@ -399,6 +456,41 @@ impl Pipeline {
     }
 }
 
+/// The ids some claims took: how many, and the range they span.
+#[derive(Debug, Default)]
+struct Spread {
+    events: usize,
+    first: Option<i64>,
+    last: Option<i64>,
+}
+
+impl Spread {
+    fn of(claims: &[&store::Claimed]) -> Spread {
+        let mut spread = Spread::default();
+        for claimed in claims {
+            let ids = (claimed.events.iter().map(|e| e.id))
+                .chain(claimed.exhausted.iter().map(|e| e.id))
+                .chain(claimed.undecodable.iter().map(|u| u.id));
+            for id in ids {
+                spread.events += 1;
+                spread.first = Some(spread.first.map_or(id, |f| f.min(id)));
+                spread.last = Some(spread.last.map_or(id, |l| l.max(id)));
+            }
+        }
+        spread
+    }
+
+    /// Ids spanned per event taken: 1 when the claims took every id in their range.
+    fn per_event(&self) -> f64 {
+        match (self.first, self.last) {
+            (Some(first), Some(last)) if self.events > 0 => {
+                (last - first + 1) as f64 / self.events as f64
+            }
+            _ => 1.0,
+        }
+    }
+}
+
 /// Where a claim starts and how large it is (see [`Pipeline::prepare`]).
 struct Prepared {
     settled_through: i64,
@@ -448,6 +540,20 @@ fn next_size(cfg: &RelayConfig, size: u32, count: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spread_counts_the_ids_spanned_per_event_taken() {
+        let spread = |events, first, last| Spread {
+            events,
+            first,
+            last,
+        };
+        // One relay's pair over a fresh backlog: every id taken.
+        assert_eq!(spread(1000, Some(1), Some(1000)).per_event(), 1.0);
+        // Four relays' claims interleaved: a quarter of the ids each.
+        assert!(spread(1000, Some(1), Some(4000)).per_event() >= CROWDED);
+        assert_eq!(spread(0, None, None).per_event(), 1.0);
+    }
 
     #[test]
     fn claims_grow_with_a_backlog_and_shrink_back_when_it_is_gone() {
