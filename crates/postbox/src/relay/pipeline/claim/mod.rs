@@ -58,9 +58,9 @@ pub(super) struct FloorState {
     passed: Vec<PassedRange>,
     /// Whether the relay said that `passed` is full.
     passed_full: bool,
-    /// Whether other relays' claims take most of the ids this relay's claims pass over (see
-    /// [`CROWDED`]): its claims go one at a time.
-    crowded: bool,
+    /// Until when this relay's claims go one at a time: other relays' claims took most of the
+    /// ids its last pair passed over (see [`CROWDED`]).
+    crowded: Option<Instant>,
 }
 
 /// A range of ids a relay's floor and cursor passed (see [`FloorState::passed`]), and when it
@@ -102,9 +102,9 @@ const WALK_CLAIMS: u32 = 4;
 /// others had locked).
 const CROWDED: f64 = 3.0;
 
-/// How many ids a full claim may span per event it took for a crowded relay's claims to go in
-/// pairs again: the other relays have stopped or moved on.
-const UNCROWDED: f64 = 1.5;
+/// How long a crowded relay's claims go one at a time (see [`CROWDED`]) before it tries a pair
+/// again: the other relays may have stopped or moved on.
+const CROWDED_FOR: Duration = Duration::from_secs(5);
 
 impl Pipeline {
     /// Where `target`'s next claim takes new work from: past its last claim (its cursor) while
@@ -192,10 +192,9 @@ impl Pipeline {
                 .sizes
                 .get(&target.schema)
                 .is_some_and(|size| *size > cfg.batch_size)
-            && self
-                .floors
-                .get(&target.schema)
-                .is_some_and(|state| state.cursor.is_some() && !state.crowded)
+            && self.floors.get(&target.schema).is_some_and(|state| {
+                state.cursor.is_some() && state.crowded.is_none_or(|until| until <= Instant::now())
+            })
     }
 
     /// Claims a batch of `target` and queues its events for publishing; rows that cannot be
@@ -203,16 +202,8 @@ impl Pipeline {
     pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
         let prepared = self.prepare(target).await?;
         let claimed = ask(&self.inner, target, &prepared).await?;
-        let spread = Spread::of(&[&claimed]);
         let (result, last) = self.absorb(target, &prepared, claimed).await?;
         self.set_cursor(target, result.full, last);
-        if let Some(state) = self.floors.get_mut(&target.schema)
-            && state.crowded
-            && result.full
-            && spread.per_event() <= UNCROWDED
-        {
-            state.crowded = false;
-        }
         Ok(result)
     }
 
@@ -267,11 +258,12 @@ impl Pipeline {
             && spread.per_event() >= CROWDED
             && let Some(state) = self.floors.get_mut(&target.schema)
         {
-            state.crowded = true;
+            state.crowded = Some(Instant::now() + CROWDED_FOR);
             debug!(
                 tenant = target.label(),
                 ids_per_event = spread.per_event(),
-                "other relays claim most of this relay's range: its claims go one at a time"
+                "other relays claim most of this relay's range: its claims go one at a time \
+                 for a while"
             );
         }
         failed.map_or(Ok(result), Err)
