@@ -28,9 +28,15 @@ const FLOOR_SWEEP: Duration = Duration::from_secs(60);
 const HORIZON_STALL: Duration = Duration::from_millis(100);
 
 /// How many ids present past the last one read a relay reads at each claim while the commit
-/// horizon is held back: enough to keep ahead of its claims, and to catch up, after a start,
-/// with the events done since the transaction began.
+/// horizon is held back: enough to keep ahead of its claims.
 const GAP_SPAN: u32 = 20_000;
+
+/// The most ids present one such read takes: after a read that came back full (a relay started
+/// behind a held transaction, on a table with a history: every id it reads is present) the next
+/// reads twice as many, so that it is past the history in a few reads rather than one per claim
+/// — until then the claims start no further than the ids read, and each walks what the drain
+/// has done since it began (the held transaction keeps those index entries).
+const GAP_SPAN_MAX: u32 = 640_000;
 
 /// How often a relay reads again a range of ids it passed (see [`Pipeline::passed`]) of up to
 /// [`RECHECK_IDS_PER_SECOND`] ids, for events committed late in it: the longest such an event
@@ -145,9 +151,17 @@ impl Pipeline {
                 target,
                 passed: &reread,
                 after: state.scanned,
-                limit: if scan { GAP_SPAN } else { 0 },
+                limit: if scan { state.span.max(GAP_SPAN) } else { 0 },
             })
             .await?;
+        if scan {
+            let full = gaps.present.len() >= state.span.max(GAP_SPAN) as usize;
+            state.span = if full {
+                state.span.max(GAP_SPAN).saturating_mul(2).min(GAP_SPAN_MAX)
+            } else {
+                GAP_SPAN
+            };
+        }
         let mut late: Option<i64> = None;
         for found in &gaps.found {
             if found.claimable {

@@ -52,6 +52,9 @@ pub(super) struct FloorState {
     /// or was present then, or is in `passed`. The floor and the cursor go up to it + 1 (or to
     /// the commit horizon + 1, whichever is higher).
     scanned: i64,
+    /// How many ids present past `scanned` the next read takes: doubled after a read that came
+    /// back full (see `GAP_SPAN_MAX` in the horizon module).
+    span: u32,
     /// Ranges of ids the floor and the cursor may pass, none of which was visible when read (in
     /// flight, rolled back, removed), in id order: read again from time to time until the
     /// horizon is past them and nothing in them is left to do.
