@@ -37,6 +37,14 @@ async fn insert_pending(db: &TestDb, events: i64) {
     .expect("insert");
 }
 
+/// Waits (10 s at most) until `sink` has published `id`.
+async fn published(sink: &RecordingSink, id: i64, what: &str) {
+    wait_until(what, Duration::from_secs(10), || async {
+        sink.published_ids().contains(&id)
+    })
+    .await;
+}
+
 /// The commit horizon of the default schema, once every transaction writing to it has ended.
 async fn settled(store: &PgStore) -> i64 {
     let target = default_target();
@@ -219,12 +227,7 @@ async fn an_event_whose_transaction_commits_late_is_not_passed_by_the_floor() {
     late.commit().await.expect("commit");
     // Well before the relay's periodic sweep from the start (a minute): the floor stayed at or
     // below the commit horizon, so the late event is above it.
-    wait_until(
-        "the late event is published",
-        Duration::from_secs(10),
-        || async { sink.published_ids().contains(&late_id) },
-    )
-    .await;
+    published(&sink, late_id, "the late event is published").await;
     relay.stop().await;
 }
 
@@ -510,10 +513,10 @@ async fn a_transaction_held_open_does_not_make_claims_walk_the_events_done_since
         relay.settled("an idle round").await;
     }
     held.commit().await.expect("commit");
-    wait_until(
+    published(
+        &sink,
+        held_id,
         "the held event is published once it commits",
-        Duration::from_secs(10),
-        || async { sink.published_ids().contains(&held_id) },
     )
     .await;
     relay.stop().await;
@@ -561,10 +564,10 @@ async fn a_relay_that_starts_behind_a_transaction_held_open_drains_past_it() {
     let relay = Running::start(
         Relay::new(PgStore::new(relay_pool.clone()), sink.clone(), config()).expect("relay"),
     );
-    wait_until(
+    published(
+        &sink,
+        held_id,
         "the held event is published once it commits",
-        Duration::from_secs(10),
-        || async { sink.published_ids().contains(&held_id) },
     )
     .await;
     relay.stop().await;
@@ -617,10 +620,10 @@ async fn a_long_passed_range_is_read_again_rarely_and_at_once_when_the_horizon_r
     );
     held.commit().await.expect("commit");
     // Well before the range is next due (30 s after it was passed).
-    wait_until(
+    published(
+        &sink,
+        held_id,
         "the held event is published once it commits",
-        Duration::from_secs(10),
-        || async { sink.published_ids().contains(&held_id) },
     )
     .await;
     assert_eq!(

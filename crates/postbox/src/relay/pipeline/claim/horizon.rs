@@ -144,6 +144,8 @@ impl Pipeline {
         }
         let reread: Vec<RangeInclusive<i64>> =
             due.iter().map(|&i| state.passed[i].ids.clone()).collect();
+        // 0 until a read came back full (a FloorState starts with 0).
+        let span = state.span.max(GAP_SPAN);
         let gaps = self
             .inner
             .store
@@ -151,13 +153,12 @@ impl Pipeline {
                 target,
                 passed: &reread,
                 after: state.scanned,
-                limit: if scan { state.span.max(GAP_SPAN) } else { 0 },
+                limit: if scan { span } else { 0 },
             })
             .await?;
         if scan {
-            let full = gaps.present.len() >= state.span.max(GAP_SPAN) as usize;
-            state.span = if full {
-                state.span.max(GAP_SPAN).saturating_mul(2).min(GAP_SPAN_MAX)
+            state.span = if gaps.present.len() >= span as usize {
+                span.saturating_mul(2).min(GAP_SPAN_MAX)
             } else {
                 GAP_SPAN
             };

@@ -227,13 +227,7 @@ impl Pipeline {
             any: false,
             behind_own: false,
         };
-        let spread = Spread::of(
-            &[&first, &second]
-                .map(|c| c.as_ref().ok())
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>(),
-        );
+        let spread = Spread::of(first.iter().chain(second.iter()));
         let mut last = None;
         let mut failed = None;
         for claimed in [first, second] {
@@ -460,7 +454,7 @@ struct Spread {
 }
 
 impl Spread {
-    fn of(claims: &[&store::Claimed]) -> Spread {
+    fn of<'a>(claims: impl IntoIterator<Item = &'a store::Claimed>) -> Spread {
         let mut spread = Spread::default();
         for claimed in claims {
             let ids = (claimed.events.iter().map(|e| e.id))
