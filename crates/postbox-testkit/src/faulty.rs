@@ -42,8 +42,13 @@ struct Faults {
     /// Claims under way now, and the most ever under way at once.
     claiming: AtomicU64,
     most_claiming: AtomicU64,
+    /// Claims that started while another was under way.
+    claims_beside: AtomicU64,
     /// Every range of passed ids `claim_gaps` was asked to read again, in call order.
     passed_read: Mutex<Vec<std::ops::RangeInclusive<i64>>>,
+    /// How many ids present each `claim_gaps` call read past the horizon (its `limit`), 0s left
+    /// out, in call order.
+    gap_limits: Mutex<Vec<u32>>,
 }
 
 impl FaultyStore {
@@ -59,7 +64,9 @@ impl FaultyStore {
                 marks_held: AtomicU64::new(0),
                 claiming: AtomicU64::new(0),
                 most_claiming: AtomicU64::new(0),
+                claims_beside: AtomicU64::new(0),
                 passed_read: Mutex::default(),
+                gap_limits: Mutex::default(),
             }),
         }
     }
@@ -100,9 +107,21 @@ impl FaultyStore {
         self.faults.most_claiming.load(Ordering::SeqCst)
     }
 
+    /// How many claims started while another claim was under way (a relay's pair of claims
+    /// side by side counts one).
+    pub fn claims_beside_another(&self) -> u64 {
+        self.faults.claims_beside.load(Ordering::SeqCst)
+    }
+
     /// Every range of passed ids the relay read again (`claim_gaps`' `passed`), in call order.
     pub fn passed_read(&self) -> Vec<std::ops::RangeInclusive<i64>> {
         self.faults.passed_read.lock().expect("lock").clone()
+    }
+
+    /// How many ids present past the commit horizon each read of the relay's asked for
+    /// (`claim_gaps`' `limit`; calls that read none left out), in call order.
+    pub fn gap_limits(&self) -> Vec<u32> {
+        self.faults.gap_limits.lock().expect("lock").clone()
     }
 
     fn enter(&self, op: StoreOp) -> postbox::Result<()> {
@@ -155,6 +174,9 @@ impl<'a> Claiming<'a> {
     fn start(faults: &'a Faults) -> Self {
         let now = faults.claiming.fetch_add(1, Ordering::SeqCst) + 1;
         faults.most_claiming.fetch_max(now, Ordering::SeqCst);
+        if now > 1 {
+            faults.claims_beside.fetch_add(1, Ordering::SeqCst);
+        }
         Claiming(faults)
     }
 }
@@ -205,6 +227,9 @@ impl postbox::Store for FaultyStore {
             .lock()
             .expect("lock")
             .extend(p.passed.iter().cloned());
+        if p.limit > 0 {
+            self.faults.gap_limits.lock().expect("lock").push(p.limit);
+        }
         self.inner.claim_gaps(p).await
     }
 

@@ -113,10 +113,11 @@ pub async fn claims_from_a_floor_still_take_what_went_wrong_below_it<B: StoreHar
 
 /// A conformance case; see the module docs.
 ///
-/// [`Store::claim_gaps`] reads the next ids present (any status) and the rows now in the ranges
-/// of ids a relay passed: whether each is still to do, and claimable. Stores that do not claim
-/// from a floor answer nothing.
-pub async fn gaps_name_the_ids_present_and_what_became_of_the_ids_passed<B: StoreHarness>() {
+/// [`Store::claim_gaps`] reads the next ids present (any status), answering how far it read and
+/// the ranges of ids missing there, and the rows now in the ranges of ids a relay passed:
+/// whether each is still to do, and claimable. Stores that do not claim from a floor answer
+/// nothing.
+pub async fn gaps_name_the_ids_missing_and_what_became_of_the_ids_passed<B: StoreHarness>() {
     let b = ready::<B>().await;
     let ids = enqueue_n(&b, 3).await;
     let (waiting, claimed, done) = (ids[0], ids[1], ids[2]);
@@ -155,7 +156,13 @@ pub async fn gaps_name_the_ids_present_and_what_became_of_the_ids_passed<B: Stor
         );
         return;
     }
-    assert_eq!(gaps.present, ids, "every id present, whatever its status");
+    assert_eq!(
+        gaps.read_through,
+        Some(done),
+        "read up to the last id present"
+    );
+    assert_eq!(gaps.read, 3, "every id present, whatever its status");
+    assert!(gaps.missing.is_empty(), "{:?}", gaps.missing);
     let mut found = gaps.found.clone();
     found.sort_unstable_by_key(|f| f.id);
     let flags: Vec<(i64, bool, bool)> = found
@@ -212,5 +219,41 @@ pub async fn gaps_name_the_ids_present_and_what_became_of_the_ids_passed<B: Stor
         })
         .await
         .expect("gaps");
-    assert_eq!(next.present, [claimed], "the next id present, one");
+    assert_eq!(
+        (next.read_through, next.read),
+        (Some(claimed), 1),
+        "the next id present, one"
+    );
+    // Ids missing among those read (in flight, rolled back, removed) come back as ranges: one
+    // right after the read's start, two in the middle; none past the last id read.
+    let more = enqueue_n(&b, 5).await;
+    b.exec(&format!(
+        "DELETE FROM outbox_events WHERE id IN ({}, {}, {})",
+        more[0], more[2], more[3]
+    ))
+    .await;
+    let read = |limit| {
+        let b = &b;
+        async move {
+            b.store()
+                .claim_gaps(&postbox::store::GapParams {
+                    target: &target(b),
+                    passed: &[],
+                    after: done,
+                    limit,
+                })
+                .await
+                .expect("gaps")
+        }
+    };
+    let all = read(10).await;
+    assert_eq!((all.read_through, all.read), (Some(more[4]), 2));
+    assert_eq!(all.missing, [more[0]..=more[0], more[2]..=more[3]]);
+    let first = read(1).await;
+    assert_eq!((first.read_through, first.read), (Some(more[1]), 1));
+    assert_eq!(
+        first.missing,
+        [more[0]..=more[0]],
+        "none past the last id read"
+    );
 }

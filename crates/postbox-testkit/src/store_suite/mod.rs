@@ -66,7 +66,7 @@ pub use enqueue::{
 };
 pub use floor::{
     claims_from_a_floor_still_take_what_went_wrong_below_it,
-    gaps_name_the_ids_present_and_what_became_of_the_ids_passed,
+    gaps_name_the_ids_missing_and_what_became_of_the_ids_passed,
 };
 pub use horizon::{
     an_id_rolled_back_does_not_hold_the_commit_horizon_back,
@@ -274,7 +274,7 @@ macro_rules! __store_suite_cases {
             an_error_text_that_cannot_be_stored_as_is_is_cleaned_and_capped,
             a_release_puts_events_back_after_a_delay_without_spending_a_try,
             claims_from_a_floor_still_take_what_went_wrong_below_it,
-            gaps_name_the_ids_present_and_what_became_of_the_ids_passed,
+            gaps_name_the_ids_missing_and_what_became_of_the_ids_passed,
             mark_failed_at_max_retries_goes_failed,
             a_permanent_error_fails_at_once,
             renew_extends_the_lease_of_the_token_holder_only,

@@ -97,8 +97,17 @@ pub struct GapParams<'a> {
 /// The answer of [`Store::claim_gaps`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gaps {
-    /// The ids present (visible, whatever their status) after [`GapParams::after`], ascending.
-    pub present: Vec<i64>,
+    /// The last id of the first [`GapParams::limit`] ids present (visible, whatever their
+    /// status) after [`GapParams::after`]; `None` when none is.
+    pub read_through: Option<i64>,
+    /// How many ids present were read (at most [`GapParams::limit`]; equal to it when more may
+    /// follow).
+    pub read: u64,
+    /// The ranges of ids after [`GapParams::after`] and below
+    /// [`read_through`](Self::read_through) that are not present (in flight, rolled back or
+    /// removed), ascending. The store answers the ranges rather than every id present: a read
+    /// past a held transaction spans up to hundreds of thousands of ids, and few are missing.
+    pub missing: Vec<RangeInclusive<i64>>,
     /// The rows now in [`GapParams::passed`]: committed since the relay passed them.
     pub found: Vec<PassedEvent>,
 }

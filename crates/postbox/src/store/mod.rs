@@ -184,9 +184,9 @@ pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
     /// claim from a floor ([`Capabilities::claims_from_floor`]) answers 0.
     async fn claim_floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64>;
 
-    /// What a relay's claims passed over while a transaction held its commit horizon back: the
-    /// next ids present past the last it read (the ranges missing between them are in flight,
-    /// rolled back or removed, and the relay keeps them), and the rows now in the ranges it
+    /// What a relay's claims passed over while a transaction held its commit horizon back: how
+    /// far the next ids present past the last it read go, and the ranges missing among them (in
+    /// flight, rolled back or removed: the relay keeps them), and the rows now in the ranges it
     /// keeps. With them a relay's floor and cursor go on past a transaction that stays open, so
     /// that a claim costs what it takes, not what was done since that transaction began; the
     /// event is claimed when it commits. Reads of the primary key. A store that does not claim

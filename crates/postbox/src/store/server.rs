@@ -13,22 +13,39 @@ pub(crate) const RETRIED_BY_OPERATOR: &str = "retried by an operator";
 /// What the slow lane writes to `last_error` when it is empty (see `RETRIED_BY_OPERATOR`).
 pub(crate) const RETRIED_BY_SLOW_LANE: &str = "retried by the slow lane";
 
-/// [`Gaps`] from a store's rows of [`Store::claim_gaps`](super::Store::claim_gaps): (id, one of the passed ids,
-/// unfinished, claimable), the range's rows in id order.
-pub(crate) fn gaps_from(rows: Vec<(i64, bool, bool, bool)>) -> Gaps {
+/// One row of a store's answer to [`Store::claim_gaps`](super::Store::claim_gaps) (the
+/// `claim_gaps.sql` of each server store): a row in one of the passed ranges (`passed`, with
+/// its flags); the last id present the read reached, with how many it read (`n`); or an id
+/// present that ends a gap (it follows `prev`).
+pub(crate) struct GapRow {
+    pub id: i64,
+    pub passed: bool,
+    pub unfinished: bool,
+    pub claimable: bool,
+    pub prev: Option<i64>,
+    pub n: Option<i64>,
+}
+
+/// [`Gaps`] from a store's [`GapRow`]s.
+pub(crate) fn gaps_from(rows: Vec<GapRow>) -> Gaps {
     let mut gaps = Gaps::default();
-    for (id, passed, unfinished, claimable) in rows {
-        if passed {
+    for row in rows {
+        if row.passed {
             gaps.found.push(PassedEvent {
-                id,
-                unfinished,
-                claimable,
+                id: row.id,
+                unfinished: row.unfinished,
+                claimable: row.claimable,
             });
-        } else {
-            gaps.present.push(id);
+        } else if let Some(n) = row.n {
+            gaps.read_through = Some(row.id);
+            gaps.read = u64::try_from(n).unwrap_or(0);
+        } else if let Some(prev) = row.prev
+            && row.id > prev.saturating_add(1)
+        {
+            gaps.missing.push(prev + 1..=row.id - 1);
         }
     }
-    gaps.present.sort_unstable();
+    gaps.missing.sort_unstable_by_key(|range| *range.start());
     gaps
 }
 

@@ -634,3 +634,59 @@ async fn a_long_passed_range_is_read_again_rarely_and_at_once_when_the_horizon_r
     relay.stop().await;
     assert_eq!(sink.published_ids().len(), 1_001, "every event once");
 }
+
+/// A relay that starts behind a transaction held open, on a table with a history past it
+/// (150,000 processed events committed after the held one): it reads the ids present past the
+/// horizon 20,000 at first, twice as many after each read that came back full, so that it is
+/// past the history in four reads, not eight; after a read that came back short, 20,000 again.
+/// The events waiting past the history are published, and the held one when it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_past_a_held_transaction_double_while_they_come_back_full() {
+    let (db, store) = pg().await;
+    let outbox = PgStore::new(db.pool().clone()).outbox();
+    let (held, held_id) = hold_one(&outbox, &db).await;
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, payload, status, processed_at)
+         SELECT 'InvoiceCreated', jsonb_build_object('i', g), 'PROCESSED', now()
+         FROM generate_series(1, 150000) g",
+    )
+    .execute(db.pool())
+    .await
+    .expect("history");
+    insert_pending(&db, 1_000).await;
+    let faulty = postbox_testkit::FaultyStore::new(store);
+    let sink = RecordingSink::new();
+    let relay = Running::start(Relay::new(faulty.clone(), sink.clone(), config()).expect("relay"));
+    wait_until(
+        "the events committed after the history are published",
+        Duration::from_secs(30),
+        || async { sink.published_ids().len() >= 1_000 },
+    )
+    .await;
+    // The horizon is found stalled 100 ms after it stopped moving: the reads start then, in
+    // the rounds that follow (idle or not).
+    wait_until(
+        "the relay is past the history",
+        Duration::from_secs(30),
+        || async { faulty.gap_limits().len() >= 6 },
+    )
+    .await;
+    let limits = faulty.gap_limits();
+    assert!(
+        limits.starts_with(&[20_000, 40_000, 80_000, 160_000]),
+        "reads past the horizon: {limits:?}"
+    );
+    assert!(
+        limits[4..].iter().all(|&limit| limit == 20_000),
+        "back to 20,000 after a short read: {limits:?}"
+    );
+    held.commit().await.expect("commit");
+    published(
+        &sink,
+        held_id,
+        "the held event is published once it commits",
+    )
+    .await;
+    relay.stop().await;
+    assert_eq!(sink.published_ids().len(), 1_001, "every event once");
+}

@@ -172,6 +172,71 @@ async fn g3_a_backlog_is_claimed_two_batches_at_once_each_event_once(t: TestStor
     );
 }
 
+/// G3: a relay whose pair of claims spans several ids per event it takes (other relays claim
+/// most of its range; here three ids of every four are gone, which its claims pass over the
+/// same way) claims one batch at a time for 5 s, then tries a pair again; each event is still
+/// published once. The same backlog without the missing ids is claimed in pairs throughout.
+async fn g3_a_crowded_relay_claims_one_batch_at_a_time(t: TestStore) {
+    let store = FaultyStore::new(t.connect().await);
+    let pairs = store.capabilities().concurrent_claims;
+    let sink = RecordingSink::new();
+    let relay = Relay::new(store.clone(), sink.clone(), config()).unwrap();
+    let dense = {
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            ids.extend(t.commit(events("Order", 500)).await);
+        }
+        relay.drain(std::future::pending()).await.unwrap();
+        ids
+    };
+    let beside_dense = store.claims_beside_another();
+    let mut ids = Vec::new();
+    for _ in 0..16 {
+        ids.extend(t.commit(events("Order", 500)).await);
+    }
+    t.conn()
+        .await
+        .exec(&format!(
+            "DELETE FROM outbox_events WHERE id > {} AND id % 4 <> 0",
+            dense.iter().max().unwrap()
+        ))
+        .await;
+    ids.retain(|id| id % 4 == 0);
+    let started = std::time::Instant::now();
+    let sink_before = sink.published_ids().len();
+    relay.drain(std::future::pending()).await.unwrap();
+    let took = started.elapsed();
+    let beside_crowded = store.claims_beside_another() - beside_dense;
+    let counts = tally(sink.published_ids());
+    assert_eq!(
+        sink.published_ids().len() - sink_before,
+        ids.len(),
+        "{}",
+        t.name
+    );
+    assert!(
+        ids.iter().chain(&dense).all(|id| counts[id] == 1),
+        "{}: each event once",
+        t.name
+    );
+    if !pairs {
+        assert_eq!(beside_dense + beside_crowded, 0, "{}", t.name);
+        return;
+    }
+    assert!(
+        beside_dense >= 2,
+        "{}: a dense backlog is claimed in pairs ({beside_dense})",
+        t.name
+    );
+    // One pair finds the range crowded; then one every 5 s at most.
+    let allowed = 1 + took.as_secs() / 5;
+    assert!(
+        beside_crowded <= allowed,
+        "{}: {beside_crowded} pairs in {took:?} on a crowded range (at most {allowed})",
+        t.name
+    );
+}
+
 /// G1: a relay dropped with its whole batch in flight loses nothing: once its lease runs out
 /// another relay takes the batch over (a failed try each) and publishes it.
 async fn g1_a_relay_dropped_mid_batch_loses_nothing(t: TestStore) {
@@ -468,6 +533,7 @@ relay_suite!(
     g2_rolled_back_events_are_never_published,
     g3_relays_side_by_side_publish_each_event_once,
     g3_a_backlog_is_claimed_two_batches_at_once_each_event_once,
+    g3_a_crowded_relay_claims_one_batch_at_a_time,
     g4_a_late_mark_from_a_relay_that_lost_its_lease_changes_nothing,
     g5_a_failing_event_is_tried_max_retries_times_then_failed,
     g6_ordered_aggregates_are_delivered_in_commit_order_through_retries,

@@ -202,21 +202,32 @@ impl MySqlStore {
         };
         let text =
             include_str!("../../../sql/mysql/queries/claim_gaps.sql").replace("{ranges}", &ranges);
-        let mut query = sqlx::query(AssertSqlSafe(text));
+        // The placeholders in the order of the text: the ids read, the ranges, the gaps.
+        let limit = i64::from(p.limit);
+        let mut query = sqlx::query(AssertSqlSafe(text)).bind(p.after).bind(limit);
         for range in p.passed {
             query = query.bind(*range.start()).bind(*range.end());
         }
         let rows = query
             .bind(p.after)
-            .bind(i64::from(p.limit))
+            .bind(p.after)
+            .bind(limit)
+            .bind(p.after)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| self.missing(e))?;
         let rows = rows
             .iter()
-            .map(|r| -> Result<(i64, bool, bool, bool)> {
+            .map(|r| -> Result<crate::store::server::GapRow> {
                 let flag = |i: usize| -> Result<bool> { Ok(r.try_get::<i64, _>(i)? != 0) };
-                Ok((r.try_get(0)?, flag(1)?, flag(2)?, flag(3)?))
+                Ok(crate::store::server::GapRow {
+                    id: r.try_get(0)?,
+                    passed: flag(1)?,
+                    unfinished: flag(2)?,
+                    claimable: flag(3)?,
+                    prev: r.try_get(4)?,
+                    n: r.try_get(5)?,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(crate::store::server::gaps_from(rows))

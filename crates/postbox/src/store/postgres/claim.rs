@@ -1,6 +1,7 @@
 //! The PostgreSQL claim: due events from a floor, by ids (the CDC relay), the floor itself and
 //! the gaps a relay passed.
 
+use sqlx::Row;
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
@@ -116,7 +117,7 @@ impl PgStore {
         let sql = self.sql.get(&p.target.schema);
         let lo: Vec<i64> = p.passed.iter().map(|r| *r.start()).collect();
         let hi: Vec<i64> = p.passed.iter().map(|r| *r.end()).collect();
-        let rows: Vec<(i64, bool, bool, bool)> = sqlx::query_as(safe(&sql.gaps))
+        let rows = sqlx::query(safe(&sql.gaps))
             .bind(&lo)
             .bind(&hi)
             .bind(p.after)
@@ -124,6 +125,19 @@ impl PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        let rows = rows
+            .iter()
+            .map(|r| -> Result<crate::store::server::GapRow> {
+                Ok(crate::store::server::GapRow {
+                    id: r.try_get(0)?,
+                    passed: r.try_get(1)?,
+                    unfinished: r.try_get(2)?,
+                    claimable: r.try_get(3)?,
+                    prev: r.try_get(4)?,
+                    n: r.try_get(5)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(crate::store::server::gaps_from(rows))
     }
 }

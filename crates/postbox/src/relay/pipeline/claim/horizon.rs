@@ -157,7 +157,7 @@ impl Pipeline {
             })
             .await?;
         if scan {
-            state.span = if gaps.present.len() >= span as usize {
+            state.span = if gaps.read >= u64::from(span) {
                 span.saturating_mul(2).min(GAP_SPAN_MAX)
             } else {
                 GAP_SPAN
@@ -188,32 +188,37 @@ impl Pipeline {
                     .iter()
                     .any(|f| f.unfinished && range.ids.contains(&f.id))
         });
-        for id in gaps.present {
-            if id <= state.scanned {
+        let mut through = gaps.read_through.filter(|&id| id > state.scanned);
+        for missing in gaps.missing {
+            if *missing.end() <= state.scanned {
                 continue;
             }
-            if id > state.scanned + 1 {
-                if state.passed.len() >= MAX_PASSED {
-                    if !state.passed_full {
-                        state.passed_full = true;
-                        warn!(
-                            tenant = target.label(),
-                            kept = state.passed.len(),
-                            at = state.scanned,
-                            "claims wait where they are: too many ranges of ids past the commit \
-                             horizon are not visible (transactions held open, rolled back); they \
-                             walk what was done since until those transactions end"
-                        );
-                    }
-                    break;
+            if state.passed.len() >= MAX_PASSED {
+                if !state.passed_full {
+                    state.passed_full = true;
+                    warn!(
+                        tenant = target.label(),
+                        kept = state.passed.len(),
+                        at = state.scanned,
+                        "claims wait where they are: too many ranges of ids past the commit \
+                         horizon are not visible (transactions held open, rolled back); they \
+                         walk what was done since until those transactions end"
+                    );
                 }
-                state.passed.push(PassedRange {
-                    ids: state.scanned + 1..=id - 1,
-                    read: now,
-                    settled,
-                });
+                // The floor and cursor stop below the first range not kept.
+                through = Some(state.scanned.max(*missing.start() - 1));
+                break;
             }
-            state.scanned = id;
+            let ids = (state.scanned + 1).max(*missing.start())..=*missing.end();
+            state.passed.push(PassedRange {
+                ids,
+                read: now,
+                settled,
+            });
+            state.scanned = *missing.end();
+        }
+        if let Some(through) = through {
+            state.scanned = state.scanned.max(through);
         }
         if state.passed.len() < MAX_PASSED / 2 {
             state.passed_full = false;
