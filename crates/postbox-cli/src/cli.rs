@@ -238,7 +238,8 @@ pub(crate) enum Command {
                       backlog of plain-SQL events, ANALYZEd while pending, on the empty table \
                       and again on the table with its history, each quiet, with a snapshot \
                       held open, and beside a producer transaction held open that wrote an \
-                      event before the backlog, after a CHECKPOINT (a superuser or pg_checkpoint), events/s \
+                      event before the backlog, each drain on the table vacuumed of the one \
+                      before and after a CHECKPOINT (a superuser or pg_checkpoint), events/s \
                       and claims of each; \
                       then a table that starts with \
                       --history-rows processed events written by plain SQL and VACUUM ANALYZEd, \

@@ -690,3 +690,37 @@ async fn reads_past_a_held_transaction_double_while_they_come_back_full() {
     relay.stop().await;
     assert_eq!(sink.published_ids().len(), 1_001, "every event once");
 }
+
+/// A relay draining a backlog alone past a transaction held open knows the ids its claims took
+/// are present: it reads the ids past the horizon where its claims went on past the ids it
+/// knows (once, past the held event), not at every claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_that_take_every_id_in_their_range_need_no_read_past_the_horizon() {
+    let (db, store) = pg().await;
+    let outbox = PgStore::new(db.pool().clone()).outbox();
+    let (held, held_id) = hold_one(&outbox, &db).await;
+    let total = 30_000;
+    insert_pending(&db, total).await;
+    let faulty = postbox_testkit::FaultyStore::new(store);
+    let sink = RecordingSink::new();
+    let relay = Relay::new(faulty.clone(), sink.clone(), config()).expect("relay");
+    relay.drain(std::future::pending()).await.expect("drain");
+    assert_eq!(sink.published_ids().len() as i64, total);
+    let claims = faulty.calls(postbox_testkit::StoreOp::Claim);
+    let reads = faulty.gap_limits().len() as u64;
+    eprintln!("{claims} claims, {reads} reads past the horizon");
+    assert!(claims >= 20, "{claims} claims");
+    assert!(
+        reads * 5 <= claims,
+        "{reads} reads past the horizon for {claims} claims"
+    );
+    held.commit().await.expect("commit");
+    let relay = Running::start(Relay::new(faulty, sink.clone(), config()).expect("relay"));
+    published(
+        &sink,
+        held_id,
+        "the held event is published once it commits",
+    )
+    .await;
+    relay.stop().await;
+}

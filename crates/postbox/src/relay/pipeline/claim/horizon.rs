@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::PassedRange;
+use super::{PassedRange, Spread};
 use crate::error::Result;
 use crate::relay::pipeline::Pipeline;
 use crate::schema::Target;
@@ -133,9 +133,13 @@ impl Pipeline {
         settled: i64,
         stalled: bool,
     ) -> Result<(i64, Option<i64>)> {
+        let ordered = !self.inner.config.ordered_aggregate_types.is_empty();
         let state = self.floors.entry(target.schema.clone()).or_default();
         state.scanned = state.scanned.max(settled);
-        let scan = stalled && state.passed.len() < MAX_PASSED;
+        // Past the horizon, a read is needed only where the claims went on past the ids known
+        // (see `Self::claimed`): a claim from the cursor right after them walks fresh entries.
+        let behind = ordered || state.cursor.is_none_or(|cursor| cursor > state.scanned + 1);
+        let scan = stalled && behind && state.passed.len() < MAX_PASSED;
         let due: Vec<usize> = (0..state.passed.len())
             .filter(|&i| recheck_due(&state.passed[i], settled))
             .collect();
@@ -224,6 +228,21 @@ impl Pipeline {
             state.passed_full = false;
         }
         Ok((state.scanned, late))
+    }
+
+    /// What a claim (or a pair) took tells where ids are present: when the claims took every
+    /// id from at most just past the last id known (`scanned`) to their last one, the relay
+    /// knows them all without reading them (a relay draining a backlog alone past a
+    /// transaction held open reads the ids past the horizon only where its claims left some).
+    pub(super) fn claimed(&mut self, target: &Target, spread: &Spread) {
+        if let Some(state) = self.floors.get_mut(&target.schema)
+            && let (Some(first), Some(last)) = (spread.first, spread.last)
+            && i64::try_from(spread.events).is_ok_and(|events| last - first + 1 == events)
+            && first <= state.scanned.saturating_add(1)
+            && last > state.scanned
+        {
+            state.scanned = last;
+        }
     }
 
     /// The floor of `target`'s next claim, never above `through` + 1 (see [`Self::passed`]):

@@ -205,8 +205,10 @@ impl Pipeline {
     pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
         let prepared = self.prepare(target).await?;
         let claimed = ask(&self.inner, target, &prepared).await?;
+        let spread = Spread::of([&claimed]);
         let (result, last) = self.absorb(target, &prepared, claimed).await?;
         self.set_cursor(target, result.full, last);
+        self.claimed(target, &spread);
         Ok(result)
     }
 
@@ -251,6 +253,7 @@ impl Pipeline {
         }
         // The claims go on past both, while both came back full.
         self.set_cursor(target, result.full, last);
+        self.claimed(target, &spread);
         if result.full
             && spread.per_event() >= CROWDED
             && let Some(state) = self.floors.get_mut(&target.schema)
@@ -447,7 +450,7 @@ impl Pipeline {
 
 /// The ids some claims took: how many, and the range they span.
 #[derive(Debug, Default)]
-struct Spread {
+pub(super) struct Spread {
     events: usize,
     first: Option<i64>,
     last: Option<i64>,
