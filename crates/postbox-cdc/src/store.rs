@@ -197,13 +197,15 @@ impl CdcStore {
         self.progress.missed(again);
     }
 
-    /// Whether the slot streams and the timed poll is due, whatever waits in the queue.
+    /// Whether the slot streams and the timed poll is due, whatever waits in the queue: also
+    /// when no poll has run yet (a relay whose slot delivered before its first claim would
+    /// otherwise not poll until the slot's queue ran dry).
     fn poll_overdue(&self) -> bool {
         if !self.progress.streaming() {
             return false;
         }
         let polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
-        polled.at.is_some_and(|at| at.elapsed() >= self.poll_every)
+        polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
     }
 
     /// The polling claim beside the slot, and when it ran and whether it came back full.
