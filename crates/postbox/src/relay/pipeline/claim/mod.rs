@@ -48,8 +48,10 @@ pub(super) struct FloorState {
     floor_claimed: Option<Instant>,
     /// When a claim last was a sweep (see [`ClaimOrder::sweep`]).
     ordered_swept: Option<Instant>,
-    /// The last id read by [`Store::claim_gaps`](crate::Store): every id up to it is settled,
-    /// or was present then, or is in `passed`. The floor and the cursor go up to it + 1 (or to
+    /// The last id known past the commit horizon, read by
+    /// [`Store::claim_gaps`](crate::Store) or taken by a claim that took every id in its range
+    /// (`Pipeline::claimed`): every id up to it is settled, or was present then, or is in
+    /// `passed`. The floor and the cursor go up to it + 1 (or to
     /// the commit horizon + 1, whichever is higher).
     scanned: i64,
     /// How many ids present past `scanned` the next read takes: doubled after a read that came
