@@ -8,6 +8,9 @@
 -- and cursor go on past them. Answering the gaps, not every id present, keeps a read of
 -- hundreds of thousands of ids to a few rows; and a read without a gap (most of them: a
 -- history is dense) counts the ids, which costs a fraction of listing where the gaps are.
+-- The read of the ids is written twice, not shared through a CTE of the ids: read by both, such
+-- a CTE would be kept in memory, where the ids' order is lost and the gaps' window sorts them;
+-- the second read runs only when the first found a gap.
 WITH seen AS (
     SELECT count(*) AS n, max(p.id) AS last
     FROM (SELECT e.id
