@@ -34,6 +34,13 @@ pub struct CdcConfig {
     pub lag_check: Duration,
     /// The WAL the slot may hold back before the relay logs an error each check (1 GiB).
     pub lag_alert: u64,
+    /// Whether each event the slot delivers is claimed before it is published, as a polling
+    /// relay claims (`false`). By default it is read and published unclaimed and then marked:
+    /// one write per event instead of two. Claim when a polling relay runs beside this one on
+    /// the same table: a poller may otherwise publish an event this relay is publishing (at
+    /// most the events this relay has in flight). Events of ordered aggregate types are always
+    /// claimed.
+    pub claim: bool,
 }
 
 impl Default for CdcConfig {
@@ -45,6 +52,7 @@ impl Default for CdcConfig {
             poll_interval: Duration::from_secs(1),
             lag_check: Duration::from_secs(10),
             lag_alert: 1 << 30,
+            claim: false,
         }
     }
 }
@@ -84,6 +92,13 @@ impl CdcConfig {
     /// Sets the lag past which the relay logs an error (field [`lag_alert`](Self::lag_alert)).
     pub fn lag_alert(mut self, bytes: u64) -> Self {
         self.lag_alert = bytes;
+        self
+    }
+
+    /// Sets whether each delivered event is claimed before it is published (field
+    /// [`claim`](Self::claim)).
+    pub fn claim(mut self, claim: bool) -> Self {
+        self.claim = claim;
         self
     }
 

@@ -1,6 +1,6 @@
 //! Postbox's CDC relay: the outbox table's inserts read from a PostgreSQL logical replication
-//! slot, in commit order, and claimed by primary key — beside the polling claim, which stays the
-//! safety net for everything the slot does not deliver.
+//! slot, in commit order, and read by primary key, published and marked (one write per event) —
+//! beside the polling claim, which stays the safety net for everything the slot does not deliver.
 //!
 //! A [`CdcStore`] wraps a migrated [`postbox::PgStore`]; any [`postbox::Relay`] runs on it with
 //! its sinks, routing, retries, ordering and metrics unchanged. See docs/cdc.md for when to
@@ -19,6 +19,7 @@
 mod config;
 mod error;
 mod progress;
+mod reads;
 mod setup;
 mod store;
 mod stream;

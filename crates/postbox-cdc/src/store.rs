@@ -1,22 +1,25 @@
-//! [`CdcStore`]: a [`PgStore`] whose claims take the ids the slot delivered, in commit order,
-//! and fall back to the polling claim for everything else.
+//! [`CdcStore`]: a [`PgStore`] whose claims take the ids the slot delivered, in commit order —
+//! read unclaimed ([`crate::reads`]) or claimed by id — and fall back to the polling claim for
+//! everything else.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use pg_walstream::CancellationToken;
 use postbox::store::{
-    Backlog, Capabilities, ClaimParams, Claimed, FailedMark, GapParams, Gaps, Horizon,
+    Backlog, Capabilities, ClaimOrder, ClaimParams, Claimed, FailedMark, GapParams, Gaps, Horizon,
     HorizonProbe, MarkFailedParams, MarkProcessedParams, ReleaseParams, RenewParams, Wakeups,
 };
 use postbox::{PgStore, SchemaName, Store, Target};
 use tokio::task::JoinHandle;
+use uuid::Uuid;
 
 use crate::config::CdcConfig;
 use crate::error::Result;
 use crate::progress::Progress;
+use crate::reads::Reads;
 use crate::{setup, stream};
 
 /// A [`Store`] for a relay that reads the outbox table's inserts from a PostgreSQL logical
@@ -24,7 +27,9 @@ use crate::{setup, stream};
 ///
 /// Started with [`CdcStore::start`] over a migrated [`PgStore`], it keeps one replication
 /// connection open on the slot: each committed transaction's outbox ids arrive in commit order,
-/// and the relay's next claim takes exactly those rows by primary key — no scan of the table.
+/// and the relay's next claim takes exactly those rows by primary key — no scan of the table —
+/// reading them without a claim (one write per event: the mark), or claiming them by id when
+/// aggregates are ordered or [`CdcConfig::claim`] is set.
 /// Everything else is the [`PgStore`]'s, unchanged: leases, fencing, marks, retries (claimed by
 /// the polling claim, at most every [`CdcConfig::poll_interval`] while the slot streams),
 /// tenants, the operator's surface. The slot's position is confirmed to the server only once
@@ -61,14 +66,31 @@ pub struct CdcStore {
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     slot: String,
+    /// The events published without a claim ([`crate::reads`]).
+    reads: Reads,
+    /// The relay id and lease of the last read: what a failed read event is claimed with, so
+    /// that its failed try is recorded as a claimed event's is.
+    reader: Mutex<Option<(String, Duration)>>,
+    /// [`CdcConfig::claim`].
+    claim: bool,
+    /// The server's WAL position when the relay started.
+    started_at: u64,
 }
 
-/// When the polling claim last ran beside the slot, and whether it came back full.
+/// When the polling claim last ran beside the slot, whether it came back full, when the slot
+/// last named events a claim had taken, and the events the polls took that the slot has not
+/// named yet.
 #[derive(Default)]
 struct Polled {
     at: Option<Instant>,
     full: bool,
+    overlapped: Option<Instant>,
+    taken: BTreeSet<i64>,
 }
+
+/// The most ids of events its polls took that a relay remembers until the slot names them (the
+/// lowest are forgotten first: a slot that names one of those costs a look at the table).
+const POLLED_KEPT: usize = 1_000_000;
 
 /// Where a CDC relay's slot stands ([`CdcStore::status`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +121,11 @@ impl CdcStore {
         config.validate()?;
         let schema = store.default_schema();
         setup::prepare(store.pool(), &schema, &config).await?;
+        // What was committed before this start is the slot's to name first (see `poll_due`).
+        let started_at: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+            .fetch_one(store.pool())
+            .await
+            .map_err(crate::Error::Database)?;
         let progress = Arc::new(Progress::default());
         let cancel = CancellationToken::new();
         let tasks = stream::spawn(stream::Stream {
@@ -122,6 +149,10 @@ impl CdcStore {
             cancel,
             tasks,
             slot: config.slot,
+            reads: Reads::default(),
+            reader: Mutex::default(),
+            claim: config.claim,
+            started_at: u64::try_from(started_at).unwrap_or(0),
         })
     }
 
@@ -152,15 +183,33 @@ impl CdcStore {
     }
 
     /// Whether the polling claim runs now: always while the slot is not read; else at most every
-    /// `poll_every`, or again at once while it comes back full (a backlog the slot does not
-    /// cover). A poll that finds a few events finds those the slot is about to deliver: polling
-    /// again at once would race the slot for every new event and claim each one twice.
+    /// `poll_every`, or again at once while it comes back full, once the slot has named what was
+    /// committed before the relay started, and while, for `poll_every`, nothing a claim took was
+    /// also named by the slot (a backlog the slot does not cover). A poll that finds a few events
+    /// finds those the slot is about to deliver: polling again at once would race the slot for
+    /// every new event and take each one twice. So would full polls of a backlog the slot is
+    /// delivering: each event would be taken by a poll, then looked at again when the slot
+    /// names it.
     fn poll_due(&self) -> bool {
         if !self.progress.streaming() {
             return true;
         }
         let polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
-        polled.full || polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
+        let apart = polled
+            .overlapped
+            .is_none_or(|at| at.elapsed() >= self.poll_every);
+        let caught_up = self.progress.positions().1 >= self.started_at;
+        (polled.full && apart && caught_up)
+            || polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
+    }
+
+    /// The slot named events a claim had taken, or a poll claimed events being read: the
+    /// polls and the slot are taking the same events.
+    fn overlapped(&self) {
+        self.polled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .overlapped = Some(Instant::now());
     }
 
     /// Passes `result` on; an error that says the database is going away also makes the reader
@@ -193,6 +242,9 @@ impl CdcStore {
         let taken: HashSet<i64> = taken.into_iter().collect();
         let (done, again): (Vec<i64>, Vec<i64>) =
             ids.into_iter().partition(|id| taken.contains(id));
+        if !done.is_empty() {
+            self.overlapped();
+        }
         self.progress.done(done);
         self.progress.missed(again);
     }
@@ -208,17 +260,199 @@ impl CdcStore {
         polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
     }
 
+    /// Up to `n` ids the slot named, for a read or a claim by id. Those this relay's polls took
+    /// are theirs: they are left out at once, without a look at the table (a relay whose slot
+    /// starts behind, or catches up on a backlog it polled meanwhile, is named every one of
+    /// them).
+    fn take(&self, n: usize) -> Vec<i64> {
+        loop {
+            let ids = self.progress.take(n);
+            if ids.is_empty() {
+                return ids;
+            }
+            let (polled, ids): (Vec<i64>, Vec<i64>) = {
+                let mut polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+                if polled.taken.is_empty() {
+                    return ids;
+                }
+                ids.into_iter().partition(|id| polled.taken.remove(id))
+            };
+            if polled.is_empty() {
+                return ids;
+            }
+            self.overlapped();
+            self.progress.done(polled);
+            if !ids.is_empty() {
+                return ids;
+            }
+        }
+    }
+
     /// The polling claim beside the slot, and when it ran and whether it came back full.
     async fn poll(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
-        let claimed = self.watch(self.inner.events_claim(p).await)?;
+        let mut claimed = self.watch(self.inner.events_claim(p).await)?;
         let full = claimed.events.len() + claimed.exhausted.len()
             >= usize::try_from(p.batch_size).unwrap_or(usize::MAX);
+        // Events this relay is publishing from a read are left to the read, under this claim's
+        // token; those a read published whose mark found them claimed are marked now.
+        let before = claimed.events.len();
+        let settle = self.reads.poll_claimed(&mut claimed);
+        let overlapped = claimed.events.len() + settle.len() < before || !settle.is_empty();
+        if overlapped {
+            self.overlapped();
+        }
+        if !settle.is_empty() {
+            let done = MarkProcessedParams {
+                target: p.target,
+                claim_token: claimed.claim_token,
+                ids: &settle,
+            };
+            self.watch(self.inner.events_mark_processed(&done).await)?;
+        }
         let mut polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
-        *polled = Polled {
-            at: Some(Instant::now()),
-            full,
-        };
+        polled.at = Some(Instant::now());
+        polled.full = full;
+        polled.taken.extend(claimed.events.iter().map(|e| e.id));
+        while polled.taken.len() > POLLED_KEPT {
+            polled.taken.pop_first();
+        }
         Ok(claimed)
+    }
+}
+
+/// The outcomes of read events ([`crate::reads`]): each recorded under the token of the claim
+/// that holds the row — a poll of this relay that adopted it, or (for a failed try or a put
+/// back) a claim by id made for it — or, for `PROCESSED`, by the unclaimed mark.
+impl CdcStore {
+    async fn mark_read(&self, p: &MarkProcessedParams<'_>) -> postbox::Result<u64> {
+        let split = self.reads.split(p.ids.iter().copied());
+        let mut marked = 0;
+        let mut failed = None;
+        for (token, ids) in &split.adopted {
+            match self.mark_with(p.target, *token, ids).await {
+                Ok(n) => marked += n,
+                Err(e) => failed = Some(e),
+            }
+        }
+        // A mark that fails leaves its rows PENDING: published again later (at-least-once).
+        let unmarked = match self.watch(
+            self.inner
+                .events_mark_unclaimed(p.target, &split.read)
+                .await,
+        ) {
+            Ok(done) => {
+                marked += done.len() as u64;
+                let done: HashSet<i64> = done.into_iter().collect();
+                split
+                    .read
+                    .into_iter()
+                    .filter(|id| !done.contains(id))
+                    .collect()
+            }
+            Err(e) => {
+                failed = Some(e);
+                Vec::new()
+            }
+        };
+        for (token, ids) in self.reads.finish(&p.claim_token, p.ids, &unmarked) {
+            match self.mark_with(p.target, token, &ids).await {
+                Ok(n) => marked += n,
+                Err(e) => failed = Some(e),
+            }
+        }
+        failed.map_or(Ok(marked), Err)
+    }
+
+    async fn mark_with(&self, target: &Target, token: Uuid, ids: &[i64]) -> postbox::Result<u64> {
+        let params = MarkProcessedParams {
+            target,
+            claim_token: token,
+            ids,
+        };
+        self.watch(self.inner.events_mark_processed(&params).await)
+    }
+
+    /// The tokens under which read events' failed tries or put-backs are recorded: those a poll
+    /// of this relay adopted, and the rest claimed by id now (a row claimed by another relay
+    /// meanwhile is that relay's: it is left out).
+    async fn claims_of(
+        &self,
+        target: &Target,
+        ids: impl IntoIterator<Item = i64>,
+    ) -> postbox::Result<Vec<(Uuid, HashSet<i64>)>> {
+        let split = self.reads.split(ids);
+        let mut claims: Vec<(Uuid, HashSet<i64>)> = split
+            .adopted
+            .into_iter()
+            .map(|(token, ids)| (token, ids.into_iter().collect()))
+            .collect();
+        if split.read.is_empty() {
+            return Ok(claims);
+        }
+        let (relay_id, lease) = self
+            .reader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| ("postbox-cdc".to_owned(), Duration::from_secs(30)));
+        let params = ClaimParams {
+            target,
+            batch_size: u32::try_from(split.read.len()).unwrap_or(u32::MAX),
+            lease,
+            relay_id: &relay_id,
+            order: ClaimOrder::default(),
+            floor: 0,
+        };
+        let claimed = self.watch(self.inner.events_claim_ids(&params, &split.read).await)?;
+        let got = (claimed.events.iter().map(|e| e.id))
+            .chain(claimed.undecodable.iter().map(|u| u.id))
+            .collect();
+        claims.push((claimed.claim_token, got));
+        Ok(claims)
+    }
+
+    async fn fail_read(&self, p: &MarkFailedParams<'_>) -> postbox::Result<Vec<FailedMark>> {
+        let ids: Vec<i64> = p.tries.iter().map(|t| t.id).collect();
+        let claims = self.claims_of(p.target, ids.iter().copied()).await;
+        self.reads.finish(&p.claim_token, &ids, &[]);
+        let mut marks = Vec::new();
+        for (token, held) in claims? {
+            let tries: Vec<_> = p
+                .tries
+                .iter()
+                .filter(|t| held.contains(&t.id))
+                .cloned()
+                .collect();
+            let params = MarkFailedParams {
+                claim_token: token,
+                tries: &tries,
+                ..p.clone()
+            };
+            marks.extend(self.watch(self.inner.events_mark_failed(&params).await)?);
+        }
+        Ok(marks)
+    }
+
+    async fn release_read(&self, p: &ReleaseParams<'_>) -> postbox::Result<u64> {
+        let ids: Vec<i64> = p.releases.iter().map(|r| r.id).collect();
+        let claims = self.claims_of(p.target, ids.iter().copied()).await;
+        self.reads.finish(&p.claim_token, &ids, &[]);
+        let mut released = 0;
+        for (token, held) in claims? {
+            let releases: Vec<_> = p
+                .releases
+                .iter()
+                .filter(|r| held.contains(&r.id))
+                .cloned()
+                .collect();
+            let params = ReleaseParams {
+                claim_token: token,
+                releases: &releases,
+                ..p.clone()
+            };
+            released += self.watch(self.inner.events_release(&params).await)?;
+        }
+        Ok(released)
     }
 }
 
@@ -257,13 +491,25 @@ impl Store for CdcStore {
                 return Ok(claimed);
             }
         }
-        let ids = self
-            .progress
-            .take(usize::try_from(p.batch_size).unwrap_or(usize::MAX));
+        let ids = self.take(usize::try_from(p.batch_size).unwrap_or(usize::MAX));
         if !ids.is_empty() {
-            let claimed = match self.watch(self.inner.events_claim_ids(p, &ids).await) {
+            // Without ordered aggregate types the rows are read and published unclaimed (one
+            // write per event, the mark), unless told to claim them (a poller runs beside); an
+            // ordered event is claimed, so that the claim can hold it back behind an earlier
+            // event of its aggregate.
+            let read = !self.claim && p.order.aggregate_types.is_empty();
+            let result = if read {
+                self.reads.begin(&ids);
+                self.inner.events_read_ids(p, &ids).await
+            } else {
+                self.inner.events_claim_ids(p, &ids).await
+            };
+            let claimed = match self.watch(result) {
                 Ok(claimed) => claimed,
                 Err(e) => {
+                    if read {
+                        self.reads.read(Uuid::nil(), &ids, &HashSet::new());
+                    }
                     self.progress.put_back(&ids);
                     return Err(e);
                 }
@@ -277,6 +523,11 @@ impl Store for CdcStore {
                 .map(|e| e.id)
                 .chain(claimed.undecodable.iter().map(|u| u.id))
                 .collect();
+            if read {
+                self.reads.read(claimed.claim_token, &ids, &got);
+                *self.reader.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((p.relay_id.to_owned(), p.lease));
+            }
             let missed: Vec<i64> = ids.into_iter().filter(|id| !got.contains(id)).collect();
             if !missed.is_empty() {
                 self.missed(missed).await;
@@ -301,13 +552,31 @@ impl Store for CdcStore {
     }
 
     async fn leases_renew(&self, p: &RenewParams<'_>) -> postbox::Result<u64> {
-        self.watch(self.inner.leases_renew(p).await)
+        if !self.reads.is_read(&p.claim_token) {
+            return self.watch(self.inner.leases_renew(p).await);
+        }
+        // A read holds no lease; what a poll of this relay adopted holds that claim's.
+        let split = self.reads.split(p.ids.iter().copied());
+        let mut renewed = split.read.len() as u64;
+        for (token, ids) in &split.adopted {
+            let params = RenewParams {
+                claim_token: *token,
+                ids,
+                ..p.clone()
+            };
+            renewed += self.watch(self.inner.leases_renew(&params).await)?;
+        }
+        Ok(renewed)
     }
 
     async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> postbox::Result<u64> {
         // Recorded or not, the rows are in the table under a lease: a mark that failed is taken
         // over by the polling claim when the lease ends, so the slot need not wait for it.
-        let marked = self.watch(self.inner.events_mark_processed(p).await);
+        let marked = if self.reads.is_read(&p.claim_token) {
+            self.mark_read(p).await
+        } else {
+            self.watch(self.inner.events_mark_processed(p).await)
+        };
         self.progress.done(p.ids.iter().copied());
         marked
     }
@@ -316,13 +585,21 @@ impl Store for CdcStore {
         &self,
         p: &MarkFailedParams<'_>,
     ) -> postbox::Result<Vec<FailedMark>> {
-        let marked = self.watch(self.inner.events_mark_failed(p).await);
+        let marked = if self.reads.is_read(&p.claim_token) {
+            self.fail_read(p).await
+        } else {
+            self.watch(self.inner.events_mark_failed(p).await)
+        };
         self.progress.done(p.tries.iter().map(|t| t.id));
         marked
     }
 
     async fn events_release(&self, p: &ReleaseParams<'_>) -> postbox::Result<u64> {
-        let released = self.watch(self.inner.events_release(p).await);
+        let released = if self.reads.is_read(&p.claim_token) {
+            self.release_read(p).await
+        } else {
+            self.watch(self.inner.events_release(p).await)
+        };
         self.progress.done(p.releases.iter().map(|r| r.id));
         released
     }

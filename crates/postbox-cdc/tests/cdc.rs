@@ -47,7 +47,16 @@ fn relay(store: &Arc<CdcStore>, sink: &RecordingSink) -> Relay {
 }
 
 fn relay_with(store: &Arc<CdcStore>, sink: &RecordingSink, config: RelayConfig) -> Relay {
-    let config = config.ordered_aggregate_types(vec!["*".to_owned()]);
+    unordered(
+        store,
+        sink,
+        config.ordered_aggregate_types(vec!["*".to_owned()]),
+    )
+}
+
+/// A relay with `config` as given: without ordered aggregate types, the slot's events are read
+/// and published unclaimed (`CdcConfig::claim`).
+fn unordered(store: &Arc<CdcStore>, sink: &RecordingSink, config: RelayConfig) -> Relay {
     Relay::from_parts(
         Arc::clone(store) as Arc<dyn Store>,
         Arc::new(sink.clone()),
@@ -247,17 +256,34 @@ async fn the_slot_is_confirmed_only_once_the_events_are_recorded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_restarted_on_the_slot_publishes_every_event_and_repeats_only_what_was_in_flight() {
+    restarted_on_the_slot(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_reads_unclaimed_restarted_on_the_slot_loses_nothing_and_repeats_only_what_was_in_flight()
+ {
+    restarted_on_the_slot(false).await;
+}
+
+/// A relay killed mid-stream and started again on its slot: claiming each event (`ordered`:
+/// every aggregate ordered) or reading them unclaimed.
+async fn restarted_on_the_slot(ordered: bool) {
     let db = TestDb::new().await;
     let sink = RecordingSink::new();
     // Leases of 2 s: what the killed relay held is taken over by the polling claim soon after.
     let config = || {
-        RelayConfig::default()
+        let config = RelayConfig::default()
             .lease(Duration::from_secs(2))
-            .publish_timeout(Duration::from_secs(1))
+            .publish_timeout(Duration::from_secs(1));
+        if ordered {
+            config.ordered_aggregate_types(vec!["*".to_owned()])
+        } else {
+            config
+        }
     };
     let cdc_config = || CdcConfig::default().poll_interval(Duration::from_millis(500));
     let store = cdc(&db, cdc_config()).await;
-    let killed = relay_with(&store, &sink, config());
+    let killed = unordered(&store, &sink, config());
     let task = tokio::spawn(async move { killed.run(std::future::pending()).await });
     wait_until("the slot is read", PATIENCE, || async {
         store.status().streaming
@@ -276,7 +302,7 @@ async fn a_relay_restarted_on_the_slot_publishes_every_event_and_repeats_only_wh
     drop(store);
 
     let store = cdc(&db, cdc_config()).await;
-    let handle = relay_with(&store, &sink, config()).start();
+    let handle = unordered(&store, &sink, config()).start();
     for i in 300..400 {
         insert(db.pool(), "Placed", &format!("o-{}", i % 7)).await;
     }
@@ -391,20 +417,51 @@ async fn a_relay_far_behind_its_slot_publishes_new_events_while_it_catches_up() 
 /// A polling relay beside a CDC relay on the same table: the claim is the same for both (a
 /// lease and a token on each row), so each event is published once, by one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_polling_relay_beside_a_cdc_relay_publishes_each_event_once() {
+async fn a_polling_relay_beside_a_cdc_relay_that_claims_publishes_each_event_once() {
+    let (ids, published) = beside_a_poller(true).await;
+    assert_eq!(published, ids, "each event once, by one relay or the other");
+}
+
+/// Without `claim`, the poller may take an event the CDC relay is publishing from a read: every
+/// event goes out, none more than twice, and no more repeat than the CDC relay has in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_relay_beside_a_cdc_relay_that_reads_repeats_at_most_what_was_in_flight() {
+    let (ids, published) = beside_a_poller(false).await;
+    let mut times: HashMap<i64, u32> = HashMap::new();
+    for id in published {
+        *times.entry(id).or_default() += 1;
+    }
+    let mut seen: Vec<i64> = times.keys().copied().collect();
+    seen.sort_unstable();
+    assert_eq!(seen, ids, "every event published");
+    assert!(times.values().all(|&n| n <= 2), "none more than twice");
+    let repeated = times.values().filter(|&&n| n > 1).count();
+    let in_flight = RelayConfig::default().max_batch_size as usize;
+    assert!(repeated <= in_flight, "{repeated} repeated");
+}
+
+/// 500 events committed one by one while a CDC relay (claiming each event or not) and a polling
+/// relay run on the table; returns their ids and every publish of either relay, sorted.
+async fn beside_a_poller(claim: bool) -> (Vec<i64>, Vec<i64>) {
     let db = TestDb::new().await;
-    let (_store, cdc_sink, cdc_handle) = running(
+    let store = cdc(
         &db,
-        CdcConfig::default().poll_interval(Duration::from_millis(100)),
+        CdcConfig::default()
+            .poll_interval(Duration::from_millis(100))
+            .claim(claim),
     )
+    .await;
+    let cdc_sink = RecordingSink::new();
+    let cdc_handle = unordered(&store, &cdc_sink, RelayConfig::default()).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
     .await;
     let poll_sink = RecordingSink::new();
     let poller = Relay::from_parts(
         Arc::new(PgStore::new(db.pool().clone())) as Arc<dyn Store>,
         Arc::new(poll_sink.clone()),
-        RelayConfig::default()
-            .ordered_aggregate_types(vec!["*".to_owned()])
-            .poll_interval(Duration::from_millis(20)),
+        RelayConfig::default().poll_interval(Duration::from_millis(20)),
     )
     .unwrap()
     .start();
@@ -416,12 +473,12 @@ async fn a_polling_relay_beside_a_cdc_relay_publishes_each_event_once() {
         processed(db.pool()).await == 500
     })
     .await;
+    cdc_handle.stop().await.unwrap();
+    poller.stop().await.unwrap();
     let mut published = cdc_sink.published_ids();
     published.extend(poll_sink.published_ids());
     published.sort_unstable();
-    assert_eq!(published, ids, "each event once, by one relay or the other");
-    cdc_handle.stop().await.unwrap();
-    poller.stop().await.unwrap();
+    (ids, published)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -715,5 +772,183 @@ async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_
             "{event_type} not published: {published:?}"
         );
     }
+    handle.stop().await.unwrap();
+}
+
+/// Inserts `n` events of `event_type` in one transaction, as a producer in another language
+/// would; returns their ids.
+async fn insert_many(pool: &PgPool, event_type: &str, n: i64) -> Vec<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         SELECT $1, 'Order', 'o-' || g, '{}' FROM generate_series(1, $2) g RETURNING id",
+    )
+    .bind(event_type)
+    .bind(n)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// An event published unclaimed meets its own relay's polling claim: a poll that claims events
+/// a read is publishing leaves them out of its batch, and the read's outcome is recorded under
+/// the poll's token — each event goes out once. Driven step by step through the store, as the
+/// relay's rounds call it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_being_read_that_the_relays_own_poll_claims_are_left_to_the_read() {
+    let db = TestDb::new().await;
+    let store = cdc(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_millis(200)),
+    )
+    .await;
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let target = postbox::Target::default_schema(store.default_schema());
+    let params = postbox::store::ClaimParams {
+        target: &target,
+        batch_size: 100,
+        lease: Duration::from_secs(30),
+        relay_id: "relay-1",
+        order: postbox::store::ClaimOrder::default(),
+        floor: 0,
+    };
+    // The first claim polls (none ran yet): nothing there.
+    assert!(store.events_claim(&params).await.unwrap().events.is_empty());
+    let ids = insert_many(db.pool(), "Placed", 10).await;
+    wait_until("the slot delivered them", PATIENCE, || async {
+        store.status().unrecorded == 10
+    })
+    .await;
+    // The poll is not due: the delivered events are read, not claimed.
+    let read = store.events_claim(&params).await.unwrap();
+    let got: Vec<i64> = read.events.iter().map(|e| e.id).collect();
+    assert_eq!(got, ids);
+    let claimed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events WHERE status <> 'PENDING' OR claim_token IS NOT NULL",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(claimed, 0, "a read writes nothing");
+    // While they are published, the timed poll comes and claims them from the floor.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let polled = store.events_claim(&params).await.unwrap();
+    assert!(
+        polled.events.is_empty(),
+        "the poll left the events being read out of its batch"
+    );
+    let marked = store
+        .events_mark_processed(&postbox::store::MarkProcessedParams {
+            target: &target,
+            claim_token: read.claim_token,
+            ids: &ids,
+        })
+        .await
+        .unwrap();
+    assert_eq!(marked, 10);
+    let tokens: Vec<Option<uuid::Uuid>> = sqlx::query_scalar(
+        "SELECT claim_token FROM outbox_events WHERE status = 'PROCESSED' ORDER BY id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    // One claim's token on every row: the poll's, under which the read recorded them.
+    assert!(
+        tokens[0].is_some() && tokens.iter().all(|t| *t == tokens[0]),
+        "recorded under the poll's claim: {tokens:?}"
+    );
+}
+
+/// Events read unclaimed, published by a relay: marked without a claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_without_ordered_types_publishes_what_the_slot_delivers_without_claiming_it() {
+    let db = TestDb::new().await;
+    let store = cdc(&db, CdcConfig::default()).await;
+    let sink = RecordingSink::new();
+    let handle = unordered(&store, &sink, RelayConfig::default()).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        ids.extend(insert_many(db.pool(), "Placed", 20).await);
+    }
+    wait_until("every event is PROCESSED", PATIENCE, || async {
+        processed(db.pool()).await == 200
+    })
+    .await;
+    handle.stop().await.unwrap();
+    let mut published = sink.published_ids();
+    published.sort_unstable();
+    assert_eq!(published, ids, "each event once");
+    let never_claimed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED' AND claim_token IS NULL",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    // The relay's first claim polls, and may find the first transaction before the slot does.
+    assert!(
+        never_claimed >= 180,
+        "{never_claimed} of 200 marked without a claim"
+    );
+}
+
+/// A read event whose publish fails is claimed for its failed try: backed off and counted as a
+/// claimed event's, then published again; one whose destination is down is put back without
+/// spending a try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_event_that_fails_is_retried_and_its_try_counted_as_a_claimed_ones_is() {
+    let db = TestDb::new().await;
+    let store = cdc(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_millis(50)),
+    )
+    .await;
+    let sink = RecordingSink::new();
+    sink.script("Flaky", Behaviour::FailTimes(1));
+    sink.script(
+        "Down",
+        Behaviour::FailWith(postbox::PublishError::unavailable("broker restarting")),
+    );
+    let config = RelayConfig::default().retry(postbox::backoff::Backoff::new(
+        Duration::from_millis(20),
+        Duration::from_millis(50),
+    ));
+    let handle = unordered(&store, &sink, config).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let flaky = insert(db.pool(), "Flaky", "o-1").await;
+    let down = insert(db.pool(), "Down", "o-2").await;
+    wait_until("the flaky event is PROCESSED", PATIENCE, || async {
+        processed(db.pool()).await == 1
+    })
+    .await;
+    assert_eq!(sink.attempts(flaky), 2);
+    let (retries, error): (i32, Option<String>) =
+        sqlx::query_as("SELECT retry_count, last_error FROM outbox_events WHERE id = $1")
+            .bind(flaky)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(retries, 1, "the failed try is counted");
+    assert!(error.is_some_and(|e| e.contains("scripted failure")));
+    wait_until("the put-back event is tried again", PATIENCE, || async {
+        sink.attempts(down) >= 2
+    })
+    .await;
+    let (retries, status): (i32, String) =
+        sqlx::query_as("SELECT retry_count, status FROM outbox_events WHERE id = $1")
+            .bind(down)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(retries, 0, "an unavailable destination spends no try");
+    assert_ne!(status, "PROCESSED");
     handle.stop().await.unwrap();
 }

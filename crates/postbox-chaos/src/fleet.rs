@@ -32,6 +32,10 @@ pub(crate) struct RelaySpec {
     pub(crate) ordered: bool,
     /// How the relays find events (`--source`).
     pub(crate) source: crate::cli::Source,
+    /// Whether CDC relays claim each event (`--cdc-claim`): when several run, the ones that do
+    /// not hold the slot poll beside the one that does, as docs/cdc.md says to set it for; a
+    /// CDC relay alone reads its events unclaimed.
+    pub(crate) cdc_claim: bool,
     /// The relays' working directory (no `postbox.toml` in it), which holds their logs.
     pub(crate) dir: PathBuf,
 }
@@ -84,6 +88,9 @@ impl RelaySpec {
             .kill_on_drop(true);
         if self.source == crate::cli::Source::Cdc {
             command.args(["--source", "cdc"]);
+            if self.cdc_claim {
+                command.arg("--cdc-claim");
+            }
         }
         if self.ordered {
             command.env(

@@ -158,6 +158,7 @@ async fn chaos(
             batch_size: args.batch_size,
             ordered: args.ordered_aggregates > 0,
             source: args.source,
+            cdc_claim: args.relays > 1,
             dir: logs.clone(),
         },
         args.relays,

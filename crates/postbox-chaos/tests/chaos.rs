@@ -67,6 +67,26 @@ fn a_minute_of_faults_and_dropped_slots_with_cdc_relays_loses_nothing() {
     );
 }
 
+/// One CDC relay, which reads the events its slot names and publishes them unclaimed (no poller
+/// beside it), through the same faults: nothing lost, no ghost, duplicates within their bound.
+#[test]
+fn a_minute_of_faults_with_one_cdc_relay_reading_unclaimed_loses_nothing() {
+    chaos(
+        &[
+            "--minutes",
+            "1",
+            "--events",
+            "8000",
+            "--source",
+            "cdc",
+            "--relays",
+            "1",
+        ],
+        8_000,
+        false,
+    );
+}
+
 /// Runs the chaos kit with `args` and asserts that every check passed, that `events` events
 /// committed and (`every_kind`) that the schedule injected every kind of fault.
 fn chaos(args: &[&str], events: u64, every_kind: bool) -> serde_json::Value {

@@ -312,6 +312,7 @@ impl Cli {
             o.admin_listen = a.admin_listen;
             o.source = a.source;
             o.cdc_slot = a.cdc_slot.clone();
+            o.cdc_claim = a.cdc_claim.then_some(true);
         }
         o
     }

@@ -206,6 +206,17 @@ pub(crate) const KEYS: &[KeyDoc] = &[
                 (pg_drop_replication_slot) when you stop using CDC, or it keeps WAL.",
     },
     KeyDoc {
+        key: "cdc_claim",
+        default: "false",
+        flag: Some("--cdc-claim"),
+        about: "Whether source = cdc claims each event before publishing it, as polling does. \
+                By default the relay reads the rows the slot names, publishes them and marks \
+                them: one write per event instead of two. Set it when a polling relay runs \
+                beside the CDC relay on the same table, or that poller may publish an event the \
+                CDC relay is publishing (at most the events in flight). Ordered aggregate types \
+                are always claimed.",
+    },
+    KeyDoc {
         key: "cdc_publication",
         default: "\"postbox_outbox\"",
         flag: None,

@@ -71,6 +71,9 @@ pub(crate) struct Overrides {
     /// `--cdc-slot`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cdc_slot: Option<String>,
+    /// `--cdc-claim`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cdc_claim: Option<bool>,
     /// `--log-format`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) log_format: Option<LogFormat>,

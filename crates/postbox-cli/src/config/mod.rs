@@ -120,6 +120,8 @@ pub(crate) struct Config {
     pub(crate) cdc_slot: String,
     /// The CDC relay's publication.
     pub(crate) cdc_publication: String,
+    /// Whether the CDC relay claims each event before publishing it.
+    pub(crate) cdc_claim: bool,
     /// Log format.
     pub(crate) log_format: LogFormat,
     /// Log filter.
@@ -248,6 +250,7 @@ impl Default for Config {
             source: RelaySource::Poll,
             cdc_slot: postbox_cdc::CdcConfig::default().slot,
             cdc_publication: postbox_cdc::CdcConfig::default().publication,
+            cdc_claim: postbox_cdc::CdcConfig::default().claim,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
             payload_limit: ByteSize(postbox::outbox::DEFAULT_PAYLOAD_LIMIT),

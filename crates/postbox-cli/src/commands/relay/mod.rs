@@ -165,11 +165,12 @@ async fn cdc_store(
     let pg = PgStore::with_schema(pool.clone(), config.schema.clone());
     let cdc = CdcConfig::default()
         .slot(config.cdc_slot.as_str())
-        .publication(config.cdc_publication.as_str());
+        .publication(config.cdc_publication.as_str())
+        .claim(config.cdc_claim);
     let store = CdcStore::start(pg, url, cdc)
         .await
         .context("cannot start the CDC relay")?;
-    info!(slot = %config.cdc_slot, publication = %config.cdc_publication,
+    info!(slot = %config.cdc_slot, publication = %config.cdc_publication, claim = config.cdc_claim,
         "relay source: cdc (the polling claim stays on as the safety net)");
     Ok(store)
 }

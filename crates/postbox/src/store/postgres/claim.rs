@@ -100,6 +100,56 @@ impl PgStore {
         claimed_from(&rows, token, p.target)
     }
 
+    /// Reads, without claiming them, the events of `ids` that are still `PENDING`, never tried
+    /// and of no aggregate type in `params.order.aggregate_types`, in id order, as a claim
+    /// returns them (`claim_token` is a new token that no row holds). Nothing is written: the
+    /// caller publishes them and records them with [`PgStore::events_mark_unclaimed`]; a relay
+    /// polling beside it may claim one of them meanwhile and publish it too. For the CDC relay,
+    /// which learns of committed events from the WAL and so needs no claim to find them.
+    ///
+    /// ```no_run
+    /// # async fn example(store: postbox::PgStore, target: postbox::Target) -> postbox::Result<()> {
+    /// use postbox::store::{ClaimOrder, ClaimParams};
+    /// let params = ClaimParams {
+    ///     target: &target,
+    ///     batch_size: 100,
+    ///     lease: std::time::Duration::from_secs(30),
+    ///     relay_id: "relay-1",
+    ///     order: ClaimOrder::default(),
+    ///     floor: 0,
+    /// };
+    /// let read = store.events_read_ids(&params, &[41, 42]).await?;
+    /// let ids: Vec<i64> = read.events.iter().map(|e| e.id).collect();
+    /// // ... publish them, then:
+    /// store.events_mark_unclaimed(&target, &ids).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn events_read_ids(&self, p: &ClaimParams<'_>, ids: &[i64]) -> Result<Claimed> {
+        let sql = self.sql.get(&p.target.schema);
+        let rows = sqlx::query(safe(&sql.read_ids))
+            .bind(ids)
+            .bind(p.order.aggregate_types)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        claimed_from(&rows, Uuid::new_v4(), p.target)
+    }
+
+    /// Marks `PROCESSED` the events of `ids` read by [`PgStore::events_read_ids`] and published,
+    /// those still as that read found them (one claimed since by another relay is that relay's
+    /// to mark, or its retry's); returns the ids it marked.
+    pub async fn events_mark_unclaimed(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = self.sql.get(&target.schema);
+        sqlx::query_scalar(safe(&sql.mark_unclaimed))
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))
+    }
+
     /// [`Store::claim_floor`](crate::Store::claim_floor).
     pub(super) async fn floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
         let sql = self.sql.get(&target.schema);

@@ -64,6 +64,8 @@ struct PgSql {
     claim: std::sync::Arc<str>,
     claim_unordered: std::sync::Arc<str>,
     claim_ids: std::sync::Arc<str>,
+    read_ids: std::sync::Arc<str>,
+    mark_unclaimed: std::sync::Arc<str>,
     floor: std::sync::Arc<str>,
     gaps: std::sync::Arc<str>,
     horizon: std::sync::Arc<str>,
@@ -107,6 +109,14 @@ impl PgSql {
             ),
             claim_ids: render(
                 include_str!("../../../sql/postgres/queries/claim_ids.sql"),
+                schema,
+            ),
+            read_ids: render(
+                include_str!("../../../sql/postgres/queries/read_ids.sql"),
+                schema,
+            ),
+            mark_unclaimed: render(
+                include_str!("../../../sql/postgres/queries/mark_unclaimed.sql"),
                 schema,
             ),
             floor: render(
