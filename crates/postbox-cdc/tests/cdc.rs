@@ -952,3 +952,53 @@ async fn a_read_event_that_fails_is_retried_and_its_try_counted_as_a_claimed_one
     assert_ne!(status, "PROCESSED");
     handle.stop().await.unwrap();
 }
+
+/// The slot names events the relay's poll already took (the slot started behind them): they are
+/// left to the poll's claim at once, not read and looked at again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_a_poll_took_are_left_to_it_when_the_slot_names_them() {
+    let db = TestDb::new().await;
+    let store = cdc(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_secs(3600)),
+    )
+    .await;
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let target = postbox::Target::default_schema(store.default_schema());
+    let params = postbox::store::ClaimParams {
+        target: &target,
+        batch_size: 100,
+        lease: Duration::from_secs(30),
+        relay_id: "relay-1",
+        order: postbox::store::ClaimOrder::default(),
+        floor: 0,
+    };
+    let ids = insert_many(db.pool(), "Placed", 10).await;
+    // The first claim polls (none ran yet), and takes them before the slot names them.
+    let polled = store.events_claim(&params).await.unwrap();
+    assert_eq!(polled.events.len(), 10);
+    wait_until("the slot named them", PATIENCE, || async {
+        store.status().unrecorded == 10
+    })
+    .await;
+    let next = store.events_claim(&params).await.unwrap();
+    assert!(next.events.is_empty());
+    let status = store.status();
+    assert_eq!(
+        (status.unrecorded, status.rechecking),
+        (0, 0),
+        "left to the poll's claim at once, none looked at again"
+    );
+    let marked = store
+        .events_mark_processed(&postbox::store::MarkProcessedParams {
+            target: &target,
+            claim_token: polled.claim_token,
+            ids: &ids,
+        })
+        .await
+        .unwrap();
+    assert_eq!(marked, 10);
+}
