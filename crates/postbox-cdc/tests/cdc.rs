@@ -796,24 +796,8 @@ async fn insert_many(pool: &PgPool, event_type: &str, n: i64) -> Vec<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_being_read_that_the_relays_own_poll_claims_are_left_to_the_read() {
     let db = TestDb::new().await;
-    let store = cdc(
-        &db,
-        CdcConfig::default().poll_interval(Duration::from_millis(200)),
-    )
-    .await;
-    wait_until("the slot is read", PATIENCE, || async {
-        store.status().streaming
-    })
-    .await;
-    let target = postbox::Target::default_schema(store.default_schema());
-    let params = postbox::store::ClaimParams {
-        target: &target,
-        batch_size: 100,
-        lease: Duration::from_secs(30),
-        relay_id: "relay-1",
-        order: postbox::store::ClaimOrder::default(),
-        floor: 0,
-    };
+    let (store, target) = by_hand(&db, Duration::from_millis(200)).await;
+    let params = round(&target);
     // The first claim polls (none ran yet): nothing there.
     assert!(store.events_claim(&params).await.unwrap().events.is_empty());
     let ids = insert_many(db.pool(), "Placed", 10).await;
@@ -839,14 +823,7 @@ async fn events_being_read_that_the_relays_own_poll_claims_are_left_to_the_read(
         polled.events.is_empty(),
         "the poll left the events being read out of its batch"
     );
-    let marked = store
-        .events_mark_processed(&postbox::store::MarkProcessedParams {
-            target: &target,
-            claim_token: read.claim_token,
-            ids: &ids,
-        })
-        .await
-        .unwrap();
+    let marked = mark(&store, &target, read.claim_token, &ids).await;
     assert_eq!(marked, 10);
     let tokens: Vec<Option<uuid::Uuid>> = sqlx::query_scalar(
         "SELECT claim_token FROM outbox_events WHERE status = 'PROCESSED' ORDER BY id",
@@ -958,24 +935,8 @@ async fn a_read_event_that_fails_is_retried_and_its_try_counted_as_a_claimed_one
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_a_poll_took_are_left_to_it_when_the_slot_names_them() {
     let db = TestDb::new().await;
-    let store = cdc(
-        &db,
-        CdcConfig::default().poll_interval(Duration::from_secs(3600)),
-    )
-    .await;
-    wait_until("the slot is read", PATIENCE, || async {
-        store.status().streaming
-    })
-    .await;
-    let target = postbox::Target::default_schema(store.default_schema());
-    let params = postbox::store::ClaimParams {
-        target: &target,
-        batch_size: 100,
-        lease: Duration::from_secs(30),
-        relay_id: "relay-1",
-        order: postbox::store::ClaimOrder::default(),
-        floor: 0,
-    };
+    let (store, target) = by_hand(&db, Duration::from_secs(3600)).await;
+    let params = round(&target);
     let ids = insert_many(db.pool(), "Placed", 10).await;
     // The first claim polls (none ran yet), and takes them before the slot names them.
     let polled = store.events_claim(&params).await.unwrap();
@@ -992,13 +953,43 @@ async fn events_a_poll_took_are_left_to_it_when_the_slot_names_them() {
         (0, 0),
         "left to the poll's claim at once, none looked at again"
     );
-    let marked = store
+    let marked = mark(&store, &target, polled.claim_token, &ids).await;
+    assert_eq!(marked, 10);
+}
+
+/// A CDC store on a migrated database, once its slot is read, to be driven by hand as a relay's
+/// rounds drive it; and the default schema's target.
+async fn by_hand(db: &TestDb, poll_interval: Duration) -> (Arc<CdcStore>, postbox::Target) {
+    let store = cdc(db, CdcConfig::default().poll_interval(poll_interval)).await;
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let target = postbox::Target::default_schema(store.default_schema());
+    (store, target)
+}
+
+/// A claim of `target` as a relay's round asks for one.
+fn round(target: &postbox::Target) -> postbox::store::ClaimParams<'_> {
+    postbox::store::ClaimParams {
+        target,
+        batch_size: 100,
+        lease: Duration::from_secs(30),
+        relay_id: "relay-1",
+        order: postbox::store::ClaimOrder::default(),
+        floor: 0,
+    }
+}
+
+/// Marks `ids` PROCESSED through the store under `token`, as a relay does once they are
+/// published; returns how many rows it marked.
+async fn mark(store: &CdcStore, target: &postbox::Target, token: uuid::Uuid, ids: &[i64]) -> u64 {
+    store
         .events_mark_processed(&postbox::store::MarkProcessedParams {
-            target: &target,
-            claim_token: polled.claim_token,
-            ids: &ids,
+            target,
+            claim_token: token,
+            ids,
         })
         .await
-        .unwrap();
-    assert_eq!(marked, 10);
+        .unwrap()
 }
