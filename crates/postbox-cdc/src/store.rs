@@ -122,7 +122,7 @@ impl CdcStore {
         let schema = store.default_schema();
         setup::prepare(store.pool(), &schema, &config).await?;
         // What was committed before this start is the slot's to name first (see `poll_due`).
-        let started_at: i64 = sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0')::bigint")
+        let started_at: i64 = sqlx::query_scalar(include_str!("../sql/wal_position.sql"))
             .fetch_one(store.pool())
             .await
             .map_err(crate::Error::Database)?;
@@ -297,8 +297,7 @@ impl CdcStore {
         // token; those a read published whose mark found them claimed are marked now.
         let before = claimed.events.len();
         let settle = self.reads.poll_claimed(&mut claimed);
-        let overlapped = claimed.events.len() + settle.len() < before || !settle.is_empty();
-        if overlapped {
+        if claimed.events.len() < before {
             self.overlapped();
         }
         if !settle.is_empty() {
