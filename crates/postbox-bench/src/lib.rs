@@ -1,7 +1,8 @@
 //! The benchmarks behind `postbox bench`: enqueue overhead (beside a second business row, the
 //! floor of any second statement), drain against the raw-SQL ceiling of the relay's own
 //! statements, commit-to-publish latency with debounced NOTIFY, NOTIFY on every commit and
-//! polling only, a soak, and (PostgreSQL) the CDC relay beside the polling relay.
+//! polling only, a soak, and (PostgreSQL) the CDC relay beside the polling relay and a relay
+//! serving hundreds or thousands of tenant schemas.
 //!
 //! Everything runs in a scratch database of its own (PostgreSQL: a new database on the server
 //! given, dropped afterwards; SQLite: a temporary file).
@@ -13,6 +14,7 @@ mod history;
 mod phases;
 mod report;
 mod scratch;
+mod tenants;
 
 use std::time::Duration;
 
@@ -22,7 +24,7 @@ use postbox::{RelayConfig, StoreExt};
 pub use report::{
     BenchReport, CdcOutcome, CdcRun, CdcWal, ClaimTimes, DrainCase, DrainRun, EnqueueOverhead,
     HeldDrain, HistoryDrain, HistoryRun, HistoryWindow, LatencyRun, OrderingRun, Percentiles, Soak,
-    Throughput,
+    TenantLatency, TenantsRun, Throughput,
 };
 
 use db::Extra;
@@ -97,6 +99,20 @@ pub struct BenchOptions {
     pub cdc_churn: Duration,
     /// How long the CDC relay then stays stopped while they churn on.
     pub cdc_stopped: Duration,
+    /// Tenant counts of the tenants phase (PostgreSQL); empty skips it.
+    pub tenants: Vec<usize>,
+    /// Producer rates of the tenants phase, events/s; the first is also the rate of its slow
+    /// destination and backlog runs.
+    pub tenant_rates: Vec<u64>,
+    /// How long each latency run of the tenants phase produces.
+    pub tenant_duration: Duration,
+    /// How long the tenants phase watches an idle relay.
+    pub tenant_idle: Duration,
+    /// Events of the one tenant's backlog beside which the others' latency is measured; 0
+    /// skips that run.
+    pub tenant_backlog: u64,
+    /// Relay counts of the tenants phase's latency runs.
+    pub tenant_relays: Vec<usize>,
     /// Relay batch size.
     pub batch_size: u32,
     /// Dead rows that make the relays vacuum the outbox table (`RelayConfig::vacuum_threshold`);
@@ -130,6 +146,12 @@ impl BenchOptions {
             cdc_rate: 1000,
             cdc_churn: Duration::from_secs(60),
             cdc_stopped: Duration::from_secs(30),
+            tenants: vec![1000],
+            tenant_rates: vec![50, 1000],
+            tenant_duration: Duration::from_secs(20),
+            tenant_idle: Duration::from_secs(20),
+            tenant_backlog: 1_000_000,
+            tenant_relays: vec![1, 2],
             batch_size: 100,
             vacuum_threshold: RelayConfig::default().vacuum_threshold,
             progress: true,
@@ -154,6 +176,12 @@ impl BenchOptions {
             cdc_rate: 200,
             cdc_churn: Duration::from_secs(3),
             cdc_stopped: Duration::from_secs(1),
+            tenants: vec![20],
+            tenant_rates: vec![50],
+            tenant_duration: Duration::from_secs(1),
+            tenant_idle: Duration::from_millis(500),
+            tenant_backlog: 2_000,
+            tenant_relays: vec![1],
             vacuum_threshold: RelayConfig::default().vacuum_threshold,
             ..Self::full(database_url)
         }
@@ -469,6 +497,21 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         cdc = Some(cdc::run(scratch, &db, opts, &bars).await?);
     }
 
+    let mut tenants = Vec::new();
+    if scratch.is_postgres() {
+        let plan = tenants::TenantsPlan {
+            rates: opts.tenant_rates.clone(),
+            duration: opts.tenant_duration,
+            idle: opts.tenant_idle,
+            backlog: opts.tenant_backlog,
+            relays: opts.tenant_relays.clone(),
+        };
+        for &n in &opts.tenants {
+            let bars = |len: u64, what: &str| bar(opts, len, what);
+            tenants.push(tenants::run(scratch, n, &plan, &bars).await?);
+        }
+    }
+
     Ok(BenchReport {
         backend: scratch.backend(),
         batch_size: opts.batch_size,
@@ -480,5 +523,6 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         history,
         held_drain,
         cdc,
+        tenants,
     })
 }

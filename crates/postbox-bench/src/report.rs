@@ -408,6 +408,39 @@ pub struct BenchReport {
     pub held_drain: Option<HeldDrain>,
     /// CDC against polling, when run (PostgreSQL).
     pub cdc: Option<CdcOutcome>,
+    /// The tenants phase, one run per tenant count (PostgreSQL).
+    pub tenants: Vec<TenantsRun>,
+}
+
+/// The tenants phase for one count of tenants: plain-SQL producers committing into random
+/// tenants, relays started with defaults.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantsRun {
+    /// Tenant schemas (beside the default schema).
+    pub tenants: usize,
+    /// Seconds `tenant_add` took for all of them, four at once.
+    pub add_seconds: f64,
+    /// Seconds a relay's start-up sweep over every tenant took.
+    pub settle_seconds: f64,
+    /// A settled relay's CPU while nothing happens, in percent of one core.
+    pub idle_cpu_pct: f64,
+    /// The server connections one relay holds.
+    pub connections: i64,
+    /// Commit → publish, per load.
+    pub latency: Vec<TenantLatency>,
+}
+
+/// One latency run of the tenants phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct TenantLatency {
+    /// The load and the relays.
+    pub what: String,
+    /// Relays serving.
+    pub relays: usize,
+    /// Commit → publish.
+    pub percentiles: Percentiles,
+    /// Each relay's CPU while the producers ran, in percent of one core.
+    pub relay_cpu_pct: f64,
 }
 
 /// One relay draining the same plain-SQL backlog (`ANALYZE TABLE` while it is pending) on a
@@ -660,6 +693,33 @@ impl BenchReport {
             }
             Some(CdcOutcome::Measured(c)) => c.table(&mut out),
             None => {}
+        }
+        for t in &self.tenants {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "tenants: {} schemas (added in {:.0} s; a relay's start-up sweep {:.1} s), \
+                 plain-SQL producers into random tenants, relays with defaults",
+                t.tenants, t.add_seconds, t.settle_seconds
+            );
+            let _ = writeln!(
+                out,
+                "  idle: relay CPU {:.2} % of a core, {} server connections",
+                t.idle_cpu_pct, t.connections
+            );
+            let _ = writeln!(
+                out,
+                "  {:<64}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}",
+                "commit → publish (ms)", "p50", "p95", "p99", "max", "CPU %"
+            );
+            for l in &t.latency {
+                let p = &l.percentiles;
+                let _ = writeln!(
+                    out,
+                    "  {:<64}  {:>8.1}  {:>8.1}  {:>8.1}  {:>8.1}  {:>8.1}",
+                    l.what, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms, l.relay_cpu_pct
+                );
+            }
         }
         out
     }

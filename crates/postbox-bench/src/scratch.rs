@@ -107,6 +107,25 @@ impl Scratch {
         }
     }
 
+    /// A pool with `connections` connections on the scratch database whose sessions are named
+    /// `application` (PostgreSQL; elsewhere as [`Scratch::open`]), to be counted on the server.
+    pub(crate) async fn open_named(
+        &self,
+        connections: u32,
+        application: &str,
+    ) -> Result<Db, BenchError> {
+        match self {
+            Scratch::Postgres { admin, name, .. } => Ok(Db::Pg(
+                PgPoolOptions::new()
+                    .max_connections(connections)
+                    .connect_with(admin.clone().database(name).application_name(application))
+                    .await
+                    .map_err(BenchError::db)?,
+            )),
+            _ => self.open(connections).await,
+        }
+    }
+
     /// A pool with `connections` connections on the scratch database, migrated.
     pub(crate) async fn open(&self, connections: u32) -> Result<Db, BenchError> {
         let db = match self {

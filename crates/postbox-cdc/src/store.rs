@@ -607,6 +607,14 @@ impl Store for CdcStore {
         self.inner.backlog(target, ordered).await
     }
 
+    async fn outbox_due(
+        &self,
+        targets: &[Target],
+        ordered: &[String],
+    ) -> postbox::Result<Vec<Option<Duration>>> {
+        self.inner.outbox_due(targets, ordered).await
+    }
+
     async fn commit_horizon(
         &self,
         target: &Target,
@@ -622,8 +630,12 @@ impl Store for CdcStore {
         })))
     }
 
-    async fn outbox_heads(&self, targets: &[Target]) -> postbox::Result<Vec<Option<i64>>> {
-        self.inner.outbox_heads(targets).await
+    async fn outbox_heads(
+        &self,
+        targets: &[Target],
+        known: &[Option<i64>],
+    ) -> postbox::Result<Vec<(usize, Option<i64>)>> {
+        self.inner.outbox_heads(targets, known).await
     }
 }
 

@@ -49,6 +49,8 @@ struct Faults {
     /// How many ids present each `claim_gaps` call read past the horizon (its `limit`), 0s left
     /// out, in call order.
     gap_limits: Mutex<Vec<u32>>,
+    /// Claims (`events_claim`) per schema.
+    claims_of: Mutex<HashMap<postbox::SchemaName, u64>>,
 }
 
 impl FaultyStore {
@@ -67,6 +69,7 @@ impl FaultyStore {
                 claims_beside: AtomicU64::new(0),
                 passed_read: Mutex::default(),
                 gap_limits: Mutex::default(),
+                claims_of: Mutex::default(),
             }),
         }
     }
@@ -100,6 +103,12 @@ impl FaultyStore {
     /// Mark calls waiting behind [`FaultyStore::hold_marks`] right now.
     pub fn marks_held(&self) -> u64 {
         self.faults.marks_held.load(Ordering::SeqCst)
+    }
+
+    /// How many claims (`events_claim`) each schema's outbox got so far: what a relay spends on
+    /// each target.
+    pub fn claims_by_schema(&self) -> HashMap<postbox::SchemaName, u64> {
+        self.faults.claims_of.lock().expect("lock").clone()
     }
 
     /// The most claims (`events_claim`) that were under way at once.
@@ -205,6 +214,13 @@ impl postbox::Store for FaultyStore {
 
     async fn events_claim(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
         self.enter(StoreOp::Claim)?;
+        *self
+            .faults
+            .claims_of
+            .lock()
+            .expect("lock")
+            .entry(p.target.schema.clone())
+            .or_insert(0) += 1;
         let _under_way = Claiming::start(&self.faults);
         self.inner.events_claim(p).await
     }
@@ -265,6 +281,14 @@ impl postbox::Store for FaultyStore {
         self.inner.backlog(target, ordered).await
     }
 
+    async fn outbox_due(
+        &self,
+        targets: &[postbox::Target],
+        ordered: &[String],
+    ) -> postbox::Result<Vec<Option<std::time::Duration>>> {
+        self.inner.outbox_due(targets, ordered).await
+    }
+
     async fn commit_horizon(
         &self,
         target: &postbox::Target,
@@ -277,8 +301,12 @@ impl postbox::Store for FaultyStore {
         self.inner.wakeups().await
     }
 
-    async fn outbox_heads(&self, targets: &[postbox::Target]) -> postbox::Result<Vec<Option<i64>>> {
-        self.inner.outbox_heads(targets).await
+    async fn outbox_heads(
+        &self,
+        targets: &[postbox::Target],
+        known: &[Option<i64>],
+    ) -> postbox::Result<Vec<(usize, Option<i64>)>> {
+        self.inner.outbox_heads(targets, known).await
     }
 }
 

@@ -87,6 +87,28 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
     if let Some(d) = args.cdc_stopped {
         opts.cdc_stopped = d;
     }
+    if let Some(t) = &args.tenants {
+        opts.tenants = t.iter().copied().filter(|n| *n > 0).collect();
+    }
+    if let Some(r) = &args.tenant_rates {
+        opts.tenant_rates = r.clone();
+    }
+    if let Some(d) = args.tenant_duration {
+        opts.tenant_duration = d;
+    }
+    if let Some(d) = args.tenant_idle {
+        opts.tenant_idle = d;
+    }
+    if let Some(n) = args.tenant_backlog {
+        opts.tenant_backlog = n;
+    }
+    if let Some(r) = &args.tenant_relays {
+        opts.tenant_relays = r.clone();
+    }
+    anyhow::ensure!(
+        opts.tenant_rates.iter().all(|r| *r > 0) && opts.tenant_relays.iter().all(|n| *n > 0),
+        "--tenant-rates and --tenant-relays must be above zero"
+    );
     anyhow::ensure!(
         opts.history_rows == 0
             || (opts.history_window > Duration::ZERO
@@ -200,6 +222,34 @@ pub(crate) struct BenchArgs {
     /// How long the CDC relay then stays stopped while they churn on [default: 30s; quick: 1s]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) cdc_stopped: Option<Duration>,
+
+    /// Tenant counts of the tenants phase, comma-separated, 0 to skip it (PostgreSQL): that many
+    /// tenant schemas, plain-SQL producers committing into random ones, relays with defaults
+    /// [default: 1000; quick: 20]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) tenants: Option<Vec<usize>>,
+
+    /// Producer rates of the tenants phase, events/s, comma-separated; the first is also the
+    /// rate of its slow-destination and backlog runs [default: 50,1000; quick: 50]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) tenant_rates: Option<Vec<u64>>,
+
+    /// How long each latency run of the tenants phase produces [default: 20s; quick: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) tenant_duration: Option<Duration>,
+
+    /// How long the tenants phase watches an idle relay's CPU [default: 20s; quick: 500ms]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) tenant_idle: Option<Duration>,
+
+    /// Events of one tenant's backlog beside which the others' latency is measured, 0 to skip
+    /// that run [default: 1000000; quick: 2000]
+    #[arg(long, value_name = "N")]
+    pub(crate) tenant_backlog: Option<u64>,
+
+    /// Relay counts of the tenants phase's latency runs, comma-separated [default: 1,2; quick: 1]
+    #[arg(long, value_name = "N,N", value_delimiter = ',')]
+    pub(crate) tenant_relays: Option<Vec<usize>>,
 
     /// Relay and ceiling batch size [config: batch_size; default: 100]
     #[arg(long, value_name = "N")]

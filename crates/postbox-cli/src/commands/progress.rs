@@ -27,11 +27,16 @@ impl Progress {
 
     /// Starts a bar of `total` events (it grows if more come), `message` before it.
     pub(crate) fn bounded(message: String, total: u64) -> Self {
+        Self::bounded_of(message, total, "event(s)")
+    }
+
+    /// Starts a bar of `total` things named `unit`, `message` before it.
+    pub(crate) fn bounded_of(message: String, total: u64, unit: &str) -> Self {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         bar.set_style(
-            ProgressStyle::with_template(
-                "{msg} [{bar:30}] {human_pos}/{human_len} event(s) ({per_sec}, eta {eta})",
-            )
+            ProgressStyle::with_template(&format!(
+                "{{msg}} [{{bar:30}}] {{human_pos}}/{{human_len}} {unit} ({{per_sec}}, eta {{eta}})"
+            ))
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
         );

@@ -7,6 +7,9 @@ use clap::{Args, Subcommand};
 use postbox::store::TenantAddParams;
 use postbox::{SchemaName, schema::TenantId, store::Tenant, store::TenantStatus};
 
+use futures::StreamExt;
+
+use super::progress::Progress;
 use crate::cli::SchemaArg;
 use crate::config::Config;
 use crate::database::{Create, Database, Location};
@@ -14,24 +17,7 @@ use crate::database::{Create, Database, Location};
 /// Runs one tenants subcommand. Names are validated before the database is touched.
 pub(crate) async fn run(config: &Config, command: &TenantsCommand) -> anyhow::Result<ExitCode> {
     match command {
-        TenantsCommand::Add(args) => {
-            let id = TenantId::new(&args.id)?;
-            let schema = args.schema.as_deref().map(SchemaName::new).transpose()?;
-            let db = connect(config).await?;
-            let tenant = db
-                .store
-                .tenant_add(&TenantAddParams {
-                    id: &id,
-                    schema: schema.as_ref(),
-                })
-                .await?;
-            println!(
-                "added tenant {} (schema {}, {}); relays serve it within 10s",
-                tenant.id,
-                tenant.schema,
-                tenant.status.as_str()
-            );
-        }
+        TenantsCommand::Add(args) => return add(config, args).await,
         TenantsCommand::List(args) => {
             let db = connect(config).await?;
             let tenants = db.store.tenant_list().await?;
@@ -58,6 +44,78 @@ pub(crate) async fn run(config: &Config, command: &TenantsCommand) -> anyhow::Re
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `postbox tenants add`: one tenant, or many (ids as arguments, or one per line of a file),
+/// all checked before the database is touched, added a few at once with a progress bar. Adding
+/// many is safe to run again: tenants already registered are counted and left as they are.
+async fn add(config: &Config, args: &TenantAddArgs) -> anyhow::Result<ExitCode> {
+    let ids = args.ids()?;
+    if ids.is_empty() {
+        anyhow::bail!("no tenant to add: name one or more ids, or --file with one id per line");
+    }
+    let schema = args.schema.as_deref().map(SchemaName::new).transpose()?;
+    if schema.is_some() && ids.len() > 1 {
+        anyhow::bail!(
+            "--schema names the schema of one tenant; it cannot be given with {} ids",
+            ids.len()
+        );
+    }
+    let db = connect(config).await?;
+    if let [id] = ids.as_slice() {
+        let tenant = db
+            .store
+            .tenant_add(&TenantAddParams {
+                id,
+                schema: schema.as_ref(),
+            })
+            .await?;
+        println!(
+            "added tenant {} (schema {}, {}); relays serve it within 10s",
+            tenant.id,
+            tenant.schema,
+            tenant.status.as_str()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let started = std::time::Instant::now();
+    let progress = Progress::bounded_of("adding tenants".to_owned(), ids.len() as u64, "tenant(s)");
+    let store = &db.store;
+    let mut added = 0_u64;
+    let mut existing = 0_u64;
+    let mut failed: Vec<(TenantId, postbox::Error)> = Vec::new();
+    let mut adds = futures::stream::iter(ids.iter().map(|id| async move {
+        let result = store
+            .tenant_add(&TenantAddParams { id, schema: None })
+            .await;
+        (id, result)
+    }))
+    .buffer_unordered(args.jobs.max(1));
+    while let Some((id, result)) = adds.next().await {
+        match result {
+            Ok(_) => added += 1,
+            Err(postbox::Error::TenantExists(_)) => existing += 1,
+            Err(e) => failed.push((id.clone(), e)),
+        }
+        progress.add(1);
+    }
+    progress.finish();
+    println!(
+        "added {added} tenant(s) in {:.1}s ({existing} already registered, left as they were); \
+         relays serve them within 10s",
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (id, e) in failed.iter().take(20) {
+        eprintln!("tenant {id}: {e}");
+    }
+    anyhow::bail!(
+        "{} tenant(s) could not be added (the first are listed above); fix the cause and run the \
+         same command again: the tenants added are kept",
+        failed.len()
+    )
 }
 
 /// Connects to the configured database; SQLite answers with the library's "unsupported" error.
@@ -124,12 +182,15 @@ fn table(tenants: &[Tenant]) -> String {
 /// `postbox tenants …`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum TenantsCommand {
-    /// Register a tenant and create its schema and outbox table
+    /// Register tenants and create their schemas and outbox tables
     #[command(
-        long_about = "Register a tenant and create its schema and outbox_events table. Its \
+        long_about = "Register tenants and create their schemas and outbox_events tables. Their \
                       services then enqueue into <schema>.outbox_events, and relays start serving \
-                      it within 10 s. The registry lives in the default schema (config key \
-                      `schema`, POSTBOX_SCHEMA; default public)."
+                      them within 10 s. The registry lives in the default schema (config key \
+                      `schema`, POSTBOX_SCHEMA; default public). Many at once: \
+                      `postbox tenants add a b c`, or `--file tenants.txt` (one id per line); \
+                      every id is checked first, tenants already registered are left as they \
+                      are, so the command can be run again after an interruption."
     )]
     Add(TenantAddArgs),
 
@@ -146,13 +207,68 @@ pub(crate) enum TenantsCommand {
 /// `postbox tenants add`.
 #[derive(Debug, Args)]
 pub(crate) struct TenantAddArgs {
-    /// Tenant id: lower-case ASCII letters, digits and '_', starting with a letter or '_', at
+    /// Tenant ids: lower-case ASCII letters, digits and '_', starting with a letter or '_', at
     /// most 61 bytes; not `default`, which names the default schema
-    pub(crate) id: String,
+    pub(crate) id: Vec<String>,
 
-    /// The tenant's schema [default: s_<id>]
+    /// Also add the ids in FILE, one per line ('-': standard input; blank lines and lines
+    /// starting with '#' are skipped)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) file: Option<std::path::PathBuf>,
+
+    /// The tenant's schema, with one id [default: s_<id>]
     #[arg(long, value_name = "NAME")]
     pub(crate) schema: Option<String>,
+
+    /// Tenants added at once when adding many
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub(crate) jobs: usize,
+}
+
+impl TenantAddArgs {
+    /// Every id given, in order, each once; every id that cannot be a tenant id is named (with
+    /// its line in the file) before anything is added.
+    fn ids(&self) -> anyhow::Result<Vec<TenantId>> {
+        let mut given: Vec<(String, String)> = self
+            .id
+            .iter()
+            .map(|id| (id.clone(), format!("argument {id:?}")))
+            .collect();
+        if let Some(file) = &self.file {
+            let text = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("cannot read standard input")?
+            } else {
+                std::fs::read_to_string(file)
+                    .with_context(|| format!("cannot read {}", file.display()))?
+            };
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                given.push((line.to_owned(), format!("{}:{}", file.display(), n + 1)));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut ids = Vec::with_capacity(given.len());
+        let mut bad = Vec::new();
+        for (id, at) in given {
+            match TenantId::new(&id) {
+                Ok(id) if seen.insert(id.clone()) => ids.push(id),
+                Ok(_) => {}
+                Err(e) => bad.push(format!("{at}: {e}")),
+            }
+        }
+        if !bad.is_empty() {
+            let more = bad.len().saturating_sub(20);
+            let mut message = bad.into_iter().take(20).collect::<Vec<_>>().join("\n");
+            if more > 0 {
+                message.push_str(&format!("\n… and {more} more"));
+            }
+            anyhow::bail!("invalid tenant ids; nothing was added:\n{message}");
+        }
+        Ok(ids)
+    }
 }
 
 /// `postbox tenants list`.
@@ -191,7 +307,8 @@ mod tests {
         assert_eq!(cli.overrides().schema, None);
         match cli.command {
             Command::Tenants(TenantsCommand::Add(a)) => {
-                assert_eq!(a.schema.as_deref(), Some("s_x"))
+                assert_eq!(a.schema.as_deref(), Some("s_x"));
+                assert_eq!(a.id, ["acme"]);
             }
             other => panic!("unexpected {other:?}"),
         }

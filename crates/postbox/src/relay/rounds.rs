@@ -1,12 +1,16 @@
 //! A relay's rounds, counted as they finish: what a test, a health check or an embedding
 //! service waits on instead of a clock ("the relay has looked again, and is waiting").
 //!
-//! A round is one pass of the relay's loop: a claim from each target it serves, then publishing
-//! and recording until the batches are done (or there is room to claim again). After a round
-//! that found nothing more to do, the relay waits for a wake-up, its poll, or a retry coming
-//! due.
+//! A round is one pass of the relay's loop in which it looked at its targets: read the heads of
+//! their id sequences or their backlog, and claimed from each target something said had work (a
+//! notification, a moved head, a full claim, a retry come due). Publishing and recording go on
+//! beside the rounds. When nothing is left to claim at once and nothing is in flight, the relay
+//! waits for a wake-up, its next look, or a retry coming due.
 
-use tokio::sync::watch;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::{Notify, watch};
 
 /// Where a relay's loop is, as of its last change.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -15,7 +19,8 @@ pub struct RelayProgress {
     /// Rounds finished since the relay was made (across its runs), failed rounds included.
     pub rounds: u64,
     /// Whether the relay is waiting for its next round: its last round left nothing it could
-    /// claim at once, and it is waiting for a notification, its poll or a due retry.
+    /// claim at once, every event it claimed is published and recorded, and it is waiting for a
+    /// notification, its next look or a due retry.
     pub waiting: bool,
     /// Passes of the slow lane finished (each gives the `FAILED` events that are due one more
     /// try); 0 while it is off.
@@ -35,11 +40,37 @@ pub struct RelayProgress {
 #[derive(Clone, Debug)]
 pub struct Rounds {
     rx: watch::Receiver<RelayProgress>,
+    sweep: Arc<Sweep>,
+}
+
+/// A caller's request that the relay look at every target at its next round (see
+/// [`Rounds::settle`]), and the relay's wake-up for it.
+#[derive(Debug, Default)]
+pub(super) struct Sweep {
+    requested: AtomicBool,
+    wake: Notify,
+}
+
+impl Sweep {
+    fn request(&self) {
+        self.requested.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Whether a sweep was asked for since the last call.
+    pub(super) fn take(&self) -> bool {
+        self.requested.swap(false, Ordering::SeqCst)
+    }
+
+    /// Waits for a request. Cancel-safe.
+    pub(super) async fn requested(&self) {
+        self.wake.notified().await;
+    }
 }
 
 impl Rounds {
-    pub(super) fn new(rx: watch::Receiver<RelayProgress>) -> Self {
-        Rounds { rx }
+    pub(super) fn new(rx: watch::Receiver<RelayProgress>, sweep: Arc<Sweep>) -> Self {
+        Rounds { rx, sweep }
     }
 
     /// The relay's progress now.
@@ -64,12 +95,16 @@ impl Rounds {
         let _ = self.rx.wait_for(|p| done(p)).await;
     }
 
-    /// Waits until a round that started after the call has finished and the relay is waiting
-    /// for its next one: whatever was committed and due before the call has been claimed, and
-    /// the relay found nothing more to claim at once. A relay that never runs out of work never
+    /// Asks the relay to look at every target it serves, and waits until a round that started
+    /// after the call has finished and the relay is waiting for its next one: whatever was
+    /// committed and due before the call has been claimed, published and recorded, and the
+    /// relay found nothing more to claim at once. A relay that never runs out of work never
     /// settles; bound the wait with a timeout. Returns early only if every handle on the relay
     /// is gone.
     pub fn settle(&mut self) -> impl Future<Output = ()> + Send + '_ {
+        // A relay claims from the targets something says have work; this asks it to look at
+        // every one of them.
+        self.sweep.request();
         let now = self.progress();
         // A round under way may have claimed before the call: wait for the one after it.
         let target = now.rounds + if now.waiting { 1 } else { 2 };
@@ -83,19 +118,26 @@ impl Rounds {
 #[derive(Debug)]
 pub(super) struct Tracker {
     tx: watch::Sender<RelayProgress>,
+    sweep: Arc<Sweep>,
 }
 
 impl Default for Tracker {
     fn default() -> Self {
         Tracker {
             tx: watch::channel(RelayProgress::default()).0,
+            sweep: Arc::default(),
         }
     }
 }
 
 impl Tracker {
     pub(super) fn watch(&self) -> Rounds {
-        Rounds::new(self.tx.subscribe())
+        Rounds::new(self.tx.subscribe(), Arc::clone(&self.sweep))
+    }
+
+    /// The callers' requests to look at every target.
+    pub(super) fn sweep(&self) -> &Sweep {
+        &self.sweep
     }
 
     /// A round finished (claims made, what they took published and recorded, or the round

@@ -1,5 +1,6 @@
-//! The relay's loop: rounds of claims, the pipeline publishing and recording meanwhile, the
-//! waker's wait when nothing is waiting, and the drain's end.
+//! The relay's loop: rounds of looks and claims, the pipeline publishing and recording beside
+//! them, the wait for whichever comes first — a publish finishing, a notification, the next
+//! look, a retry coming due — and the drain's end.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,13 +12,23 @@ use tracing::{error, info, warn};
 
 use super::pipeline::Pipeline;
 use super::stats::Stall;
-use super::targets::Targets;
-use super::waker::{Timing, Waker, Woken, next_round, wait_or_stop};
+use super::targets::{ClaimSeen, HEADS_PER_READ, Pace, Targets};
+use super::waker::{Heard, Listener, wait_or_stop};
 use super::{Mode, Relay, RelayStats, maintenance};
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::metrics as metric;
-use crate::schema::Target;
+use crate::schema::{SchemaName, Target};
+
+/// Targets whose backlog one read of the due sweep takes (one statement on PostgreSQL).
+const DUE_PER_READ: usize = 100;
+
+/// How long a round goes on claiming from targets due by a sweep alone (at start-up, every
+/// target) before it lets the relay take in what it heard and what its pipeline finished: a
+/// first claim from a tenant's schema in a session costs milliseconds (its functions are
+/// compiled, its tables' descriptions loaded), and a sweep of a thousand of them must not keep
+/// a notified event waiting for all of them.
+const SWEEP_ROUND_BUDGET: Duration = Duration::from_millis(25);
 
 /// What one round's claims found.
 #[derive(Clone, Copy, Default)]
@@ -28,6 +39,8 @@ struct Round {
     claimed: bool,
     /// An ordered claim came back short while this relay had events of its target in flight.
     behind_own: bool,
+    /// Targets claimed from.
+    served: usize,
 }
 
 impl Relay {
@@ -51,8 +64,8 @@ impl Relay {
         }
     }
 
-    /// The relay's loop: rounds of claims, the pipeline publishing and recording meanwhile, and
-    /// when nothing is waiting the waker's wait.
+    /// The relay's loop: rounds of looks and claims, the pipeline publishing and recording
+    /// beside them, and between rounds a wait for whatever comes first.
     pub(super) async fn work(
         &self,
         mode: Mode,
@@ -61,54 +74,58 @@ impl Relay {
         let inner = &*self.inner;
         let cfg = &inner.config;
         let store = &*inner.store;
+        let forever = mode == Mode::Forever;
         let mut stats = RelayStats::default();
-        let mut targets = Targets::default();
+        let mut targets = Targets::new(Pace {
+            poll: cfg.poll_interval,
+            busy_poll: cfg.busy_poll_interval,
+            busy_period: cfg.busy_period,
+            // Draining claims from every target at each round; heads would only add looks.
+            heads: cfg.head_poll_interval.filter(|_| forever),
+        });
         let mut pipeline = Pipeline::new(Arc::clone(&self.inner));
-        // Draining waits for due times it computes itself; hints would only add wake-ups.
-        // Without notifications the relay polls only.
-        let mut waker = Waker::start(
-            store,
-            mode == Mode::Forever && cfg.notifications,
-            cfg.head_poll_interval.filter(|_| mode == Mode::Forever),
-        )
-        .await;
-        let timing = Timing {
-            poll_interval: cfg.poll_interval,
-            busy_poll_interval: cfg.busy_poll_interval,
+        // Draining waits for due times it computes itself; notifications would only add
+        // wake-ups. Without them the relay finds events by its looks only.
+        let mut listener = if forever && cfg.notifications {
+            Listener::start(Arc::clone(&inner.store)).await
+        } else {
+            None
         };
         // Pauses after failed rounds: 100 ms, 200 ms, … up to the poll interval.
         let mut db_errors = Backoff::new(Duration::from_millis(100), cfg.poll_interval).attempts();
-        // Busy-only rounds serve just the targets that had events lately; a full round serves
-        // every target, after a notification, at each poll, and when a retry comes due.
-        let mut busy_only = false;
-        let mut last_full = Instant::now();
-        let mut maintenance = maintenance::Maintenance::new(cfg, Arc::clone(&inner.rounds));
+        // Maintenance and the due sweep hold one of the store's connections at most.
+        let background = maintenance::Background::default();
+        let mut maintenance =
+            maintenance::Maintenance::new(cfg, Arc::clone(&inner.rounds), background.clone());
         let mut stall = Stall::new();
         let mut gave_up = None;
         let claim_path = store.capabilities().claim_path();
         metrics::gauge!(metric::RELAY_CLAIM_PATH, "path" => claim_path).set(1.0);
         info!(relay = %inner.id, ?mode, claim_path = %claim_path, "relay started");
+        // The first round looks at every target.
+        let mut sweep = true;
+        // The due sweep's read under way, on a task of its own.
+        let mut sweeper: Option<Sweeper> = None;
         loop {
             if *stop.borrow() {
                 break;
             }
-            let round_started = Instant::now();
+            for schema in inner.retries.take_due() {
+                targets.due(&schema, false);
+            }
+            sweep |= !forever || inner.rounds.sweep().take();
             let round = async {
                 targets.refresh(store, cfg.tenant_refresh).await?;
-                self.round(&mut pipeline, &mut targets, busy_only, &stop)
-                    .await
+                if std::mem::take(&mut sweep) {
+                    targets.all_due();
+                }
+                let looked = forever && self.look(&mut targets, &mut sweeper, &background).await;
+                let round = self.round(&mut pipeline, &mut targets, &stop).await?;
+                Ok::<_, Error>((round, looked))
             }
             .await;
-            if !busy_only {
-                last_full = Instant::now();
-            }
-            busy_only = false;
             maintenance.tick(&inner.store, &inner.sink, &inner.id, targets.list());
-            let Round {
-                full,
-                claimed,
-                behind_own,
-            } = match round {
+            let (round, counted) = match round {
                 Ok(round) => {
                     db_errors.reset();
                     round
@@ -122,50 +139,110 @@ impl Relay {
                         break;
                     }
                     inner.rounds.finished();
+                    // What the failed round did not claim is looked at again.
+                    sweep = true;
                     continue;
                 }
             };
-            // Publish and record; claim again as soon as there is room when more is waiting.
-            self.drive(&mut pipeline, &mut stats, full, &stop).await;
-            inner.rounds.finished();
-            if mode == Mode::Drain
-                && let Some(waited) = stall.check(&stats, cfg.drain_patience)
-            {
-                gave_up = Some(self.give_up(&stats, &pipeline, waited));
-                break;
-            }
-            // With ordering, a claim can come back short because it stopped at aggregates then
-            // in flight (its own, or this relay's earlier claims'); the pipeline has recorded
-            // them since, so their next events are claimable now.
-            let ordered = !cfg.ordered_aggregate_types.is_empty();
-            if full || (ordered && (claimed || behind_own)) || *stop.borrow() {
-                continue;
-            }
-            let wait = match mode {
-                Mode::Drain => match self.drain_wait(targets.list()).await? {
+            if !forever {
+                // Draining: publish and record; claim again as soon as there is room when more
+                // is waiting.
+                self.drive(&mut pipeline, &mut stats, round.full, &stop)
+                    .await;
+                inner.rounds.finished();
+                if let Some(waited) = stall.check(&stats, cfg.drain_patience) {
+                    gave_up = Some(self.give_up(&stats, &pipeline, waited));
+                    break;
+                }
+                let ordered = !cfg.ordered_aggregate_types.is_empty();
+                if round.full || (ordered && (round.claimed || round.behind_own)) || *stop.borrow()
+                {
+                    continue;
+                }
+                let wait = match self.drain_wait(targets.list()).await? {
                     None => break,
                     Some(wait) => wait,
-                },
-                Mode::Forever => {
-                    let next = next_round(
-                        timing,
-                        Instant::now(),
-                        last_full,
-                        round_started,
-                        inner.retries.until_next(),
-                        targets.any_busy(),
-                    );
-                    busy_only = next.busy_only;
-                    next.wait
+                };
+                if wait_or_stop(wait, &mut stop).await {
+                    break;
+                }
+                continue;
+            }
+            if counted || round.served > 0 || round.behind_own {
+                inner.rounds.finished();
+            }
+            // Wait for whichever comes first: the pipeline (a publish done, a mark written, its
+            // window closing: recorded at once, and a slow publish holds up only itself), a
+            // notification, a caller's request, the next look or claim, a retry or a pause
+            // coming due, shutdown.
+            let blocked = |t: &Target| pipeline.is_paused(t) || pipeline.waits_for_own(t);
+            let next = [
+                targets.next_look(blocked),
+                inner.retries.next(),
+                pipeline.next_unpause(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let now = Instant::now();
+            // A claim due while the pipeline has no room waits for the pipeline, not the clock.
+            let next = next.filter(|at| *at > now || pipeline.has_room());
+            inner
+                .rounds
+                .waiting(pipeline.is_idle() && next.is_none_or(|at| at > now));
+            let sleep = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
             };
-            inner.rounds.waiting(true);
-            let woken = waker.wait(store, wait, &mut stop, targets.list()).await;
-            inner.rounds.waiting(false);
-            match self.after_wake(woken, &mut targets, busy_only) {
-                Some(next_busy_only) => busy_only = next_busy_only,
-                None => break,
+            let heard = async {
+                match listener.as_mut() {
+                    Some(l) => l.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let read = async {
+                match sweeper.as_mut() {
+                    Some(task) => task.await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            let stopped = async {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            tokio::select! {
+                biased;
+                () = stopped => {}
+                ready = pipeline.ready() => {
+                    if let Err(e) = pipeline.apply(ready).await {
+                        warn!(relay = %inner.id, error = %e,
+                            "recording results failed; those events are taken over when their leases expire");
+                    }
+                    stats.add(pipeline.take_stats());
+                }
+                heard = heard => self.heard(heard, &mut targets),
+                read = read => {
+                    sweeper = None;
+                    if let Some((sweep, due)) = read {
+                        self.swept(&mut targets, sweep, due);
+                    }
+                }
+                // The wake-up may be one whose request the loop took already.
+                () = inner.rounds.sweep().requested() => sweep |= inner.rounds.sweep().take(),
+                () = sleep => {}
             }
+            // What else was heard meanwhile is taken in one go.
+            if let Some(l) = listener.as_mut() {
+                for heard in l.drain() {
+                    self.heard(heard, &mut targets);
+                }
+            }
+            inner.rounds.waiting(false);
+        }
+        drop(listener);
+        if let Some(task) = sweeper {
+            task.abort();
         }
         if let Err(e) = pipeline.stop().await {
             warn!(relay = %inner.id, error = %e,
@@ -175,6 +252,80 @@ impl Relay {
         maintenance.stop(&inner.store, &inner.id).await;
         info!(relay = %inner.id, ?stats, "relay stopped");
         gave_up.map_or(Ok(stats), Err)
+    }
+
+    /// Takes in a notification: the target it names is claimed at the next round, and polled
+    /// briskly for a while (the producer's next events may come without one); one that names
+    /// no served target makes the next round look at every target.
+    fn heard(&self, heard: Heard, targets: &mut Targets) {
+        let named = match heard {
+            Heard::Named(schema) => SchemaName::new(&schema)
+                .ok()
+                .filter(|schema| targets.serves(schema)),
+            Heard::Anywhere => None,
+        };
+        match named {
+            Some(schema) => targets.due(&schema, true),
+            None => targets.all_due(),
+        }
+    }
+
+    /// Looks at the targets whose look is due: the heads of their id sequences (a moved head
+    /// makes its target due) and a share of their backlogs (the due sweep, read on a task of
+    /// its own: a first read of a tenant's backlog in a session costs milliseconds). A look
+    /// that fails is logged and tried again later; returns whether the relay looked.
+    async fn look(
+        &self,
+        targets: &mut Targets,
+        sweeper: &mut Option<Sweeper>,
+        background: &maintenance::Background,
+    ) -> bool {
+        let inner = &*self.inner;
+        let store = &*inner.store;
+        let mut looked = false;
+        let heads = targets.heads_due();
+        for chunk in heads.chunks(HEADS_PER_READ) {
+            looked = true;
+            let known = targets.heads_known(chunk);
+            match store.outbox_heads(chunk, &known).await {
+                Ok(moved) => targets.heads_read(chunk, &moved),
+                Err(e) => {
+                    warn!(error = %e,
+                        "cannot read the outbox id sequences; new rows of producers that do not \
+                         NOTIFY are found by the due sweep only (grant the relay's role USAGE on \
+                         the outbox_events_id_seq sequences)");
+                    targets.heads_unreadable();
+                    break;
+                }
+            }
+        }
+        if sweeper.is_none() {
+            let sweep = targets.sweep_due(DUE_PER_READ);
+            if !sweep.is_empty() {
+                let store = Arc::clone(&inner.store);
+                let ordered = inner.config.ordered_aggregate_types.clone();
+                let background = background.clone();
+                *sweeper = Some(tokio::spawn(async move {
+                    let due = background.run(read_due(&*store, &sweep, &ordered)).await;
+                    (sweep, due)
+                }));
+            }
+        }
+        looked
+    }
+
+    /// Takes in what a read of the due sweep found: a target with an event due now is claimed,
+    /// one with an event due later is claimed then; one that needs an operator is left out
+    /// until the registry is read again.
+    fn swept(&self, targets: &mut Targets, sweep: Vec<Target>, due: Vec<Due>) {
+        for (target, due) in sweep.iter().zip(due) {
+            match due {
+                Due::In(d) if d.is_zero() => targets.due(&target.schema, false),
+                Due::In(d) => self.inner.retries.note(&target.schema, d),
+                Due::Nothing => {}
+                Due::Failed(reason) => targets.park(target, &reason),
+            }
+        }
     }
 
     /// After a round that failed: stops the relay (`Err`) when no target can be served without
@@ -202,25 +353,6 @@ impl Relay {
             return Ok(false);
         }
         Ok(wait_or_stop(wait, stop).await)
-    }
-
-    /// What a wake-up means for the next round: `None` to stop; else whether the round serves
-    /// only the busy targets (`busy_only` as planned, unless something woke the relay).
-    fn after_wake(&self, woken: Woken, targets: &mut Targets, busy_only: bool) -> Option<bool> {
-        let cfg = &self.inner.config;
-        match woken {
-            Woken::Stop => None,
-            Woken::Hint => Some(false),
-            Woken::Rows(moved) => {
-                // The rows may not be committed yet: poll those targets busily until they are
-                // (or the busy period ends).
-                for target in &moved {
-                    targets.mark_busy(target, cfg.busy_period.max(cfg.busy_poll_interval));
-                }
-                Some(false)
-            }
-            Woken::Timeout => Some(busy_only),
-        }
     }
 
     /// The error a drain returns when destinations stayed down past `drain_patience`.
@@ -279,33 +411,36 @@ impl Relay {
         stats.add(pipeline.take_stats());
     }
 
-    /// One claim from each target of the round, while the pipeline has room. Returns whether any
-    /// claim came back full (more work is waiting), whether any claimed an event, and whether an
-    /// ordered one came back short behind this relay's own events (or waits for them). A tenant
-    /// whose claim fails is logged and skipped, so it cannot hold up the others (one whose
-    /// tables are gone waits for the next registry read); a target whose destinations were all
-    /// down waits for its pause. The round fails when every target failed: with the default
-    /// schema's error when that one needs an operator (not migrated) — the relay then stops —,
-    /// else as a transient error.
+    /// One claim from each target whose claim is due, while the pipeline has room (what is left
+    /// stays due). Returns whether any claim came back full (more work is waiting), whether any
+    /// claimed an event, and whether an ordered one came back short behind this relay's own
+    /// events (or waits for them). A tenant whose claim fails is logged and skipped, so it
+    /// cannot hold up the others (one whose tables are gone waits for the next registry read);
+    /// a target whose destinations were all down waits for its pause. The round fails when
+    /// every target failed: with the default schema's error when that one needs an operator
+    /// (not migrated) — the relay then stops —, else as a transient error.
     async fn round(
         &self,
         pipeline: &mut Pipeline,
         targets: &mut Targets,
-        busy_only: bool,
         stop: &watch::Receiver<bool>,
     ) -> Result<Round> {
         let mut result = Round::default();
         let mut failed = None;
         let mut served = 0;
-        let busy_period = self.inner.config.busy_period;
-        let round = targets.round(busy_only);
+        let ids_in_commit_order = self.inner.store.capabilities().ids_in_commit_order;
+        let round = targets.round(|t| pipeline.is_paused(t));
         let alone = round.len() == 1;
-        for target in round {
+        let started = Instant::now();
+        let urgent = round.urgent.len();
+        for (n, target) in round.urgent.into_iter().chain(round.swept).enumerate() {
             if *stop.borrow() || !pipeline.has_room() {
                 break;
             }
-            if pipeline.is_paused(&target) {
-                continue;
+            if n >= urgent && started.elapsed() >= SWEEP_ROUND_BUDGET {
+                // The rest of the sweep waits for the next round: what was heard meanwhile, and
+                // the pipeline, go first.
+                break;
             }
             if pipeline.waits_for_own(&target) {
                 // Claimed again as soon as this relay's events of it are recorded.
@@ -321,9 +456,15 @@ impl Relay {
             match claimed {
                 Ok(claimed) => {
                     served += 1;
-                    if claimed.any && !busy_period.is_zero() {
-                        targets.mark_busy(&target, busy_period);
-                    }
+                    targets.claimed(
+                        &target,
+                        ClaimSeen {
+                            any: claimed.any,
+                            full: claimed.full,
+                            settled_through: pipeline.settled_through(&target),
+                            ids_in_commit_order,
+                        },
+                    );
                     result.full |= claimed.full;
                     result.claimed |= claimed.any;
                     result.behind_own |= claimed.behind_own;
@@ -332,6 +473,7 @@ impl Relay {
                     targets.park(&target, &e.to_string());
                 }
                 Err(e) => {
+                    targets.failed(&target);
                     warn!(tenant = target.label(), error = %e,
                         "claim failed; its events stay in the outbox, other tenants are still served");
                     // The default schema's error decides whether the relay can go on.
@@ -341,6 +483,7 @@ impl Relay {
                 }
             }
         }
+        result.served = served;
         match failed {
             Some(e) if served == 0 => Err(e),
             _ => Ok(result),
@@ -349,13 +492,55 @@ impl Relay {
 
     /// How long until the earliest outstanding event is due, or `None` when nothing is left.
     async fn next_due(&self, targets: &[Target]) -> Result<Option<Duration>> {
+        let ordered = &self.inner.config.ordered_aggregate_types;
         let mut due: Option<Duration> = None;
-        for target in targets {
-            let ordered = &self.inner.config.ordered_aggregate_types;
-            if let Some(d) = self.inner.store.backlog(target, ordered).await?.next_due_in {
+        for chunk in targets.chunks(DUE_PER_READ) {
+            for d in self
+                .inner
+                .store
+                .outbox_due(chunk, ordered)
+                .await?
+                .into_iter()
+                .flatten()
+            {
                 due = Some(due.map_or(d, |cur| cur.min(d)));
             }
         }
         Ok(due)
     }
+}
+
+/// The due sweep's read under way: the targets read and what each said.
+type Sweeper = tokio::task::JoinHandle<(Vec<Target>, Vec<Due>)>;
+
+/// What the due sweep found of one target.
+enum Due {
+    /// An event is due after this long (zero: now).
+    In(Duration),
+    /// Nothing is outstanding.
+    Nothing,
+    /// Its backlog cannot be read until an operator acts (its tables are gone).
+    Failed(String),
+}
+
+/// The backlog of each of `sweep` ([`Store::outbox_due`](crate::Store::outbox_due)); where one
+/// target fails the read of all, each is read on its own to find which.
+async fn read_due(store: &dyn crate::Store, sweep: &[Target], ordered: &[String]) -> Vec<Due> {
+    let due = |d: Option<Duration>| d.map_or(Due::Nothing, Due::In);
+    if let Ok(all) = store.outbox_due(sweep, ordered).await {
+        return all.into_iter().map(due).collect();
+    }
+    let mut each = Vec::with_capacity(sweep.len());
+    for target in sweep {
+        each.push(match store.backlog(target, ordered).await {
+            Ok(b) => due(b.next_due_in),
+            Err(e) if e.needs_operator() && target.tenant.is_some() => Due::Failed(e.to_string()),
+            Err(e) => {
+                warn!(tenant = target.label(), error = %e,
+                    "cannot read the backlog; looked at again at the next sweep");
+                Due::Nothing
+            }
+        });
+    }
+    each
 }

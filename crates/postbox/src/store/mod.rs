@@ -78,6 +78,34 @@ pub(crate) fn secs(v: Option<f64>) -> Option<Duration> {
     v.map(|s| Duration::from_secs_f64(s.max(0.0)))
 }
 
+/// [`Store::outbox_due`] for a store that serves one target per statement (SQLite, MySQL: one
+/// outbox per database): [`Store::backlog`] of each.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) async fn due_each<S: Store + ?Sized>(
+    store: &S,
+    targets: &[Target],
+    ordered: &[String],
+) -> Result<Vec<Option<Duration>>> {
+    let mut due = Vec::with_capacity(targets.len());
+    for target in targets {
+        due.push(store.backlog(target, ordered).await?.next_due_in);
+    }
+    Ok(due)
+}
+
+/// The heads of [`Store::outbox_heads`] that differ from `known`, from every head read.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn moved_heads(
+    heads: impl IntoIterator<Item = Option<i64>>,
+    known: &[Option<i64>],
+) -> Vec<(usize, Option<i64>)> {
+    heads
+        .into_iter()
+        .enumerate()
+        .filter(|(i, head)| known.get(*i).copied().flatten() != *head)
+        .collect()
+}
+
 /// What a stale event's `last_error` says when a claim takes it over from a relay whose lease ran
 /// out (a failed try, G3): every store's claim writes this text, with `{relay}` replaced by the
 /// relay that held it.
@@ -214,6 +242,18 @@ pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
     /// (a parked aggregate) or in flight is not counted as claimable.
     async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog>;
 
+    /// [`Store::backlog`]'s `next_due_in` of each of `targets`, in the same order, in as few
+    /// statements as the database allows (one per few hundred tenant schemas on PostgreSQL):
+    /// what a relay serving many targets reads now and then to find the work no wake-up named —
+    /// a retry another relay scheduled coming due, a lease a dead relay left, an operator's
+    /// retry — without claiming from every target. Fails as a whole if one target cannot be
+    /// read; the caller then asks [`Store::backlog`] of each to find which.
+    async fn outbox_due(
+        &self,
+        targets: &[Target],
+        ordered: &[String],
+    ) -> Result<Vec<Option<Duration>>>;
+
     /// The commit horizon of a target's table (see [`ClaimOrder::settled_through`]): takes a
     /// probe when `probe` is `None`, and says the probe's last id is settled once every
     /// transaction that was writing to the table when it was taken has ended. A store whose ids
@@ -228,14 +268,20 @@ pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
     /// A source of wake-up hints, where the database has one.
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>>;
 
-    /// The head of each of `targets`' outbox tables, in the same order: the last id its id
-    /// sequence handed out (PostgreSQL; MySQL's AUTO_INCREMENT; SQLite's AUTOINCREMENT
-    /// counter), `None` where it cannot tell. One cheap read for every target at once, whatever
-    /// the tables hold: an idle relay checks it often to find rows written by producers that do
+    /// The heads of `targets`' outbox tables that are not the ones the caller knows (`known`,
+    /// in the same order; `None`: not read yet, or none), each with its place in `targets`. A
+    /// head is the last id the table's id sequence handed out (PostgreSQL; MySQL's
+    /// AUTO_INCREMENT; SQLite's AUTOINCREMENT counter), `None` where it cannot tell (no such
+    /// table). One cheap read for many targets at once, whatever the tables hold, that answers
+    /// only what moved: an idle relay checks it often to find rows written by producers that do
     /// not `NOTIFY`. A head is never below an id committed. On PostgreSQL and MySQL it moves
     /// when a row is inserted, before its transaction commits, and also for one that rolls
     /// back; SQLite's moves with the commit (its counter is part of the transaction).
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>>;
+    async fn outbox_heads(
+        &self,
+        targets: &[Target],
+        known: &[Option<i64>],
+    ) -> Result<Vec<(usize, Option<i64>)>>;
 }
 
 /// The producer's and the consumer's handles of any store, and a single event by id: built on
@@ -356,6 +402,13 @@ macro_rules! forward_store {
             ) -> $crate::Result<$crate::store::Backlog> {
                 $crate::Store::backlog($inner, target, ordered).await
             }
+            async fn outbox_due(
+                &$s,
+                targets: &[$crate::Target],
+                ordered: &[String],
+            ) -> $crate::Result<Vec<Option<std::time::Duration>>> {
+                $crate::Store::outbox_due($inner, targets, ordered).await
+            }
             async fn commit_horizon(
                 &$s,
                 target: &$crate::Target,
@@ -371,8 +424,9 @@ macro_rules! forward_store {
             async fn outbox_heads(
                 &$s,
                 targets: &[$crate::Target],
-            ) -> $crate::Result<Vec<Option<i64>>> {
-                $crate::Store::outbox_heads($inner, targets).await
+                known: &[Option<i64>],
+            ) -> $crate::Result<Vec<(usize, Option<i64>)>> {
+                $crate::Store::outbox_heads($inner, targets, known).await
             }
         }
         $crate::forward_store_ops!($ty, |$s| $inner);

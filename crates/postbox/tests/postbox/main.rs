@@ -25,6 +25,8 @@ mod history;
 mod idle;
 mod interleave;
 #[cfg(feature = "postgres")]
+mod many_tenants;
+#[cfg(feature = "postgres")]
 mod metrics;
 #[cfg(feature = "mysql")]
 mod mysql;

@@ -15,6 +15,9 @@ mod slow_lane;
 mod vacuum;
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
 
 use super::rounds::Tracker;
 use crate::schema::Target;
@@ -25,7 +28,9 @@ use slow_lane::SlowLane;
 use vacuum::Vacuum;
 
 /// Every maintenance task of one relay, ticked together from its loop: each starts its work on
-/// a task of its own when due and returns at once, so none holds up a claim.
+/// a task of its own when due and returns at once, so none holds up a claim; and together they
+/// hold at most one of the store's connections at a time ([`Background`]), so the claims, marks
+/// and renewals always find one.
 pub(super) struct Maintenance {
     vacuum: Vacuum,
     retention: Retention,
@@ -34,15 +39,25 @@ pub(super) struct Maintenance {
 }
 
 impl Maintenance {
-    pub(super) fn new(cfg: &crate::relay::RelayConfig, rounds: Arc<Tracker>) -> Self {
+    pub(super) fn new(
+        cfg: &crate::relay::RelayConfig,
+        rounds: Arc<Tracker>,
+        background: Background,
+    ) -> Self {
         Maintenance {
-            vacuum: Vacuum::new(cfg.vacuum_threshold),
-            retention: Retention::new(cfg.retention, cfg.archive_retention, cfg.inbox_retention),
+            vacuum: Vacuum::new(cfg.vacuum_threshold, background.clone()),
+            retention: Retention::new(
+                cfg.retention,
+                cfg.archive_retention,
+                cfg.inbox_retention,
+                background.clone(),
+            ),
             slow_lane: SlowLane::new(
                 cfg.dead_letter_retry_interval,
                 cfg.dead_letter_max_retries,
                 cfg.slow_lane_excluded(),
                 rounds,
+                background,
             ),
             health: HealthReports::new(),
         }
@@ -68,5 +83,98 @@ impl Maintenance {
         self.retention.stop();
         self.slow_lane.stop();
         self.health.stop(store, relay_id).await;
+    }
+}
+
+/// The store connections a relay's background work (maintenance, the due sweep) may hold at
+/// once: one. Each statement of it takes the permit for its own span, so a run over a thousand
+/// tenants never leaves the claims waiting for a connection of the pool.
+#[derive(Clone, Debug)]
+pub(in crate::relay) struct Background(Arc<Semaphore>);
+
+impl Default for Background {
+    fn default() -> Self {
+        Background(Arc::new(Semaphore::new(1)))
+    }
+}
+
+impl Background {
+    /// Runs `work` holding the permit.
+    pub(in crate::relay) async fn run<T>(&self, work: impl Future<Output = T>) -> T {
+        // The semaphore is never closed: the permit always comes.
+        let _permit = self.0.acquire().await.ok();
+        work.await
+    }
+}
+
+/// Where a periodic pass over many targets goes on: each run takes the next share, so that every
+/// target is visited at least once per `cover` when runs come every `every`, however many there
+/// are: `cover / every` targets a run at the least (all of them, up to that many), more when
+/// there are more than that squared.
+#[derive(Debug, Default)]
+struct Rotation {
+    next: usize,
+}
+
+impl Rotation {
+    /// The targets of this run, and whether it ends a pass over all of them.
+    fn share(
+        &mut self,
+        targets: &[Target],
+        every: Duration,
+        cover: Duration,
+    ) -> (Vec<Target>, bool) {
+        let n = targets.len();
+        if n == 0 {
+            return (Vec::new(), true);
+        }
+        let runs = (cover.as_secs_f64() / every.as_secs_f64().max(1e-3)).max(1.0);
+        let share = ((n as f64 / runs).ceil().max(runs.floor()) as usize).clamp(1, n);
+        let start = self.next % n;
+        let taken = (0..share)
+            .map(|k| targets[(start + k) % n].clone())
+            .collect();
+        let wrapped = start + share >= n;
+        self.next = (start + share) % n;
+        (taken, wrapped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::SchemaName;
+
+    fn targets(n: usize) -> Vec<Target> {
+        (0..n)
+            .map(|i| {
+                Target::default_schema(SchemaName::new(&format!("s{i}")).expect("a schema name"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rotation_visits_every_target_once_per_cover() {
+        let minute = Duration::from_secs(60);
+        let hour = Duration::from_secs(3600);
+        // Few targets: all of them at every run.
+        let mut few = Rotation::default();
+        assert_eq!(few.share(&targets(10), minute, hour), (targets(10), true));
+        // A thousand: 60 a run, every one within 17 minutes.
+        let all = targets(1000);
+        let mut many = Rotation::default();
+        let mut seen = std::collections::HashSet::new();
+        let mut passes = 0;
+        for _ in 0..17 {
+            let (share, wrapped) = many.share(&all, minute, hour);
+            assert_eq!(share.len(), 60);
+            seen.extend(share);
+            passes += usize::from(wrapped);
+        }
+        assert_eq!(seen.len(), 1000);
+        assert_eq!(passes, 1);
+        // Ten thousand: a sixtieth a run, every one within the hour.
+        let (share, _) = Rotation::default().share(&targets(10_000), minute, hour);
+        assert_eq!(share.len(), 167);
     }
 }

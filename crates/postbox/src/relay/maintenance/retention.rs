@@ -7,12 +7,19 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use super::{Background, Rotation};
 use crate::metrics as metric;
 use crate::schema::Target;
 use crate::store::{ArchiveParams, PurgeKind, PurgeParams, Store, archive_all, purge_all};
 
-/// How often a relay runs retention over its targets.
+/// How often a relay runs retention.
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+/// How often each target gets retention at the least: a run takes every target up to 60 of
+/// them, and a share of more (a thousand tenants: 17 a minute), each alone holding the store's
+/// background connection ([`Background`]). Retention counts in days; an hour's lag is nothing to
+/// it, and idle tenants cost nothing between their visits.
+const RETENTION_COVER: Duration = Duration::from_secs(3600);
 
 /// Rows per retention batch: each batch is one short transaction.
 const RETENTION_BATCH: u32 = 1_000;
@@ -25,6 +32,8 @@ pub(super) struct Retention {
     ages: Ages,
     last_run: Option<Instant>,
     task: Option<JoinHandle<()>>,
+    rotation: Rotation,
+    background: Background,
 }
 
 /// The ages of [`Retention`], from the relay's configuration.
@@ -40,6 +49,7 @@ impl Retention {
         retention: Option<Duration>,
         archive_retention: Option<Duration>,
         inbox_retention: Option<Duration>,
+        background: Background,
     ) -> Self {
         Retention {
             ages: Ages {
@@ -49,6 +59,8 @@ impl Retention {
             },
             last_run: None,
             task: None,
+            rotation: Rotation::default(),
+            background,
         }
     }
 
@@ -68,10 +80,13 @@ impl Retention {
         }
         self.last_run = Some(Instant::now());
         let store = Arc::clone(store);
-        let targets = targets.to_vec();
+        let (targets, _) = self
+            .rotation
+            .share(targets, RETENTION_EVERY, RETENTION_COVER);
+        let background = self.background.clone();
         self.task = Some(tokio::spawn(async move {
             for target in &targets {
-                retain(&*store, target, ages).await;
+                background.run(retain(&*store, target, ages)).await;
             }
         }));
     }

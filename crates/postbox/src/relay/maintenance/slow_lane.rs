@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
+use super::{Background, Rotation};
 use crate::error::Error;
 use crate::metrics as metric;
 use crate::relay::rounds::Tracker;
@@ -30,6 +31,8 @@ pub(super) struct SlowLane {
     task: Option<JoinHandle<()>>,
     /// Told of every pass, for whoever waits on the relay.
     rounds: Arc<Tracker>,
+    rotation: Rotation,
+    background: Background,
 }
 
 impl SlowLane {
@@ -38,8 +41,11 @@ impl SlowLane {
         max_tries: u32,
         exclude: Vec<crate::glob::Glob>,
         rounds: Arc<Tracker>,
+        background: Background,
     ) -> Self {
         SlowLane {
+            rotation: Rotation::default(),
+            background,
             interval: interval.filter(|_| max_tries > 0),
             max_tries,
             exclude: exclude.into(),
@@ -63,7 +69,10 @@ impl SlowLane {
         }
         self.last_run = Some(Instant::now());
         let store = Arc::clone(store);
-        let targets = targets.to_vec();
+        // Every target once per tenth of the interval (a slow-lane try comes at most that much
+        // late), a share of them per run when there are many.
+        let (targets, pass) = self.rotation.share(targets, every, interval / 10);
+        let background = self.background.clone();
         let max_tries = self.max_tries;
         let exclude = Arc::clone(&self.exclude);
         let rounds = Arc::clone(&self.rounds);
@@ -76,7 +85,7 @@ impl SlowLane {
                     batch_size: SLOW_LANE_BATCH,
                     exclude: &exclude,
                 };
-                match store.events_retry_slow_lane(&params).await {
+                match background.run(store.events_retry_slow_lane(&params)).await {
                     Ok(0) | Err(Error::Unsupported(_)) => {}
                     Ok(n) => {
                         info!(
@@ -92,7 +101,9 @@ impl SlowLane {
                     }
                 }
             }
-            rounds.slow_lane_passed();
+            if pass {
+                rounds.slow_lane_passed();
+            }
         }));
     }
 

@@ -8,13 +8,17 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use super::Background;
 use crate::error::Error;
 use crate::metrics as metric;
 use crate::schema::{SchemaName, Target};
 use crate::store::Store;
 
-/// How often the dead-row counts are read.
+/// How often the dead-row counts are read: every second, and with many targets every
+/// millisecond per target (the read lists every table of the database; ten thousand tenants:
+/// every ten seconds).
 const CHECK_EVERY: Duration = Duration::from_secs(1);
+const CHECK_EVERY_PER_TARGET: Duration = Duration::from_millis(1);
 
 /// After a vacuum that took `t`, the table is left alone for `t` times this.
 const VACUUM_DUTY_PAUSE: u32 = 9;
@@ -29,15 +33,17 @@ pub(super) struct Vacuum {
     /// Tables to leave alone until a moment: just vacuumed, or their vacuum failed for a reason
     /// the operator must fix.
     skip: Arc<Mutex<HashMap<SchemaName, Instant>>>,
+    background: Background,
 }
 
 impl Vacuum {
-    pub(super) fn new(threshold: Option<u64>) -> Self {
+    pub(super) fn new(threshold: Option<u64>, background: Background) -> Self {
         Vacuum {
             threshold,
             last_check: None,
             task: None,
             skip: Arc::default(),
+            background,
         }
     }
 
@@ -46,7 +52,8 @@ impl Vacuum {
         let Some(threshold) = self.threshold else {
             return;
         };
-        if self.last_check.is_some_and(|at| at.elapsed() < CHECK_EVERY)
+        let every = CHECK_EVERY.max(CHECK_EVERY_PER_TARGET * targets.len() as u32);
+        if self.last_check.is_some_and(|at| at.elapsed() < every)
             || self.task.as_ref().is_some_and(|t| !t.is_finished())
             || targets.is_empty()
         {
@@ -56,8 +63,9 @@ impl Vacuum {
         let store = Arc::clone(store);
         let targets = targets.to_vec();
         let skip = Arc::clone(&self.skip);
+        let background = self.background.clone();
         self.task = Some(tokio::spawn(async move {
-            check(&*store, &targets, threshold, &skip).await;
+            check(&*store, &targets, threshold, &skip, &background).await;
         }));
     }
 
@@ -74,8 +82,9 @@ pub(super) async fn check(
     targets: &[Target],
     threshold: u64,
     skip: &Mutex<HashMap<SchemaName, Instant>>,
+    background: &Background,
 ) {
-    let dead = match store.outbox_dead_rows(targets).await {
+    let dead = match background.run(store.outbox_dead_rows(targets)).await {
         Ok(dead) => dead,
         Err(e) => {
             debug!(error = %e, "cannot read dead-row counts; vacuum check skipped");

@@ -27,7 +27,7 @@ use crate::store::{FailedMark, FailedTry, MarkFailedParams, MarkProcessedParams,
 pub(super) const MARKS_IN_FLIGHT: usize = 2;
 
 /// What one mark of acknowledged events wrote.
-pub(super) struct Marked {
+pub(in crate::relay) struct Marked {
     tenant: String,
     /// Events asked to be marked.
     asked: u64,
@@ -154,7 +154,7 @@ impl Pipeline {
             metrics::counter!(metric::EVENTS_DEFERRED, "tenant" => tenant.to_owned())
                 .increment(released);
             for r in &releases {
-                inner.retries.note(r.delay);
+                inner.retries.note(&target.schema, r.delay);
             }
             debug!(
                 tenant,
@@ -198,7 +198,7 @@ impl Pipeline {
                 } else {
                     let retry_in =
                         backoff_of(mark.id).delay(u32::try_from(mark.retry_count).unwrap_or(0));
-                    inner.retries.note(retry_in);
+                    inner.retries.note(&target.schema, retry_in);
                     warn!(
                         tenant,
                         event_id = mark.id,

@@ -60,6 +60,18 @@ impl OpenClaim {
     }
 }
 
+/// What the pipeline has to record next ([`Pipeline::ready`]).
+pub(super) enum Ready {
+    /// The outcomes of one piece of work.
+    Published(Vec<outcomes::Done>),
+    /// A mark of acknowledged events finished.
+    Marked(std::result::Result<Result<flush::Marked>, tokio::task::JoinError>),
+    /// The window of buffered outcomes closed.
+    Window,
+    /// Nothing is publishing and outcomes are buffered: write them all.
+    Flush,
+}
+
 /// What one claim brought in.
 pub(super) struct Claimed {
     /// Whether it was a full batch (more work is likely waiting).
@@ -140,7 +152,6 @@ impl Pipeline {
         self.queued.len() <= batch / 2 && unrecorded + batch <= cfg.concurrency.max(batch) + batch
     }
 
-    /// Whether `target`'s claims are paused (its destinations were all down).
     /// Whether `target`'s next claim waits until this relay's own events of it in flight are
     /// recorded: its last ordered claim, made beside them, found their aggregates busy, and a
     /// claim now would read the same rows to find the same (with few aggregates, every other
@@ -150,15 +161,28 @@ impl Pipeline {
             && self.claims.values().any(|c| c.target == *target)
     }
 
-    pub(super) fn is_paused(&mut self, target: &Target) -> bool {
-        match self.paused.get(&target.schema) {
-            Some(until) if *until > Instant::now() => true,
-            Some(_) => {
-                self.paused.remove(&target.schema);
-                false
-            }
-            None => false,
-        }
+    /// Whether `target`'s claims are paused (its destinations were all down).
+    pub(super) fn is_paused(&self, target: &Target) -> bool {
+        self.paused
+            .get(&target.schema)
+            .is_some_and(|until| *until > Instant::now())
+    }
+
+    /// When the earliest pause of a target's claims ends (see [`Self::is_paused`]).
+    pub(super) fn next_unpause(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.paused
+            .values()
+            .filter(|until| **until > now)
+            .min()
+            .copied()
+    }
+
+    /// The commit horizon of `target` as its last claim knew it: every id up to it is committed
+    /// or rolled back. `None` where the relay keeps none for it (a store whose ids follow
+    /// commit order needs none).
+    pub(super) fn settled_through(&self, target: &Target) -> Option<i64> {
+        self.horizons.get(&target.schema).map(|h| h.settled())
     }
 
     /// The last reason a destination gave for being down (redacted).
@@ -174,6 +198,19 @@ impl Pipeline {
     /// Starts publishes while slots are free, then waits for one outcome or for the window of
     /// buffered outcomes to close, and records what is due. Returns at once when idle.
     pub(super) async fn step(&mut self) -> Result<()> {
+        if self.is_idle() {
+            return Ok(());
+        }
+        let ready = self.ready().await;
+        self.apply(ready).await
+    }
+
+    /// Starts publishes while slots are free, then waits for what there is to record next: an
+    /// outcome, a mark written, the window of buffered outcomes closing. Cancel-safe: nothing
+    /// is lost when the wait is dropped for something else (a wake-up), so the relay waits on
+    /// this and on its wake-ups at once, and a publish that hangs holds up only itself. Never
+    /// completes while the pipeline is idle.
+    pub(super) async fn ready(&mut self) -> Ready {
         let cfg = &self.inner.config;
         while self.running.len() < cfg.concurrency {
             let Some((claim, work)) = self.queued.pop_front() else {
@@ -185,11 +222,13 @@ impl Pipeline {
                 .push(outcomes::publishing(sink, claim, work, timeout));
         }
         if self.running.is_empty() {
-            self.flush(true).await?;
-            // Nothing else to wait for: the marks in flight.
+            if self.claims.values().any(|c| c.buffered() > 0) {
+                // Nothing publishing: what is buffered is written now.
+                return Ready::Flush;
+            }
             return match self.marking.next().await {
-                Some(marked) => self.account(marked),
-                None => Ok(()),
+                Some(marked) => Ready::Marked(marked),
+                None => std::future::pending().await,
             };
         }
         let window = async {
@@ -205,20 +244,28 @@ impl Pipeline {
                 self.marking.next().await
             }
         };
-        let mut marked = None;
         tokio::select! {
-            done = self.running.next() => {
-                for done in done.into_iter().flatten() {
+            done = self.running.next() => Ready::Published(done.unwrap_or_default()),
+            Some(m) = marking => Ready::Marked(m),
+            () = window => Ready::Window,
+        }
+    }
+
+    /// Records what [`Self::ready`] found, and writes the outcomes that are due. Not to be cut
+    /// off: a write under way is seen through.
+    pub(super) async fn apply(&mut self, ready: Ready) -> Result<()> {
+        let mut all = false;
+        match ready {
+            Ready::Published(done) => {
+                for done in done {
                     self.record(done);
                 }
             }
-            m = marking => marked = m,
-            () = window => {}
+            Ready::Marked(marked) => self.account(marked)?,
+            Ready::Window => {}
+            Ready::Flush => all = true,
         }
-        if let Some(m) = marked {
-            self.account(m)?;
-        }
-        let due = self.flush_at.is_some_and(|at| at <= Instant::now());
+        let due = all || self.flush_at.is_some_and(|at| at <= Instant::now());
         self.flush(due).await
     }
 

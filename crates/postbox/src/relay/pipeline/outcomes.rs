@@ -24,7 +24,7 @@ use crate::store::{FailedTry, Release};
 const UNAVAILABLE_PAUSE: Duration = Duration::from_secs(1);
 
 /// One publish's outcome.
-pub(super) struct Done {
+pub(in crate::relay) struct Done {
     claim: u64,
     id: i64,
     /// When the event's transaction inserted it (the database clock).

@@ -161,15 +161,19 @@ impl MySqlStore {
     }
 
     /// [`Store::outbox_heads`](crate::Store::outbox_heads).
-    pub(super) async fn heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+    pub(super) async fn heads(
+        &self,
+        targets: &[Target],
+        known: &[Option<i64>],
+    ) -> Result<Vec<(usize, Option<i64>)>> {
         let head: Option<i64> =
             sqlx::query_scalar(include_str!("../../../sql/mysql/queries/head.sql"))
                 .fetch_optional(&self.pool)
                 .await?
                 .flatten();
-        Ok(targets
+        let heads = targets
             .iter()
-            .map(|t| if t.tenant.is_none() { head } else { None })
-            .collect())
+            .map(|t| if t.tenant.is_none() { head } else { None });
+        Ok(crate::store::moved_heads(heads, known))
     }
 }

@@ -232,6 +232,14 @@ impl Store for MySqlStore {
         self.read_backlog(target, ordered).await
     }
 
+    async fn outbox_due(
+        &self,
+        targets: &[Target],
+        ordered: &[String],
+    ) -> Result<Vec<Option<Duration>>> {
+        crate::store::due_each(self, targets, ordered).await
+    }
+
     async fn commit_horizon(
         &self,
         target: &Target,
@@ -240,8 +248,12 @@ impl Store for MySqlStore {
         self.horizon(target, probe).await
     }
 
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        self.heads(targets).await
+    async fn outbox_heads(
+        &self,
+        targets: &[Target],
+        known: &[Option<i64>],
+    ) -> Result<Vec<(usize, Option<i64>)>> {
+        self.heads(targets, known).await
     }
 
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {

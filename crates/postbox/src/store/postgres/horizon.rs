@@ -31,14 +31,25 @@ impl PgStore {
     }
 
     /// [`Store::outbox_heads`](crate::Store::outbox_heads).
-    pub(super) async fn heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+    pub(super) async fn heads(
+        &self,
+        targets: &[Target],
+        known: &[Option<i64>],
+    ) -> Result<Vec<(usize, Option<i64>)>> {
         let schemas: Vec<&str> = targets.iter().map(|t| t.schema.as_str()).collect();
-        let heads: Vec<Option<i64>> = sqlx::query_scalar(include_str!(
+        let known: Vec<Option<i64>> = (0..targets.len())
+            .map(|i| known.get(i).copied().flatten())
+            .collect();
+        let moved: Vec<(i64, Option<i64>)> = sqlx::query_as(include_str!(
             "../../../sql/postgres/queries/horizon_heads.sql"
         ))
         .bind(&schemas)
+        .bind(&known)
         .fetch_all(&self.pool)
         .await?;
-        Ok(heads)
+        Ok(moved
+            .into_iter()
+            .filter_map(|(n, head)| Some((usize::try_from(n - 1).ok()?, head)))
+            .collect())
     }
 }

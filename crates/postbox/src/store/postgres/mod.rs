@@ -364,6 +364,14 @@ impl Store for PgStore {
         self.read_backlog(target, ordered).await
     }
 
+    async fn outbox_due(
+        &self,
+        targets: &[Target],
+        ordered: &[String],
+    ) -> Result<Vec<Option<Duration>>> {
+        self.read_due(targets, ordered).await
+    }
+
     async fn commit_horizon(
         &self,
         target: &Target,
@@ -372,8 +380,12 @@ impl Store for PgStore {
         self.horizon(target, probe).await
     }
 
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        self.heads(targets).await
+    async fn outbox_heads(
+        &self,
+        targets: &[Target],
+        known: &[Option<i64>],
+    ) -> Result<Vec<(usize, Option<i64>)>> {
+        self.heads(targets, known).await
     }
 
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {

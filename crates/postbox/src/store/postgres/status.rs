@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use sqlx::Connection;
 use sqlx::Row;
 use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Connection};
 
-use super::sql::safe;
+use super::sql::{render, safe};
 use super::{PgStore, map_missing_table, pg_locks};
 use crate::error::{Error, Result};
 use crate::schema::Target;
@@ -53,6 +53,32 @@ impl PgStore {
         Ok(Backlog {
             next_due_in: secs(row.try_get(0)?),
         })
+    }
+
+    /// [`Store::outbox_due`](crate::Store::outbox_due): one statement per
+    /// [`DUE_PER_STATEMENT`] targets, each target's backlog function called in it.
+    pub(super) async fn read_due(
+        &self,
+        targets: &[Target],
+        ordered: &[String],
+    ) -> Result<Vec<Option<Duration>>> {
+        let mut due = vec![None; targets.len()];
+        for (c, chunk) in targets.chunks(DUE_PER_STATEMENT).enumerate() {
+            let sql = due_statement(chunk, !ordered.is_empty());
+            let query = sqlx::query_as::<_, (i32, Option<f64>)>(AssertSqlSafe(sql));
+            let query = if ordered.is_empty() {
+                query
+            } else {
+                query.bind(ordered)
+            };
+            for (n, secs_due) in query.fetch_all(&self.pool).await? {
+                let at = c * DUE_PER_STATEMENT + usize::try_from(n).unwrap_or(usize::MAX);
+                if let Some(slot) = due.get_mut(at) {
+                    *slot = secs(secs_due);
+                }
+            }
+        }
+        Ok(due)
     }
 
     /// [`StoreOps::oldest_transaction_age`](crate::ops::StoreOps::oldest_transaction_age).
@@ -150,4 +176,28 @@ impl PgStore {
         conn.close().await.ok();
         Ok(())
     }
+}
+
+/// Targets whose backlog one statement of [`PgStore::read_due`] reads: each call takes a lock on
+/// the schema's table and its indexes, held to the statement's end, and the server's lock table
+/// is shared (`max_locks_per_transaction` × connections).
+pub(super) const DUE_PER_STATEMENT: usize = 200;
+
+/// The statement reading the backlog of `targets`: `queries/outbox_due.sql` once per target,
+/// comments left out, joined by `UNION ALL`.
+fn due_statement(targets: &[Target], ordered: bool) -> String {
+    let line: String = include_str!("../../../sql/postgres/queries/outbox_due.sql")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let line = line.replace("{ordered}", if ordered { "$1::text[]" } else { "" });
+    targets
+        .iter()
+        .enumerate()
+        // The schema goes in through `render`, the one function that quotes it; the number is
+        // the target's place, written here.
+        .map(|(n, t)| render(&line, &t.schema).replace("{n}", &n.to_string()))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
 }

@@ -17,9 +17,8 @@ struct PgWakeups {
 #[async_trait]
 impl Wakeups for PgWakeups {
     async fn next(&mut self) -> Result<Option<String>> {
+        // One at a time: each names its schema, and the relay claims just those it names.
         let n = self.listener.recv().await?;
-        // Notifications that queued up meanwhile say nothing more: one round serves them all.
-        while self.listener.next_buffered().is_some() {}
         Ok(Some(n.payload().to_owned()))
     }
 }

@@ -51,20 +51,22 @@ impl SqliteStore {
     }
 
     /// [`Store::outbox_heads`](crate::Store::outbox_heads).
-    pub(super) async fn heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
+    pub(super) async fn heads(
+        &self,
+        targets: &[Target],
+        known: &[Option<i64>],
+    ) -> Result<Vec<(usize, Option<i64>)>> {
         let head: Option<i64> =
             sqlx::query_scalar(include_str!("../../../sql/sqlite/queries/head.sql"))
                 .fetch_optional(&self.pool)
                 .await?;
-        Ok(targets
-            .iter()
-            .map(|t| {
-                if t.tenant.is_none() {
-                    Some(head.unwrap_or(0))
-                } else {
-                    None
-                }
-            })
-            .collect())
+        let heads = targets.iter().map(|t| {
+            if t.tenant.is_none() {
+                Some(head.unwrap_or(0))
+            } else {
+                None
+            }
+        });
+        Ok(crate::store::moved_heads(heads, known))
     }
 }

@@ -141,12 +141,24 @@ impl Store for SqliteStore {
         self.release(p).await
     }
 
-    async fn outbox_heads(&self, targets: &[Target]) -> Result<Vec<Option<i64>>> {
-        self.heads(targets).await
+    async fn outbox_heads(
+        &self,
+        targets: &[Target],
+        known: &[Option<i64>],
+    ) -> Result<Vec<(usize, Option<i64>)>> {
+        self.heads(targets, known).await
     }
 
     async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog> {
         self.read_backlog(target, ordered).await
+    }
+
+    async fn outbox_due(
+        &self,
+        targets: &[Target],
+        ordered: &[String],
+    ) -> Result<Vec<Option<Duration>>> {
+        crate::store::due_each(self, targets, ordered).await
     }
 
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>> {

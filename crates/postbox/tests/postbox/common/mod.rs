@@ -155,6 +155,11 @@ impl Running {
         &mut self.rounds
     }
 
+    /// Stops the relay without waiting for what it has in flight (a publish that hangs).
+    pub(crate) fn abort(self) {
+        self.task.abort();
+    }
+
     pub(crate) async fn stop(self) -> RelayStats {
         let _ = self.stop.send(());
         tokio::time::timeout(Duration::from_secs(10), self.task)

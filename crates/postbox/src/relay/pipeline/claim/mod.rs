@@ -35,6 +35,13 @@ pub(super) struct HorizonState {
     warned: bool,
 }
 
+impl HorizonState {
+    /// The id through which every event is committed or rolled back, as last read.
+    pub(in crate::relay) fn settled(&self) -> i64 {
+        self.settled
+    }
+}
+
 /// Where a target's claims take new work from (see [`Store::claim_floor`](crate::Store)).
 #[derive(Default)]
 pub(super) struct FloorState {

@@ -1,0 +1,288 @@
+//! Many tenants on one relay (PostgreSQL): a relay claims from the tenants something says have
+//! work — a notification naming the tenant, a moved head, the due sweep — not from every tenant
+//! at every wake-up; a wake-up that never comes is made good by the due sweep; tenants added,
+//! suspended or dropped while it runs are served or cost nothing; and a publish that hangs holds
+//! up only itself, in every tenant.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests fail loudly on the first unexpected error"
+)]
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::common::{Running, config, pg};
+use postbox::ops::StoreOps;
+use postbox::store::{Tenant, TenantAddParams, TenantStatus};
+use postbox::{Event, PgStore, Relay, RelayConfig, SchemaName, schema::TenantId};
+use postbox_testkit::{Behaviour, FaultyStore, RecordingSink, TestDb, wait_until};
+
+async fn add_tenants(store: &PgStore, n: usize) -> Vec<Tenant> {
+    let mut tenants = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = TenantId::new(&format!("t{i}")).unwrap();
+        tenants.push(
+            store
+                .tenant_add(&TenantAddParams {
+                    id: &id,
+                    schema: None,
+                })
+                .await
+                .unwrap(),
+        );
+    }
+    tenants
+}
+
+/// Inserts one event by plain SQL (no notification) into `schema`'s outbox; returns its id.
+async fn insert_plain(db: &TestDb, schema: &SchemaName, event_type: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {}.outbox_events (event_type, payload) VALUES ($1, '{{}}') RETURNING id",
+        schema.quoted()
+    )))
+    .bind(event_type)
+    .fetch_one(db.pool())
+    .await
+    .unwrap()
+}
+
+/// How many times `sink` published an event of `event_type` of `tenant` (`None`: the default
+/// schema).
+fn published_of(sink: &RecordingSink, tenant: Option<&str>, event_type: &str) -> usize {
+    sink.published()
+        .iter()
+        .filter(|e| e.event_type == event_type && e.tenant.as_deref() == tenant)
+        .count()
+}
+
+/// The claims each schema got, from `store`'s count.
+fn claims(store: &FaultyStore) -> HashMap<SchemaName, u64> {
+    store.claims_by_schema()
+}
+
+/// A notification names its tenant: the relay claims from that tenant, not from the 59 others;
+/// and an idle relay claims from none of them while nothing happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_is_claimed_in_its_tenant_alone() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 60).await;
+    let faulty = FaultyStore::new(PgStore::new(db.pool().clone()));
+    let sink = RecordingSink::new();
+    let relay = Relay::new(faulty.clone(), sink.clone(), config()).unwrap();
+    let mut relay = Running::start(relay);
+    relay.settled("the start-up sweep").await;
+    let before = claims(&faulty);
+    // The relay is idle: its looks read heads and backlogs, and claim nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(claims(&faulty), before, "an idle relay claimed");
+    let t7 = &tenants[7];
+    let outbox = db.outbox_builder().tenant(t7).build();
+    crate::common::enqueue(
+        &db,
+        &outbox,
+        vec![
+            Event::new("Named", &serde_json::json!({}))
+                .unwrap()
+                .without_idempotency_key(),
+        ],
+    )
+    .await;
+    wait_until(
+        "the notified event is published",
+        Duration::from_secs(10),
+        || async { published_of(&sink, Some("t7"), "Named") == 1 },
+    )
+    .await;
+    let after = claims(&faulty);
+    let claimed: Vec<&SchemaName> = after
+        .iter()
+        .filter(|(schema, n)| before.get(*schema) != Some(*n))
+        .map(|(schema, _)| schema)
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![&t7.schema],
+        "only the named tenant was claimed from"
+    );
+    relay.stop().await;
+}
+
+/// A wake-up that never comes — a producer that does not notify, and a relay that does not
+/// read heads — is made good by the due sweep: the event is published within a poll interval,
+/// once, among 40 tenants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_wake_up_is_made_good_by_the_due_sweep() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 40).await;
+    let sink = RecordingSink::new();
+    let cfg = config()
+        .notifications(false)
+        .head_poll_interval(None)
+        .busy_period(Duration::ZERO)
+        .poll_interval(Duration::from_millis(500));
+    let mut relay = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    relay.settled("the start-up sweep").await;
+    let started = Instant::now();
+    insert_plain(&db, &tenants[33].schema, "Unannounced").await;
+    wait_until(
+        "the unannounced event is published",
+        Duration::from_secs(10),
+        || async { published_of(&sink, Some("t33"), "Unannounced") == 1 },
+    )
+    .await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "{took:?}: the due sweep reads every tenant once per poll interval (500 ms)"
+    );
+    // The settled relay looked everywhere again: still once.
+    relay.settled("a sweep after it").await;
+    assert_eq!(published_of(&sink, Some("t33"), "Unannounced"), 1);
+    relay.stop().await;
+}
+
+/// A relay restarted finds what was committed while it was down, in every tenant, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_started_late_finds_what_every_tenant_committed_meanwhile() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 30).await;
+    for t in tenants.iter().step_by(3) {
+        insert_plain(&db, &t.schema, "WhileDown").await;
+    }
+    let sink = RecordingSink::new();
+    let mut relay = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
+    wait_until(
+        "every event committed while the relay was down is published",
+        Duration::from_secs(10),
+        || async { sink.published().len() == 10 },
+    )
+    .await;
+    relay.settled("a sweep after them").await;
+    assert_eq!(sink.published().len(), 10, "each once");
+    relay.stop().await;
+}
+
+/// A tenant added while the relay runs is served, its first event found without a
+/// notification; a suspended tenant and one whose schema was dropped by hand cost the relay no
+/// claim; the others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_added_suspended_and_dropped_while_the_relay_runs() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 3).await;
+    let faulty = FaultyStore::new(PgStore::new(db.pool().clone()));
+    let sink = RecordingSink::new();
+    let mut relay = Running::start(Relay::new(faulty.clone(), sink.clone(), config()).unwrap());
+    relay.settled("the start-up sweep").await;
+
+    let late = store
+        .tenant_add(&TenantAddParams {
+            id: &TenantId::new("late").unwrap(),
+            schema: None,
+        })
+        .await
+        .unwrap();
+    insert_plain(&db, &late.schema, "Late").await;
+    wait_until(
+        "the event of a tenant added while the relay runs is published",
+        Duration::from_secs(10),
+        || async { published_of(&sink, Some("late"), "Late") == 1 },
+    )
+    .await;
+
+    store
+        .tenant_set_status(&tenants[1].id, TenantStatus::Suspended)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA {} CASCADE",
+        tenants[2].schema.quoted()
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    // The registry is read every 100 ms; a few of them, and every look since.
+    for _ in 0..3 {
+        relay
+            .settled("a sweep without the suspended and dropped tenants")
+            .await;
+    }
+    let before = claims(&faulty);
+    insert_plain(&db, &tenants[1].schema, "Waits").await;
+    insert_plain(&db, &tenants[0].schema, "Served").await;
+    wait_until(
+        "the active tenant's event is published",
+        Duration::from_secs(10),
+        || async { published_of(&sink, Some("t0"), "Served") == 1 },
+    )
+    .await;
+    for _ in 0..3 {
+        relay.settled("sweeps over the tenants served").await;
+    }
+    let after = claims(&faulty);
+    for t in [&tenants[1], &tenants[2]] {
+        assert_eq!(
+            after.get(&t.schema),
+            before.get(&t.schema),
+            "tenant {} ({:?}) was claimed from",
+            t.id,
+            t.status
+        );
+    }
+    assert_eq!(published_of(&sink, Some("t1"), "Waits"), 0);
+    assert_eq!(published_of(&sink, Some("late"), "Late"), 1, "once");
+    relay.stop().await;
+}
+
+/// A publish that hangs holds up only itself, under light load, in every tenant: while one
+/// event of tenant `a` hangs in its sink, events of `a`, of tenant `b` and of the default
+/// schema, committed one by one, are each published within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_publish_holds_up_only_itself_in_every_tenant() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 2).await;
+    let sink = RecordingSink::new();
+    sink.script("Hang", Behaviour::Slow(Duration::from_secs(60)));
+    let cfg: RelayConfig = config()
+        .lease(Duration::from_secs(90))
+        .publish_timeout(Duration::from_secs(80));
+    let mut relay = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    relay.settled("the start-up sweep").await;
+    let hung = insert_plain(&db, &tenants[0].schema, "Hang").await;
+    wait_until(
+        "the hanging publish has begun",
+        Duration::from_secs(10),
+        || async { sink.attempts(hung) == 1 },
+    )
+    .await;
+    let targets = [
+        (Some("t0"), Some(&tenants[0].schema)),
+        (Some("t1"), Some(&tenants[1].schema)),
+        (None, None),
+    ];
+    for round in 0..3 {
+        for (tenant, schema) in &targets {
+            let started = Instant::now();
+            let default = SchemaName::new("public").unwrap();
+            let event_type = format!("Light{round}");
+            insert_plain(&db, schema.unwrap_or(&default), &event_type).await;
+            wait_until(
+                "an event committed beside the hanging publish is published",
+                Duration::from_secs(10),
+                || async { published_of(&sink, *tenant, &event_type) == 1 },
+            )
+            .await;
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(1),
+                "{took:?} for an event of {tenant:?} beside a hanging publish"
+            );
+        }
+    }
+    assert_eq!(
+        published_of(&sink, Some("t0"), "Hang"),
+        0,
+        "the hanging publish is still hanging"
+    );
+    relay.abort();
+}
