@@ -386,6 +386,25 @@ pub(crate) async fn run(
     idle.stop().await?;
 
     let mut latency = Vec::new();
+    let light = plan.rates.first().copied().unwrap_or(50);
+    // The same producers into the default schema alone: what a tenant's event is measured
+    // against, in the same run.
+    let default = [SchemaName::new("public")?];
+    latency.push(
+        run_latency(
+            scratch,
+            pool,
+            &default,
+            1,
+            light,
+            plan,
+            TenantSink::new(0, Duration::ZERO),
+            None,
+            &format!("{light}/s, 1 relay, into the default schema only"),
+            &bar,
+        )
+        .await?,
+    );
     for &relays in &plan.relays {
         for &rate in &plan.rates {
             let what = format!(
@@ -409,7 +428,6 @@ pub(crate) async fn run(
             );
         }
     }
-    let light = plan.rates.first().copied().unwrap_or(50);
     latency.push(
         run_latency(
             scratch,
