@@ -71,33 +71,87 @@ pub(crate) async fn run(
 
 /// Reads every served target's counts and sets the backlog gauges.
 async fn refresh_backlog(shared: &Shared) -> Vec<(String, StatusCounts)> {
-    let mut out = Vec::new();
     let targets = match postbox::status::targets(&*shared.store, None).await {
         Ok(targets) => targets,
         Err(e) => {
             debug!(?e, "monitor: cannot list the targets");
-            return out;
+            return Vec::new();
         }
     };
-    for target in targets {
-        let tenant = target.label().to_owned();
-        match shared.store.status_counts(&target).await {
-            Ok(counts) => {
-                for (status, n) in [
-                    ("PENDING", counts.pending),
-                    ("PROCESSING", counts.processing),
-                    ("PROCESSED", counts.processed),
-                    ("FAILED", counts.failed),
-                ] {
-                    metrics::gauge!(metric::EVENTS, "tenant" => tenant.clone(), "status" => status)
-                        .set(n as f64);
-                }
-                metrics::gauge!(metric::OLDEST_PENDING_AGE, "tenant" => tenant.clone())
-                    .set(counts.oldest_pending_age.unwrap_or_default().as_secs_f64());
-                out.push((tenant, counts));
+    // Up to 50 targets, each one's counts (PROCESSED included); past that, what waits in each,
+    // one statement per hundred tenant schemas rather than one per tenant (see
+    // StoreOps::status_outstanding). A target that cannot be read fails the batch: then one by
+    // one.
+    let many = targets.len() > postbox::status::SUMMARY_ABOVE;
+    let batch = if many {
+        match shared.store.status_outstanding(&targets).await {
+            Ok(all) => Some(all),
+            Err(e) => {
+                debug!(error = %e, "monitor: cannot read the counts at once; one by one");
+                None
             }
-            Err(e) => debug!(tenant, error = %e, "monitor: cannot read the counts"),
         }
+    } else {
+        None
+    };
+    let read: Vec<(String, StatusCounts)> = match batch {
+        Some(all) => targets
+            .iter()
+            .zip(all)
+            .map(|(t, o)| {
+                let mut counts = StatusCounts::default();
+                counts.pending = o.pending;
+                counts.processing = o.processing;
+                counts.failed = o.failed;
+                counts.oldest_pending_age = o.oldest_pending_age;
+                (t.label().to_owned(), counts)
+            })
+            .collect(),
+        None => {
+            let mut each = Vec::new();
+            for target in &targets {
+                match shared.store.status_counts(target).await {
+                    Ok(counts) => each.push((target.label().to_owned(), counts)),
+                    Err(e) => {
+                        debug!(tenant = target.label(), error = %e, "monitor: cannot read the counts")
+                    }
+                }
+            }
+            each
+        }
+    };
+    // The gauges, under the relay's tenant labels: tenants past its limit are summed under one
+    // label, the oldest age being the oldest of them.
+    let mut gauges: std::collections::BTreeMap<String, StatusCounts> = Default::default();
+    for (tenant, c) in &read {
+        let label = shared
+            .relay
+            .as_ref()
+            .map_or_else(|| tenant.clone(), |r| r.metric_tenant(tenant));
+        let g = gauges.entry(label).or_default();
+        g.pending += c.pending;
+        g.processing += c.processing;
+        g.processed += c.processed;
+        g.failed += c.failed;
+        g.oldest_pending_age = g.oldest_pending_age.max(c.oldest_pending_age);
     }
-    out
+    for (label, c) in gauges {
+        for (status, n) in [
+            ("PENDING", c.pending),
+            ("PROCESSING", c.processing),
+            ("PROCESSED", c.processed),
+            ("FAILED", c.failed),
+        ] {
+            // The batched read of many targets leaves PROCESSED out (its count is the
+            // history's).
+            if status == "PROCESSED" && many {
+                continue;
+            }
+            metrics::gauge!(metric::EVENTS, "tenant" => label.clone(), "status" => status)
+                .set(n as f64);
+        }
+        metrics::gauge!(metric::OLDEST_PENDING_AGE, "tenant" => label)
+            .set(c.oldest_pending_age.unwrap_or_default().as_secs_f64());
+    }
+    read
 }

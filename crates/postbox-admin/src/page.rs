@@ -50,6 +50,8 @@ struct LoginPage<'a> {
 struct Dashboard {
     relay: String,
     updated: String,
+    /// With many targets: the totals line above the targets the summary names.
+    summary: Option<String>,
     targets: Vec<TargetRow>,
     sinks: Vec<SinkRow>,
     /// The database's logical replication slots (a CDC relay's); the section is left out
@@ -212,7 +214,7 @@ async fn dashboard(shared: &Shared, notice: Option<String>) -> Response {
 }
 
 async fn build(shared: &Shared, notice: Option<String>) -> Result<Dashboard, ApiError> {
-    let status = api::read_status(shared).await?;
+    let status = api::read_status(shared, false).await?;
     let failed = failed_rows(shared, &status).await?;
     Ok(Dashboard {
         relay: status.relay.as_ref().map_or_else(
@@ -225,6 +227,20 @@ async fn build(shared: &Shared, notice: Option<String>) -> Result<Dashboard, Api
             },
         ),
         updated: chrono::Utc::now().format("%H:%M:%S UTC").to_string(),
+        summary: status.summary.as_ref().map(|s| {
+            format!(
+                "{} outboxes ({} suspended): {} pending, {} processing, {} FAILED; {} with a \
+                 backlog, {} with FAILED events. Below: the largest and oldest backlogs and the \
+                 most FAILED events.",
+                s.targets,
+                s.suspended,
+                s.totals.pending,
+                s.totals.processing,
+                s.totals.failed,
+                s.with_backlog,
+                s.with_failed
+            )
+        }),
         targets: status
             .targets
             .iter()

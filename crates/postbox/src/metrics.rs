@@ -18,8 +18,61 @@
 //! assert_eq!(published.labels, ["tenant"]);
 //! ```
 
+use std::collections::HashSet;
+use std::sync::Mutex;
+
 use MetricKind::{Counter, Gauge, Histogram};
 use RecordedBy::{Admin, Both, Relay};
+
+/// The `tenant` label of the tenants past a relay's [`TenantLabels`] limit: never a tenant id
+/// (those are letters, digits and `_`).
+pub const OTHER_TENANTS: &str = "(other)";
+
+/// The `tenant` label values a relay records: the default schema's (`default`) and the ids of
+/// the first `limit` tenants it records anything of, [`OTHER_TENANTS`] for every tenant past
+/// them. A relay serving ten thousand tenants then keeps a bounded number of series (each
+/// labelled metric times `limit + 2`), not one per tenant per metric; its logs still name every
+/// tenant.
+///
+/// ```
+/// use postbox::metrics::{OTHER_TENANTS, TenantLabels};
+/// let labels = TenantLabels::new(1);
+/// assert_eq!(labels.label("acme"), "acme");
+/// assert_eq!(labels.label("globex"), OTHER_TENANTS);
+/// assert_eq!(labels.label("acme"), "acme");
+/// assert_eq!(labels.label("default"), "default");
+/// ```
+#[derive(Debug)]
+pub struct TenantLabels {
+    limit: usize,
+    own: Mutex<HashSet<String>>,
+}
+
+impl TenantLabels {
+    /// Labels of their own for at most `limit` tenants.
+    pub fn new(limit: usize) -> Self {
+        TenantLabels {
+            limit,
+            own: Mutex::default(),
+        }
+    }
+
+    /// The label to record `tenant` (a target's label: `default` or a tenant id) under.
+    pub fn label(&self, tenant: &str) -> String {
+        if tenant == crate::schema::DEFAULT_TENANT {
+            return tenant.to_owned();
+        }
+        let mut own = self
+            .own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if own.contains(tenant) || (own.len() < self.limit && own.insert(tenant.to_owned())) {
+            tenant.to_owned()
+        } else {
+            OTHER_TENANTS.to_owned()
+        }
+    }
+}
 
 /// Counter `{tenant}`: events published and marked `PROCESSED` (counted when the mark is
 /// written; results fenced off are counted by [`EVENTS_FENCED`] instead).

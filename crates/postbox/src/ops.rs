@@ -15,7 +15,7 @@ use crate::inbox::InboxStats;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
 use crate::store::{
-    ArchiveBatch, ArchiveParams, ListParams, PurgeBatch, PurgeParams, RejectedTenant,
+    ArchiveBatch, ArchiveParams, ListParams, Outstanding, PurgeBatch, PurgeParams, RejectedTenant,
     ReplicationSlot, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, StoredEvent,
     Tenant, TenantAddParams, TenantStatus,
 };
@@ -34,6 +34,13 @@ pub trait StoreOps: Send + Sync {
     /// Counts the events of a target by status, without reading its processed history (see
     /// [`StatusCounts::processed`]).
     async fn status_counts(&self, target: &Target) -> Result<StatusCounts>;
+
+    /// What waits in each of `targets` (in the same order): the events not done and the
+    /// `FAILED` ones, and the age of the oldest outstanding, in as few statements as the
+    /// database allows (one per hundred tenant schemas on PostgreSQL; no history read). What a
+    /// status over thousands of tenants, and the admin server's gauges, read. Fails as a whole
+    /// if one target cannot be read; [`StoreOps::status_counts`] then tells which.
+    async fn status_outstanding(&self, targets: &[Target]) -> Result<Vec<Outstanding>>;
 
     /// The slow lane: `FAILED` events whose last try is older than `after` and that had fewer
     /// than `max_tries` slow-lane tries go back to `PENDING` for one more try (their
@@ -137,6 +144,12 @@ macro_rules! forward_store_ops {
                 target: &$crate::Target,
             ) -> $crate::Result<$crate::store::StatusCounts> {
                 $crate::ops::StoreOps::status_counts($inner, target).await
+            }
+            async fn status_outstanding(
+                &$s,
+                targets: &[$crate::Target],
+            ) -> $crate::Result<Vec<$crate::store::Outstanding>> {
+                $crate::ops::StoreOps::status_outstanding($inner, targets).await
             }
             async fn events_retry_slow_lane(
                 &$s,

@@ -10,8 +10,8 @@ use crate::inbox::InboxStats;
 pub use crate::schema::DEFAULT_TENANT;
 use crate::schema::{Target, TenantId};
 use crate::store::{
-    EventFilter, ListParams, Order, ReplicationSlot, ReportedSink, StatusCounts, Store,
-    TenantStatus,
+    EventFilter, ListParams, Order, Outstanding, ReplicationSlot, ReportedSink, StatusCounts,
+    Store, TenantStatus,
 };
 
 /// How many parked heads a status report reads at most per target (see
@@ -196,6 +196,126 @@ impl StatusReport {
     /// Whether every target could be read and is served.
     pub fn all_read(&self) -> bool {
         self.targets.iter().all(|t| t.error.is_none())
+    }
+}
+
+/// Targets past which `postbox status` and the admin page show a [`StatusSummary`] rather than
+/// a line per target.
+pub const SUMMARY_ABOVE: usize = 50;
+
+/// The state of many outboxes in a few lines: totals, and the few targets an operator looks at
+/// first — the largest backlogs, the oldest, the most `FAILED` events. Read in one statement per
+/// hundred tenant schemas ([`StoreOps::status_outstanding`](crate::ops::StoreOps)), so that it
+/// stays fast with ten thousand tenants.
+#[derive(Clone, Debug, serde::Serialize)]
+#[non_exhaustive]
+pub struct StatusSummary {
+    /// Targets read: the default schema and every registered tenant.
+    pub targets: usize,
+    /// Of the tenants, those suspended.
+    pub suspended: usize,
+    /// Registry rows that are not served (an invalid id or schema).
+    pub rejected: usize,
+    /// The sums over every target; the oldest age is the oldest of all.
+    pub totals: Outstanding,
+    /// Targets with an event outstanding.
+    pub with_backlog: usize,
+    /// Targets with a `FAILED` event.
+    pub with_failed: usize,
+    /// The largest backlogs (`PENDING` and `PROCESSING`), largest first.
+    pub busiest: Vec<SummaryLine>,
+    /// The oldest outstanding events, oldest first.
+    pub oldest: Vec<SummaryLine>,
+    /// The most `FAILED` events, most first.
+    pub failing: Vec<SummaryLine>,
+    /// Age of the database's oldest open transaction that holds a snapshot (PostgreSQL).
+    #[serde(skip)]
+    pub oldest_transaction_age: Option<Duration>,
+}
+
+/// One target of a [`StatusSummary`].
+#[derive(Clone, Debug, serde::Serialize)]
+#[non_exhaustive]
+pub struct SummaryLine {
+    /// The tenant id, `None` for the default schema.
+    pub tenant: Option<String>,
+    /// The schema holding its events.
+    pub schema: String,
+    /// What waits in it.
+    #[serde(flatten)]
+    pub outstanding: Outstanding,
+}
+
+impl StatusSummary {
+    /// Reads the summary of `store`'s targets, with the `top` largest of each list.
+    ///
+    /// ```no_run
+    /// # async fn example(store: &dyn postbox::Store) -> postbox::Result<()> {
+    /// let summary = postbox::status::StatusSummary::read(store, 10).await?;
+    /// println!("{} events wait in {} of {} outboxes", summary.totals.pending,
+    ///     summary.with_backlog, summary.targets);
+    /// # Ok(()) }
+    /// ```
+    pub async fn read<S: Store + ?Sized>(store: &S, top: usize) -> Result<StatusSummary> {
+        let default = Target::default_schema(store.default_schema());
+        // A database without the outbox tables is refused as not migrated.
+        store.status_counts(&default).await?;
+        let mut targets = vec![default];
+        let mut suspended = 0;
+        match store.tenant_list().await {
+            Ok(tenants) => {
+                suspended = tenants
+                    .iter()
+                    .filter(|t| t.status == TenantStatus::Suspended)
+                    .count();
+                targets.extend(tenants.iter().map(|t| t.target()));
+            }
+            Err(Error::Unsupported(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let outstanding = store.status_outstanding(&targets).await?;
+        let lines: Vec<SummaryLine> = targets
+            .iter()
+            .zip(outstanding)
+            .map(|(t, outstanding)| SummaryLine {
+                tenant: t.tenant.as_ref().map(ToString::to_string),
+                schema: t.schema.to_string(),
+                outstanding,
+            })
+            .collect();
+        let mut totals = Outstanding::default();
+        for l in &lines {
+            let o = &l.outstanding;
+            totals.pending += o.pending;
+            totals.processing += o.processing;
+            totals.failed += o.failed;
+            totals.oldest_pending_age = totals.oldest_pending_age.max(o.oldest_pending_age);
+        }
+        let backlog = |l: &SummaryLine| l.outstanding.pending + l.outstanding.processing;
+        let largest = |key: &dyn Fn(&SummaryLine) -> (bool, i64, Duration)| {
+            let mut chosen: Vec<&SummaryLine> = lines.iter().filter(|l| key(l).0).collect();
+            chosen.sort_by_key(|l| std::cmp::Reverse((key(l).1, key(l).2)));
+            chosen.into_iter().take(top).cloned().collect::<Vec<_>>()
+        };
+        let age = |l: &SummaryLine| l.outstanding.oldest_pending_age.unwrap_or_default();
+        Ok(StatusSummary {
+            targets: lines.len(),
+            suspended,
+            rejected: store.tenant_rejected().await.unwrap_or_default().len(),
+            with_backlog: lines.iter().filter(|l| backlog(l) > 0).count(),
+            with_failed: lines.iter().filter(|l| l.outstanding.failed > 0).count(),
+            busiest: largest(&|l| (backlog(l) > 0, backlog(l), Duration::ZERO)),
+            oldest: largest(&|l| (age(l) > Duration::ZERO, 0, age(l))),
+            failing: largest(&|l| {
+                (
+                    l.outstanding.failed > 0,
+                    l.outstanding.failed,
+                    Duration::ZERO,
+                )
+            }),
+            totals,
+            oldest_transaction_age: store.oldest_transaction_age().await?,
+        })
     }
 }
 

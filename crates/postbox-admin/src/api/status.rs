@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use postbox::status::StatusReport;
+use postbox::status::{SUMMARY_ABOVE, StatusReport, StatusSummary};
 use postbox::store::StatusCounts;
 use postbox::{Target, sink::SinkHealth, store::TenantStatus};
 use serde::Serialize;
@@ -18,7 +18,12 @@ use crate::state::Shared;
 /// `GET /api/status`.
 #[derive(Serialize)]
 pub(crate) struct Status {
+    /// Every target's line; past 50 targets (without `?all=true`) only those the summary
+    /// names: the largest and oldest backlogs, the most FAILED events.
     pub(crate) targets: Vec<TargetStatus>,
+    /// Past 50 targets: the totals and the lists the targets above come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) summary: Option<StatusSummary>,
     /// Age in seconds of the database's oldest open transaction that holds a snapshot
     /// (PostgreSQL): a long one keeps vacuum from removing dead rows.
     pub(crate) oldest_transaction_age_secs: Option<f64>,
@@ -66,13 +71,28 @@ pub(crate) struct RelayStatus {
     pub(crate) sinks: Vec<SinkHealth>,
 }
 
-pub(crate) async fn status(State(shared): State<Arc<Shared>>) -> ApiResult<Status> {
-    read_status(&shared).await.map(Json)
+/// `GET /api/status` takes `?all=true`: a line per target however many.
+#[derive(serde::Deserialize, Default)]
+pub(crate) struct StatusQuery {
+    #[serde(default)]
+    all: bool,
 }
 
-/// What `/api/status` and the page show: every target's counts, this process's relay, the
-/// sinks every relay reported, and the recent history.
-pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
+pub(crate) async fn status(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Query(q): axum::extract::Query<StatusQuery>,
+) -> ApiResult<Status> {
+    read_status(&shared, q.all).await.map(Json)
+}
+
+/// What `/api/status` and the page show: every target's counts (past 50 targets, unless `all`,
+/// a summary and the targets it names), this process's relay, the sinks every relay reported,
+/// and the recent history.
+pub(crate) async fn read_status(shared: &Shared, all: bool) -> Result<Status, ApiError> {
+    let targets = postbox::status::targets(&*shared.store, None).await?;
+    if !all && targets.len() > SUMMARY_ABOVE {
+        return read_summary(shared, &targets).await;
+    }
     let report = StatusReport::read(&*shared.store).await?;
     let out = report
         .targets
@@ -90,7 +110,69 @@ pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
             target: t.target,
         })
         .collect();
-    let relay = shared.relay.as_ref().map(|relay| {
+    let reported_sinks = report.sinks;
+    let replication_slots = report.replication_slots;
+    Ok(Status {
+        targets: out,
+        summary: None,
+        oldest_transaction_age_secs: report.oldest_transaction_age.map(|d| d.as_secs_f64()),
+        relay: relay_status(shared),
+        reported_sinks,
+        replication_slots,
+        history: history(shared),
+    })
+}
+
+/// The status of many targets: a summary, and a line for each target it names.
+async fn read_summary(shared: &Shared, targets: &[Target]) -> Result<Status, ApiError> {
+    let summary = StatusSummary::read(&*shared.store, SUMMARY_TOP).await?;
+    let by_schema: std::collections::HashMap<&str, &Target> =
+        targets.iter().map(|t| (t.schema.as_str(), t)).collect();
+    let mut seen = std::collections::HashSet::new();
+    let lines = summary
+        .busiest
+        .iter()
+        .chain(&summary.oldest)
+        .chain(&summary.failing)
+        .filter(|l| seen.insert(l.schema.clone()));
+    let out = lines
+        .map(|l| {
+            let mut counts = StatusCounts::default();
+            counts.pending = l.outstanding.pending;
+            counts.processing = l.outstanding.processing;
+            counts.failed = l.outstanding.failed;
+            counts.oldest_pending_age = l.outstanding.oldest_pending_age;
+            TargetStatus {
+                target: by_schema.get(l.schema.as_str()).map(|t| (*t).clone()),
+                tenant: l
+                    .tenant
+                    .clone()
+                    .unwrap_or_else(|| postbox::status::DEFAULT_TENANT.to_owned()),
+                schema: l.schema.clone(),
+                tenant_status: None,
+                counts: Some(counts),
+                parked_aggregates: 0,
+                inbox: Vec::new(),
+                error: None,
+            }
+        })
+        .collect();
+    Ok(Status {
+        targets: out,
+        oldest_transaction_age_secs: summary.oldest_transaction_age.map(|d| d.as_secs_f64()),
+        summary: Some(summary),
+        relay: relay_status(shared),
+        reported_sinks: shared.store.sinks_reported().await.unwrap_or_default(),
+        replication_slots: shared.store.replication_slots().await.unwrap_or_default(),
+        history: history(shared),
+    })
+}
+
+/// Targets of each list of a summary the status shows.
+const SUMMARY_TOP: usize = 10;
+
+fn relay_status(shared: &Shared) -> Option<RelayStatus> {
+    shared.relay.as_ref().map(|relay| {
         let stats = relay.stats();
         RelayStatus {
             id: relay.id().to_owned(),
@@ -102,20 +184,13 @@ pub(crate) async fn read_status(shared: &Shared) -> Result<Status, ApiError> {
             deferred: stats.deferred,
             sinks: relay.sinks(),
         }
-    });
-    let reported_sinks = report.sinks;
-    let replication_slots = report.replication_slots;
-    let history = shared
+    })
+}
+
+fn history(shared: &Shared) -> Vec<Point> {
+    shared
         .history
         .lock()
         .map(|h| h.points())
-        .unwrap_or_default();
-    Ok(Status {
-        targets: out,
-        oldest_transaction_age_secs: report.oldest_transaction_age.map(|d| d.as_secs_f64()),
-        relay,
-        reported_sinks,
-        replication_slots,
-        history,
-    })
+        .unwrap_or_default()
 }

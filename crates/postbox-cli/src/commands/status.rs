@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use postbox::status::StatusReport;
+use postbox::status::{SUMMARY_ABOVE, StatusReport, StatusSummary};
 use postbox::store::StatusCounts;
 use postbox::store::TenantStatus;
 use serde::Serialize;
@@ -88,8 +88,12 @@ struct Report {
     /// Age in seconds of the database's oldest open transaction that holds a snapshot
     /// (PostgreSQL); a long one keeps vacuum from removing dead rows and slows claims.
     oldest_transaction_age_secs: Option<f64>,
-    /// The default schema first, then tenants by id.
+    /// The default schema first, then tenants by id (empty when `summary` is given instead).
     targets: Vec<TargetStatus>,
+    /// With more than 50 targets (and no `--all`): totals, the largest and oldest backlogs, the
+    /// most FAILED events, instead of a line per target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<StatusSummary>,
     /// What running relays report of their sinks: down ones, and since when.
     sinks: Vec<SinkLine>,
     /// The database's logical replication slots (PostgreSQL): a CDC relay's, with the WAL each
@@ -122,7 +126,7 @@ struct SinkLine {
 pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let locations = config.locations()?;
     if let [location] = locations.as_slice() {
-        let report = report(config, location).await?;
+        let report = report(config, location, args.all).await?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -133,7 +137,7 @@ pub(crate) async fn run(config: &Config, args: &StatusArgs) -> anyhow::Result<Ex
     let mut reports = Vec::with_capacity(locations.len());
     let mut unreachable = Vec::new();
     for location in &locations {
-        match report(config, location).await {
+        match report(config, location, args.all).await {
             Ok(report) => reports.push(report),
             Err(e) => unreachable.push(serde_json::json!({
                 "database": location.to_string(),
@@ -174,28 +178,36 @@ fn exit_code(report: &Report) -> ExitCode {
 }
 
 /// The report of one database: the library's [`StatusReport`], as printed.
-async fn report(config: &Config, location: &crate::database::Location) -> anyhow::Result<Report> {
+async fn report(
+    config: &Config,
+    location: &crate::database::Location,
+    all: bool,
+) -> anyhow::Result<Report> {
     let db = Database::connect(location, config.schema.clone(), Create::Never).await?;
     db.ensure_migrated().await?;
+    let tenants = match db.store.tenant_list().await {
+        Ok(tenants) => tenants.len(),
+        Err(postbox::Error::Unsupported(_)) => 0,
+        Err(e) => return Err(e).context("cannot read the tenant registry"),
+    };
+    if !all && tenants + 1 > SUMMARY_ABOVE {
+        let summary = StatusSummary::read(&*db.store, SUMMARY_TOP)
+            .await
+            .context("cannot read the outbox's status")?;
+        let sinks = db.store.sinks_reported().await.unwrap_or_default();
+        return Ok(Report {
+            database: db.location.clone(),
+            oldest_transaction_age_secs: summary.oldest_transaction_age.map(|d| d.as_secs_f64()),
+            targets: Vec::new(),
+            sinks: sink_lines(&sinks),
+            replication_slots: db.store.replication_slots().await.unwrap_or_default(),
+            summary: Some(summary),
+        });
+    }
     let read = StatusReport::read(&*db.store)
         .await
         .context("cannot read the outbox's status")?;
-    let sinks = read
-        .sinks
-        .iter()
-        .map(|r| SinkLine {
-            sink: r.health.name.clone(),
-            relay: r.relay_id.clone(),
-            up: r.health.up,
-            since: r
-                .health
-                .since
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            last_error: r.health.last_error.clone(),
-            reported_secs_ago: r.reported_ago.as_secs_f64(),
-            stale: r.reported_ago > Duration::from_secs(60),
-        })
-        .collect();
+    let sinks = sink_lines(&read.sinks);
     let targets = read
         .targets
         .into_iter()
@@ -227,11 +239,37 @@ async fn report(config: &Config, location: &crate::database::Location) -> anyhow
         targets,
         sinks,
         replication_slots: read.replication_slots,
+        summary: None,
     })
 }
 
-/// The report as an aligned table.
+/// Lines of the targets a summary lists in `postbox status`, at most.
+const SUMMARY_TOP: usize = 10;
+
+/// What relays reported of their sinks, as printed.
+fn sink_lines(reported: &[postbox::store::ReportedSink]) -> Vec<SinkLine> {
+    reported
+        .iter()
+        .map(|r| SinkLine {
+            sink: r.health.name.clone(),
+            relay: r.relay_id.clone(),
+            up: r.health.up,
+            since: r
+                .health
+                .since
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            last_error: r.health.last_error.clone(),
+            reported_secs_ago: r.reported_ago.as_secs_f64(),
+            stale: r.reported_ago > Duration::from_secs(60),
+        })
+        .collect()
+}
+
+/// The report as an aligned table (or, for many targets, its summary).
 fn table(report: &Report) -> String {
+    if let Some(summary) = &report.summary {
+        return summary_table(report, summary);
+    }
     let header = [
         "TENANT",
         "SCHEMA",
@@ -306,27 +344,7 @@ fn table(report: &Report) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
-    if !report.sinks.is_empty() {
-        out.push('\n');
-        for sink in &report.sinks {
-            let state = if sink.up { "up" } else { "DOWN" };
-            out.push_str(&format!(
-                "sink {} ({}): {state} since {}{}{}\n",
-                sink.sink,
-                sink.relay,
-                sink.since,
-                sink.last_error
-                    .as_deref()
-                    .map(|e| format!(": {e}"))
-                    .unwrap_or_default(),
-                if sink.stale {
-                    format!(" [last report {} ago]", age(sink.reported_secs_ago))
-                } else {
-                    String::new()
-                }
-            ));
-        }
-    }
+    out.push_str(&sinks_block(report));
     let mut inboxes = report
         .targets
         .iter()
@@ -360,6 +378,118 @@ fn table(report: &Report) -> String {
                 ""
             }
         ));
+    }
+    out
+}
+
+/// What relays reported of their sinks, a line each.
+fn sinks_block(report: &Report) -> String {
+    let mut out = String::new();
+    if !report.sinks.is_empty() {
+        out.push('\n');
+        for sink in &report.sinks {
+            let state = if sink.up { "up" } else { "DOWN" };
+            out.push_str(&format!(
+                "sink {} ({}): {state} since {}{}{}\n",
+                sink.sink,
+                sink.relay,
+                sink.since,
+                sink.last_error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default(),
+                if sink.stale {
+                    format!(" [last report {} ago]", age(sink.reported_secs_ago))
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+    out
+}
+
+/// The report of many targets: totals, then the few an operator looks at first.
+fn summary_table(report: &Report, s: &StatusSummary) -> String {
+    let t = &s.totals;
+    let mut out = format!("{}\n\n", report.database);
+    out.push_str(&format!(
+        "{} outboxes (the default schema and {} tenant(s), {} suspended{}): {} pending, {} \
+         processing, {} FAILED; {} with a backlog, {} with FAILED events; oldest outstanding \
+         {}\n(`postbox status --all` lists every one)\n",
+        s.targets,
+        s.targets.saturating_sub(1),
+        s.suspended,
+        if s.rejected > 0 {
+            format!(", {} registry row(s) not served", s.rejected)
+        } else {
+            String::new()
+        },
+        t.pending,
+        t.processing,
+        t.failed,
+        s.with_backlog,
+        s.with_failed,
+        t.oldest_pending_age
+            .map_or_else(|| "-".to_owned(), |d| age(d.as_secs_f64())),
+    ));
+    for (title, lines) in [
+        ("largest backlogs", &s.busiest),
+        ("oldest outstanding events", &s.oldest),
+        ("most FAILED events", &s.failing),
+    ] {
+        if lines.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("\n{title}:\n"));
+        let mut rows: Vec<[String; 6]> = vec![
+            [
+                "TENANT",
+                "SCHEMA",
+                "PENDING",
+                "PROCESSING",
+                "FAILED",
+                "OLDEST",
+            ]
+            .map(str::to_owned),
+        ];
+        for l in lines {
+            let o = &l.outstanding;
+            rows.push([
+                l.tenant.clone().unwrap_or_else(|| "(default)".to_owned()),
+                l.schema.clone(),
+                o.pending.to_string(),
+                o.processing.to_string(),
+                o.failed.to_string(),
+                o.oldest_pending_age
+                    .map_or_else(|| "-".to_owned(), |d| age(d.as_secs_f64())),
+            ]);
+        }
+        let mut widths = [0usize; 6];
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        for row in &rows {
+            let mut line = String::from("  ");
+            for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+                if i < 2 {
+                    line.push_str(&format!("{cell:<w$}  "));
+                } else {
+                    line.push_str(&format!("{cell:>w$}  "));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+    out.push_str(&sinks_block(report));
+    for slot in &report.replication_slots {
+        out.push_str(&slot_line(slot));
+    }
+    if let Some(secs) = report.oldest_transaction_age_secs {
+        out.push_str(&format!("\noldest open transaction: {}\n", age(secs)));
     }
     out
 }
@@ -407,6 +537,11 @@ pub(crate) struct StatusArgs {
     #[arg(long)]
     pub(crate) json: bool,
 
+    /// A line for every tenant, however many (past 50 outboxes the report is a summary:
+    /// totals, the largest and oldest backlogs, the most FAILED events)
+    #[arg(long)]
+    pub(crate) all: bool,
+
     /// The default schema.
     #[command(flatten)]
     pub(crate) schema: SchemaArg,
@@ -422,6 +557,7 @@ mod tests {
             database: "SQLite file postbox.db".to_owned(),
             oldest_transaction_age_secs: Some(125.0),
             replication_slots: Vec::new(),
+            summary: None,
             sinks: vec![SinkLine {
                 sink: "billing".to_owned(),
                 relay: "host-1".to_owned(),

@@ -140,6 +140,15 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "Events of a batch published at once.",
     },
     KeyDoc {
+        key: "metrics_tenants",
+        default: "100",
+        flag: None,
+        about: "Tenants whose metrics get a tenant label of their own: the first this many the \
+                relay records anything of; the others are summed under tenant=\"(other)\", so \
+                that thousands of tenants keep the series count bounded. 0: every tenant \
+                under \"(other)\" (the default schema always has its own).",
+    },
+    KeyDoc {
         key: "retention",
         default: "\"30days\"",
         flag: None,

@@ -92,6 +92,8 @@ pub(crate) struct Config {
     pub(crate) publish_timeout: Duration,
     /// Events published at once.
     pub(crate) concurrency: usize,
+    /// Tenants whose metrics get a label of their own.
+    pub(crate) metrics_tenants: usize,
     /// How long a drain waits for destinations that are down.
     #[serde(with = "humantime_serde")]
     pub(crate) drain_patience: Duration,
@@ -240,6 +242,7 @@ impl Default for Config {
             backoff_cap: relay.retry.cap,
             publish_timeout: relay.publish_timeout,
             concurrency: relay.concurrency,
+            metrics_tenants: relay.metrics_tenants,
             drain_patience: relay.drain_patience,
             retention: relay.retention.unwrap_or_default(),
             archive_retention: relay.archive_retention.unwrap_or_default(),
@@ -295,6 +298,7 @@ impl Config {
             })
             .publish_timeout(self.publish_timeout)
             .concurrency(self.concurrency)
+            .metrics_tenants(self.metrics_tenants)
             .drain_patience(self.drain_patience)
             .retention(self.retention())
             .archive_retention(

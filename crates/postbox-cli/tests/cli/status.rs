@@ -174,3 +174,61 @@ async fn a_relay_waits_for_a_database_that_is_not_up_yet() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     assert!(out.stderr.contains("no_such_role"), "{}", out.stderr);
 }
+
+/// Past 50 outboxes the report is a summary: totals, and the targets with the largest and oldest
+/// backlogs and the most FAILED events; `--all` still lists every one.
+#[tokio::test]
+async fn status_of_many_tenants_is_a_summary_and_all_lists_every_one() {
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    let ids: Vec<String> = (0..60).map(|i| format!("t{i}")).collect();
+    let mut args = vec!["tenants", "add"];
+    args.extend(ids.iter().map(String::as_str));
+    pg.ok(&args);
+    pg.insert_events("s_t7.outbox_events", "Busy", 30, true)
+        .await;
+    pg.insert_events("s_t42.outbox_events", "Some", 3, true)
+        .await;
+    pg.insert_events("s_t42.outbox_events", "Bad", 1, true)
+        .await;
+    pg.sql("UPDATE s_t42.outbox_events SET status = 'FAILED', last_error = 'boom' WHERE event_type = 'Bad';")
+        .await;
+    pg.ok(&["tenants", "suspend", "t3"]);
+
+    let table = pg.ok(&["status"]).stdout;
+    assert!(
+        table.contains("61 outboxes (the default schema and 60 tenant(s), 1 suspended)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("33 pending, 0 processing, 1 FAILED"),
+        "{table}"
+    );
+    assert!(
+        table.contains("2 with a backlog, 1 with FAILED events"),
+        "{table}"
+    );
+    let backlogs = table
+        .split("largest backlogs:")
+        .nth(1)
+        .expect("a list of the largest backlogs");
+    let first = backlogs.lines().nth(2).expect("a first line");
+    assert!(first.trim_start().starts_with("t7 "), "{table}");
+    assert!(table.contains("most FAILED events:"), "{table}");
+    assert!(
+        table.lines().count() < 40,
+        "a summary, not a line each:\n{table}"
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&pg.ok(&["status", "--json"]).stdout).expect("json");
+    assert_eq!(json["summary"]["targets"], 61);
+    assert_eq!(json["summary"]["busiest"][0]["tenant"], "t7");
+    assert_eq!(json["summary"]["busiest"][0]["pending"], 30);
+    assert_eq!(json["summary"]["failing"][0]["tenant"], "t42");
+
+    let all: serde_json::Value =
+        serde_json::from_str(&pg.ok(&["status", "--all", "--json"]).stdout).expect("json");
+    assert_eq!(all["targets"].as_array().map(Vec::len), Some(61));
+    assert!(all.get("summary").is_none());
+}

@@ -67,6 +67,19 @@ pub async fn status_counts_and_backlog_are_right<B: StoreHarness>() {
         Some(Duration::ZERO),
         "pending events are due now"
     );
+    // The same read for many targets at once answers each as the one-target reads do.
+    let both = [t.clone(), t.clone()];
+    let outstanding = b.store().status_outstanding(&both).await.unwrap();
+    assert_eq!(outstanding.len(), 2);
+    for o in &outstanding {
+        assert_eq!((o.pending, o.processing, o.failed), (3, 1, 1));
+        assert!(o.oldest_pending_age.is_some());
+    }
+    assert_eq!(
+        b.store().outbox_due(&both, &[]).await.unwrap(),
+        vec![Some(Duration::ZERO); 2]
+    );
+    assert!(b.store().outbox_due(&[], &[]).await.unwrap().is_empty());
 
     claim(&b, "r1", 10, Duration::from_secs(30)).await;
     let backlog = b.store().backlog(&t, &[]).await.unwrap();

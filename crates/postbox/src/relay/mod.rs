@@ -79,6 +79,16 @@ pub(crate) struct Inner {
     live: Arc<LiveStats>,
     notices: tokio::sync::broadcast::Sender<Notice>,
     rounds: Arc<rounds::Tracker>,
+    /// The `tenant` label values of its metrics.
+    labels: Arc<crate::metrics::TenantLabels>,
+}
+
+impl Inner {
+    /// The `tenant` label to record `tenant`'s metrics under (see
+    /// [`RelayConfig::metrics_tenants`]).
+    fn metric_tenant(&self, tenant: &str) -> String {
+        self.labels.label(tenant)
+    }
 }
 
 /// Whether the loop stops when the work runs out.
@@ -106,14 +116,23 @@ impl Relay {
             inner: Arc::new(Inner {
                 store,
                 sink,
-                config,
                 id,
                 retries: RetrySchedule::default(),
                 live: Arc::default(),
                 notices: tokio::sync::broadcast::channel(notice::CAPACITY).0,
                 rounds: Arc::default(),
+                labels: Arc::new(crate::metrics::TenantLabels::new(config.metrics_tenants)),
+                config,
             }),
         })
+    }
+
+    /// The `tenant` label this relay records `tenant`'s metrics under: its own id for the first
+    /// [`metrics_tenants`](RelayConfig::metrics_tenants) tenants, else
+    /// [`OTHER_TENANTS`](crate::metrics::OTHER_TENANTS) (for gauges recorded beside the
+    /// relay's, such as the admin server's).
+    pub fn metric_tenant(&self, tenant: &str) -> String {
+        self.inner.metric_tenant(tenant)
     }
 
     /// This relay's id, as written to `locked_by`.

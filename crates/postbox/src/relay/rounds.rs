@@ -8,7 +8,7 @@
 //! waits for a wake-up, its next look, or a retry coming due.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Notify, watch};
 
@@ -25,6 +25,9 @@ pub struct RelayProgress {
     /// Passes of the slow lane finished (each gives the `FAILED` events that are due one more
     /// try); 0 while it is off.
     pub slow_lane_passes: u64,
+    /// Requests to look at every target ([`Rounds::settle`]) the relay has served: it looked at
+    /// every target since the request, and was then waiting.
+    pub sweeps: u64,
 }
 
 /// Watches a relay's rounds ([`Relay::rounds`](super::Relay::rounds)).
@@ -43,23 +46,25 @@ pub struct Rounds {
     sweep: Arc<Sweep>,
 }
 
-/// A caller's request that the relay look at every target at its next round (see
-/// [`Rounds::settle`]), and the relay's wake-up for it.
+/// Callers' requests that the relay look at every target at its next round (see
+/// [`Rounds::settle`]), numbered, and the relay's wake-up for them.
 #[derive(Debug, Default)]
 pub(super) struct Sweep {
-    requested: AtomicBool,
+    requested: AtomicU64,
     wake: Notify,
 }
 
 impl Sweep {
-    fn request(&self) {
-        self.requested.store(true, Ordering::SeqCst);
+    /// Asks for a sweep; returns the request's number.
+    fn request(&self) -> u64 {
+        let n = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
         self.wake.notify_one();
+        n
     }
 
-    /// Whether a sweep was asked for since the last call.
-    pub(super) fn take(&self) -> bool {
-        self.requested.swap(false, Ordering::SeqCst)
+    /// The number of the latest request.
+    pub(super) fn latest(&self) -> u64 {
+        self.requested.load(Ordering::SeqCst)
     }
 
     /// Waits for a request. Cancel-safe.
@@ -103,13 +108,10 @@ impl Rounds {
     /// is gone.
     pub fn settle(&mut self) -> impl Future<Output = ()> + Send + '_ {
         // A relay claims from the targets something says have work; this asks it to look at
-        // every one of them.
-        self.sweep.request();
-        let now = self.progress();
-        // A round under way may have claimed before the call: wait for the one after it.
-        let target = now.rounds + if now.waiting { 1 } else { 2 };
+        // every one of them, and waits until it says it has, and is waiting.
+        let request = self.sweep.request();
         async move {
-            let _ = self.rx.wait_for(|p| p.rounds >= target && p.waiting).await;
+            let _ = self.rx.wait_for(|p| p.sweeps >= request && p.waiting).await;
         }
     }
 }
@@ -159,6 +161,17 @@ impl Tracker {
             changed
         });
     }
+
+    /// The relay has looked at every target for the sweep requests up to `request`, and is
+    /// waiting.
+    pub(super) fn swept(&self, request: u64) {
+        self.tx.send_if_modified(|p| {
+            let changed = p.sweeps < request || !p.waiting;
+            p.sweeps = p.sweeps.max(request);
+            p.waiting = true;
+            changed
+        });
+    }
 }
 
 #[cfg(test)]
@@ -186,41 +199,34 @@ mod tests {
     }
 
     #[test]
-    fn settle_needs_a_whole_round_after_the_call_and_a_wait() {
-        // A round is under way at the call: the one finishing next does not count.
+    fn settle_waits_until_the_relay_served_its_request_and_waits() {
         let tracker = Tracker::default();
         let mut rounds = tracker.watch();
         let mut settle = pin!(rounds.settle());
-        tracker.finished();
+        // The relay was waiting before it took the request in: that does not count.
         tracker.waiting(true);
-        assert!(
-            !ready(settle.as_mut()),
-            "that round may have claimed before the call"
-        );
+        assert!(!ready(settle.as_mut()), "the request is not served yet");
         tracker.waiting(false);
         tracker.finished();
-        assert!(!ready(settle.as_mut()), "finished, but not yet waiting");
-        tracker.waiting(true);
-        assert!(ready(settle.as_mut()));
-
-        // Waiting at the call: the next round is wholly after it.
-        let tracker = Tracker::default();
-        tracker.finished();
-        tracker.waiting(true);
-        let mut rounds = tracker.watch();
-        let mut settle = pin!(rounds.settle());
-        assert!(!ready(settle.as_mut()));
-        tracker.waiting(false);
-        tracker.finished();
-        tracker.waiting(true);
+        assert!(!ready(settle.as_mut()), "a round, but not the sweep's end");
+        let request = tracker.sweep().latest();
+        assert_eq!(request, 1);
+        tracker.swept(request);
         assert!(ready(settle.as_mut()));
         assert_eq!(
             tracker.watch().progress(),
             RelayProgress {
-                rounds: 2,
+                rounds: 1,
                 waiting: true,
                 slow_lane_passes: 0,
+                sweeps: 1,
             }
         );
+        // A later request waits for its own sweep.
+        let mut rounds = tracker.watch();
+        let mut again = pin!(rounds.settle());
+        assert!(!ready(again.as_mut()));
+        tracker.swept(2);
+        assert!(ready(again.as_mut()));
     }
 }

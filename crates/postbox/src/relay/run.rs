@@ -95,8 +95,12 @@ impl Relay {
         let mut db_errors = Backoff::new(Duration::from_millis(100), cfg.poll_interval).attempts();
         // Maintenance and the due sweep hold one of the store's connections at most.
         let background = maintenance::Background::default();
-        let mut maintenance =
-            maintenance::Maintenance::new(cfg, Arc::clone(&inner.rounds), background.clone());
+        let mut maintenance = maintenance::Maintenance::new(
+            cfg,
+            Arc::clone(&inner.rounds),
+            background.clone(),
+            Arc::clone(&inner.labels),
+        );
         let mut stall = Stall::new();
         let mut gave_up = None;
         let claim_path = store.capabilities().claim_path();
@@ -104,6 +108,8 @@ impl Relay {
         info!(relay = %inner.id, ?mode, claim_path = %claim_path, "relay started");
         // The first round looks at every target.
         let mut sweep = true;
+        // The latest sweep request (`Rounds::settle`) taken in.
+        let mut requested = 0;
         // The due sweep's read under way, on a task of its own.
         let mut sweeper: Option<Sweeper> = None;
         loop {
@@ -113,7 +119,9 @@ impl Relay {
             for schema in inner.retries.take_due() {
                 targets.due(&schema, false);
             }
-            sweep |= !forever || inner.rounds.sweep().take();
+            let latest = inner.rounds.sweep().latest();
+            sweep |= !forever || latest > requested;
+            requested = latest;
             let round = async {
                 targets.refresh(store, cfg.tenant_refresh).await?;
                 if std::mem::take(&mut sweep) {
@@ -187,9 +195,12 @@ impl Relay {
             let now = Instant::now();
             // A claim due while the pipeline has no room waits for the pipeline, not the clock.
             let next = next.filter(|at| *at > now || pipeline.has_room());
-            inner
-                .rounds
-                .waiting(pipeline.is_idle() && next.is_none_or(|at| at > now));
+            if pipeline.is_idle() && next.is_none_or(|at| at > now) {
+                // Nothing due and nothing in flight: every sweep taken in is done.
+                inner.rounds.swept(requested);
+            } else {
+                inner.rounds.waiting(false);
+            }
             let sleep = async {
                 match next {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -228,8 +239,8 @@ impl Relay {
                         self.swept(&mut targets, sweep, due);
                     }
                 }
-                // The wake-up may be one whose request the loop took already.
-                () = inner.rounds.sweep().requested() => sweep |= inner.rounds.sweep().take(),
+                // Taken in at the loop's top (the wake-up may be for one taken already).
+                () = inner.rounds.sweep().requested() => {}
                 () = sleep => {}
             }
             // What else was heard meanwhile is taken in one go.

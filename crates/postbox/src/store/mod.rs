@@ -56,8 +56,10 @@ pub use claims::{
     Horizon, HorizonProbe, MAX_ERROR_BYTES, MarkFailedParams, MarkProcessedParams, PassedEvent,
     Release, ReleaseParams, RenewParams,
 };
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) use operator::outstanding_each;
 pub use operator::{
-    Backlog, EXACT_PROCESSED_COUNT, RejectedTenant, ReplicationSlot, ReportedSink,
+    Backlog, EXACT_PROCESSED_COUNT, Outstanding, RejectedTenant, ReplicationSlot, ReportedSink,
     RetryFailedParams, SlowLaneParams, StatusCounts, TenantAddParams,
 };
 pub(crate) use operator::{ReportedRow, inbox_stats, reported_sinks};

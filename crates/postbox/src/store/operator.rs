@@ -38,6 +38,47 @@ pub struct StatusCounts {
     pub dead_tuples: Option<i64>,
 }
 
+/// What waits in one outbox: the part of [`StatusCounts`] a summary over many outboxes reads
+/// ([`StoreOps::status_outstanding`](crate::ops::StoreOps::status_outstanding)).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Outstanding {
+    /// `PENDING` events (new, or waiting for a retry).
+    pub pending: i64,
+    /// `PROCESSING` events (claimed by a relay).
+    pub processing: i64,
+    /// `FAILED` events awaiting an operator.
+    pub failed: i64,
+    /// Age of the oldest `PENDING` or `PROCESSING` event, by the database clock.
+    #[serde(with = "opt_secs")]
+    pub oldest_pending_age: Option<Duration>,
+}
+
+impl From<&StatusCounts> for Outstanding {
+    fn from(c: &StatusCounts) -> Self {
+        Outstanding {
+            pending: c.pending,
+            processing: c.processing,
+            failed: c.failed,
+            oldest_pending_age: c.oldest_pending_age,
+        }
+    }
+}
+
+/// [`StoreOps::status_outstanding`](crate::ops::StoreOps::status_outstanding) for a store that
+/// reads one target per statement: [`StoreOps::status_counts`](crate::ops::StoreOps) of each.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) async fn outstanding_each<S: crate::ops::StoreOps + ?Sized>(
+    store: &S,
+    targets: &[crate::schema::Target],
+) -> crate::Result<Vec<Outstanding>> {
+    let mut out = Vec::with_capacity(targets.len());
+    for target in targets {
+        out.push(Outstanding::from(&store.status_counts(target).await?));
+    }
+    Ok(out)
+}
+
 mod opt_secs {
     use std::time::Duration;
 

@@ -54,6 +54,12 @@ pub struct RelayConfig {
     pub concurrency: usize,
     /// How often the tenant registry is re-read (default 10 s).
     pub tenant_refresh: Duration,
+    /// Tenants whose metrics are recorded under their own `tenant` label (default 100): the
+    /// first this many the relay records anything of; the others are recorded together under
+    /// [`OTHER_TENANTS`](crate::metrics::OTHER_TENANTS), so that a relay serving thousands of
+    /// tenants keeps a bounded number of series (see [`TenantLabels`](crate::metrics::TenantLabels)).
+    /// The default schema always has its own.
+    pub metrics_tenants: usize,
     /// This relay's name in `locked_by` and logs (default: host, process id and a random suffix).
     pub relay_id: Option<String>,
     /// Whether to listen for `NOTIFY` wake-ups where the store has them (default true). Without
@@ -126,6 +132,7 @@ impl Default for RelayConfig {
             publish_timeout: Duration::from_secs(10),
             concurrency: 64,
             tenant_refresh: Duration::from_secs(10),
+            metrics_tenants: 100,
             relay_id: None,
             notifications: true,
             busy_poll_interval: Duration::from_millis(10),
@@ -287,6 +294,13 @@ impl RelayConfig {
     /// Sets how many events of a batch are published at once (field [`concurrency`](Self::concurrency)).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
+        self
+    }
+
+    /// Sets how many tenants get metrics of their own (field
+    /// [`metrics_tenants`](Self::metrics_tenants)).
+    pub fn metrics_tenants(mut self, metrics_tenants: usize) -> Self {
+        self.metrics_tenants = metrics_tenants;
         self
     }
 

@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use super::rounds::Tracker;
+use crate::metrics::TenantLabels;
 use crate::schema::Target;
 use crate::store::Store;
 use health::HealthReports;
@@ -43,14 +44,20 @@ impl Maintenance {
         cfg: &crate::relay::RelayConfig,
         rounds: Arc<Tracker>,
         background: Background,
+        labels: Arc<TenantLabels>,
     ) -> Self {
         Maintenance {
-            vacuum: Vacuum::new(cfg.vacuum_threshold, background.clone()),
+            vacuum: Vacuum::new(
+                cfg.vacuum_threshold,
+                background.clone(),
+                Arc::clone(&labels),
+            ),
             retention: Retention::new(
                 cfg.retention,
                 cfg.archive_retention,
                 cfg.inbox_retention,
                 background.clone(),
+                Arc::clone(&labels),
             ),
             slow_lane: SlowLane::new(
                 cfg.dead_letter_retry_interval,
@@ -58,6 +65,7 @@ impl Maintenance {
                 cfg.slow_lane_excluded(),
                 rounds,
                 background,
+                labels,
             ),
             health: HealthReports::new(),
         }

@@ -9,6 +9,7 @@ use tracing::{debug, info, warn};
 
 use super::{Background, Rotation};
 use crate::metrics as metric;
+use crate::metrics::TenantLabels;
 use crate::schema::Target;
 use crate::store::{ArchiveParams, PurgeKind, PurgeParams, Store, archive_all, purge_all};
 
@@ -34,6 +35,7 @@ pub(super) struct Retention {
     task: Option<JoinHandle<()>>,
     rotation: Rotation,
     background: Background,
+    labels: Arc<TenantLabels>,
 }
 
 /// The ages of [`Retention`], from the relay's configuration.
@@ -50,8 +52,10 @@ impl Retention {
         archive_retention: Option<Duration>,
         inbox_retention: Option<Duration>,
         background: Background,
+        labels: Arc<TenantLabels>,
     ) -> Self {
         Retention {
+            labels,
             ages: Ages {
                 retention,
                 archive_retention,
@@ -84,9 +88,10 @@ impl Retention {
             .rotation
             .share(targets, RETENTION_EVERY, RETENTION_COVER);
         let background = self.background.clone();
+        let labels = Arc::clone(&self.labels);
         self.task = Some(tokio::spawn(async move {
             for target in &targets {
-                background.run(retain(&*store, target, ages)).await;
+                background.run(retain(&*store, target, ages, &labels)).await;
             }
         }));
     }
@@ -100,8 +105,9 @@ impl Retention {
     }
 }
 
-async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
+async fn retain(store: &dyn Store, target: &Target, ages: Ages, labels: &TenantLabels) {
     let tenant = target.label();
+    let label = labels.label(tenant);
     if let Some(older_than) = ages.retention {
         let params = ArchiveParams {
             target,
@@ -112,7 +118,7 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
         };
         let started = Instant::now();
         match archive_all(store, params, false, |n| {
-            metrics::counter!(metric::EVENTS_ARCHIVED, "tenant" => tenant.to_owned()).increment(n);
+            metrics::counter!(metric::EVENTS_ARCHIVED, "tenant" => label.clone()).increment(n);
         })
         .await
         {
@@ -126,7 +132,7 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
     }
     if let Some(older_than) = ages.archive_retention {
         let purged = purge_past(store, target, PurgeKind::Archive, older_than, |n| {
-            metrics::counter!(metric::EVENTS_PURGED, "tenant" => tenant.to_owned()).increment(n);
+            metrics::counter!(metric::EVENTS_PURGED, "tenant" => label.clone()).increment(n);
         });
         match purged.await {
             Ok(Some(0) | None) => {}
@@ -141,7 +147,7 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages) {
     }
     if let Some(older_than) = ages.inbox_retention {
         let purged = purge_past(store, target, PurgeKind::Inbox, older_than, |n| {
-            metrics::counter!(metric::INBOX_PURGED, "tenant" => tenant.to_owned()).increment(n);
+            metrics::counter!(metric::INBOX_PURGED, "tenant" => label.clone()).increment(n);
         });
         match purged.await {
             Ok(Some(0) | None) => {}

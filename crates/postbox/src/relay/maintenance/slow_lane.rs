@@ -9,6 +9,7 @@ use tracing::{debug, info};
 use super::{Background, Rotation};
 use crate::error::Error;
 use crate::metrics as metric;
+use crate::metrics::TenantLabels;
 use crate::relay::rounds::Tracker;
 use crate::schema::Target;
 use crate::store::{SlowLaneParams, Store};
@@ -33,6 +34,7 @@ pub(super) struct SlowLane {
     rounds: Arc<Tracker>,
     rotation: Rotation,
     background: Background,
+    labels: Arc<TenantLabels>,
 }
 
 impl SlowLane {
@@ -42,10 +44,12 @@ impl SlowLane {
         exclude: Vec<crate::glob::Glob>,
         rounds: Arc<Tracker>,
         background: Background,
+        labels: Arc<TenantLabels>,
     ) -> Self {
         SlowLane {
             rotation: Rotation::default(),
             background,
+            labels,
             interval: interval.filter(|_| max_tries > 0),
             max_tries,
             exclude: exclude.into(),
@@ -73,6 +77,7 @@ impl SlowLane {
         // late), a share of them per run when there are many.
         let (targets, pass) = self.rotation.share(targets, every, interval / 10);
         let background = self.background.clone();
+        let labels = Arc::clone(&self.labels);
         let max_tries = self.max_tries;
         let exclude = Arc::clone(&self.exclude);
         let rounds = Arc::clone(&self.rounds);
@@ -93,7 +98,7 @@ impl SlowLane {
                             count = n,
                             "slow lane: FAILED events given one more try"
                         );
-                        metrics::counter!(metric::SLOW_LANE_RETRIES, "tenant" => target.label().to_owned())
+                        metrics::counter!(metric::SLOW_LANE_RETRIES, "tenant" => labels.label(target.label()))
                             .increment(n);
                     }
                     Err(e) => {

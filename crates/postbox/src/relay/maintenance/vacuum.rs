@@ -11,6 +11,7 @@ use tracing::{debug, info, warn};
 use super::Background;
 use crate::error::Error;
 use crate::metrics as metric;
+use crate::metrics::TenantLabels;
 use crate::schema::{SchemaName, Target};
 use crate::store::Store;
 
@@ -34,16 +35,22 @@ pub(super) struct Vacuum {
     /// the operator must fix.
     skip: Arc<Mutex<HashMap<SchemaName, Instant>>>,
     background: Background,
+    labels: Arc<TenantLabels>,
 }
 
 impl Vacuum {
-    pub(super) fn new(threshold: Option<u64>, background: Background) -> Self {
+    pub(super) fn new(
+        threshold: Option<u64>,
+        background: Background,
+        labels: Arc<TenantLabels>,
+    ) -> Self {
         Vacuum {
             threshold,
             last_check: None,
             task: None,
             skip: Arc::default(),
             background,
+            labels,
         }
     }
 
@@ -64,8 +71,9 @@ impl Vacuum {
         let targets = targets.to_vec();
         let skip = Arc::clone(&self.skip);
         let background = self.background.clone();
+        let labels = Arc::clone(&self.labels);
         self.task = Some(tokio::spawn(async move {
-            check(&*store, &targets, threshold, &skip, &background).await;
+            check(&*store, &targets, threshold, &skip, &background, &labels).await;
         }));
     }
 
@@ -83,6 +91,7 @@ pub(super) async fn check(
     threshold: u64,
     skip: &Mutex<HashMap<SchemaName, Instant>>,
     background: &Background,
+    labels: &TenantLabels,
 ) {
     let dead = match background.run(store.outbox_dead_rows(targets)).await {
         Ok(dead) => dead,
@@ -123,7 +132,7 @@ pub(super) async fn check(
                     target.schema.clone(),
                     Instant::now() + elapsed * VACUUM_DUTY_PAUSE,
                 );
-                metrics::counter!(metric::VACUUMS, "tenant" => target.label().to_owned())
+                metrics::counter!(metric::VACUUMS, "tenant" => labels.label(target.label()))
                     .increment(1);
             }
             Err(e @ Error::NotOwner { .. }) => {

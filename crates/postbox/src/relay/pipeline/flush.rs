@@ -49,10 +49,10 @@ impl Pipeline {
             Err(_) => return Ok(()),
         };
         let fenced = marked.asked - marked.marked;
-        metrics::counter!(metric::EVENTS_PUBLISHED, "tenant" => marked.tenant.clone())
+        metrics::counter!(metric::EVENTS_PUBLISHED, "tenant" => self.inner.metric_tenant(&marked.tenant))
             .increment(marked.marked);
         if fenced > 0 {
-            metrics::counter!(metric::EVENTS_FENCED, "tenant" => marked.tenant.clone())
+            metrics::counter!(metric::EVENTS_FENCED, "tenant" => self.inner.metric_tenant(&marked.tenant))
                 .increment(fenced);
             warn!(tenant = marked.tenant, relay = %self.inner.id, count = fenced,
                 "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
@@ -81,6 +81,7 @@ impl Pipeline {
         }
         let store = Arc::clone(&self.inner.store);
         let target = target.clone();
+        let label = self.inner.metric_tenant(target.label());
         self.marking.push(tokio::spawn(async move {
             let tenant = target.label().to_owned();
             let processed = MarkProcessedParams {
@@ -91,7 +92,7 @@ impl Pipeline {
             let started = Instant::now();
             let marked =
                 with_patience(deadline, || store.events_mark_processed(&processed)).await?;
-            metrics::histogram!(metric::MARK_SECONDS, "tenant" => tenant.clone())
+            metrics::histogram!(metric::MARK_SECONDS, "tenant" => label)
                 .record(started.elapsed().as_secs_f64());
             Ok(Marked {
                 tenant,
@@ -151,7 +152,7 @@ impl Pipeline {
             let released = with_patience(deadline, || inner.store.events_release(&params)).await?;
             stats.deferred += released;
             stats.fenced += releases.len() as u64 - released;
-            metrics::counter!(metric::EVENTS_DEFERRED, "tenant" => tenant.to_owned())
+            metrics::counter!(metric::EVENTS_DEFERRED, "tenant" => inner.metric_tenant(tenant))
                 .increment(released);
             for r in &releases {
                 inner.retries.note(&target.schema, r.delay);
@@ -184,7 +185,7 @@ impl Pipeline {
             }
             stats.failed_tries += marks.len() as u64;
             stats.fenced += (tries.len() - marks.len()) as u64;
-            metrics::counter!(metric::PUBLISH_FAILURES, "tenant" => tenant.to_owned())
+            metrics::counter!(metric::PUBLISH_FAILURES, "tenant" => inner.metric_tenant(tenant))
                 .increment(marks.len() as u64);
             for mark in marks {
                 let error = tries
@@ -211,7 +212,7 @@ impl Pipeline {
             }
         }
         if stats.fenced > 0 {
-            metrics::counter!(metric::EVENTS_FENCED, "tenant" => tenant.to_owned())
+            metrics::counter!(metric::EVENTS_FENCED, "tenant" => inner.metric_tenant(tenant))
                 .increment(stats.fenced);
             warn!(tenant, relay = %inner.id, count = stats.fenced,
                 "results not recorded: another relay took these events over after this relay's lease expired (they may be published twice)");
@@ -228,7 +229,7 @@ impl Pipeline {
                 self.paused
                     .insert(open.target.schema.clone(), Instant::now() + pause);
             }
-            metrics::histogram!(metric::BATCH_SECONDS, "tenant" => tenant.to_owned())
+            metrics::histogram!(metric::BATCH_SECONDS, "tenant" => inner.metric_tenant(tenant))
                 .record(open.started.elapsed().as_secs_f64());
         }
         self.add(stats);

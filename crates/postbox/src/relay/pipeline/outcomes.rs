@@ -90,7 +90,7 @@ impl Pipeline {
             }
             return;
         };
-        let tenant = open.target.label().to_owned();
+        let tenant = self.inner.metric_tenant(open.target.label());
         let route = done.route.unwrap_or_else(|| "default".to_owned());
         let outcome = match &result {
             Ok(()) => "ok",
@@ -180,7 +180,7 @@ pub(super) fn alert_failed(
         error,
         "event FAILED and will not be retried; fix the cause, then retry it (an operator's retry puts it back in the queue)"
     );
-    metrics::counter!(metric::EVENTS_FAILED, "tenant" => tenant.to_owned()).increment(1);
+    metrics::counter!(metric::EVENTS_FAILED, "tenant" => inner.metric_tenant(tenant)).increment(1);
     // No subscriber is not an error: the log line above is the alert then.
     let _ = inner.notices.send(Notice::Failed(FailedNotice::new(
         tenant,

@@ -306,6 +306,13 @@ impl StoreOps for MySqlStore {
         self.count_statuses(target).await
     }
 
+    async fn status_outstanding(
+        &self,
+        targets: &[Target],
+    ) -> Result<Vec<crate::store::Outstanding>> {
+        crate::store::outstanding_each(self, targets).await
+    }
+
     async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
         self.skip(target, ids).await
     }

@@ -423,6 +423,13 @@ impl StoreOps for PgStore {
         self.count_statuses(target).await
     }
 
+    async fn status_outstanding(
+        &self,
+        targets: &[Target],
+    ) -> Result<Vec<crate::store::Outstanding>> {
+        self.read_outstanding(targets).await
+    }
+
     async fn events_skip(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
         self.skip(target, ids).await
     }

@@ -11,7 +11,7 @@ use super::sql::{render, safe};
 use super::{PgStore, map_missing_table, pg_locks};
 use crate::error::{Error, Result};
 use crate::schema::Target;
-use crate::store::{Backlog, EXACT_PROCESSED_COUNT, StatusCounts, secs};
+use crate::store::{Backlog, EXACT_PROCESSED_COUNT, Outstanding, StatusCounts, secs};
 
 impl PgStore {
     /// [`StoreOps::status_counts`](crate::ops::StoreOps::status_counts).
@@ -64,7 +64,12 @@ impl PgStore {
     ) -> Result<Vec<Option<Duration>>> {
         let mut due = vec![None; targets.len()];
         for (c, chunk) in targets.chunks(DUE_PER_STATEMENT).enumerate() {
-            let sql = due_statement(chunk, !ordered.is_empty());
+            let ordered_arg = if ordered.is_empty() { "" } else { "$1::text[]" };
+            let sql = per_target(
+                include_str!("../../../sql/postgres/queries/outbox_due.sql"),
+                chunk,
+                &[("{ordered}", ordered_arg)],
+            );
             let query = sqlx::query_as::<_, (i32, Option<f64>)>(AssertSqlSafe(sql));
             let query = if ordered.is_empty() {
                 query
@@ -79,6 +84,37 @@ impl PgStore {
             }
         }
         Ok(due)
+    }
+
+    /// [`StoreOps::status_outstanding`](crate::ops::StoreOps::status_outstanding): one statement
+    /// per [`DUE_PER_STATEMENT`] targets, in a transaction of its own that keeps the planner on
+    /// the partial indexes.
+    pub(super) async fn read_outstanding(&self, targets: &[Target]) -> Result<Vec<Outstanding>> {
+        let mut out = vec![Outstanding::default(); targets.len()];
+        let template = include_str!("../../../sql/postgres/queries/status_outstanding.sql");
+        for (c, chunk) in targets.chunks(DUE_PER_STATEMENT).enumerate() {
+            let sql = per_target(template, chunk, &[]);
+            let mut tx = self.pool.begin().await?;
+            sqlx::raw_sql("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
+                .execute(&mut *tx)
+                .await?;
+            let rows: Vec<(i32, i64, i64, i64, Option<f64>)> = sqlx::query_as(AssertSqlSafe(sql))
+                .fetch_all(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            for (n, pending, processing, failed, oldest) in rows {
+                let at = c * DUE_PER_STATEMENT + usize::try_from(n).unwrap_or(usize::MAX);
+                if let Some(slot) = out.get_mut(at) {
+                    *slot = Outstanding {
+                        pending,
+                        processing,
+                        failed,
+                        oldest_pending_age: secs(oldest),
+                    };
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// [`StoreOps::oldest_transaction_age`](crate::ops::StoreOps::oldest_transaction_age).
@@ -178,20 +214,23 @@ impl PgStore {
     }
 }
 
-/// Targets whose backlog one statement of [`PgStore::read_due`] reads: each call takes a lock on
-/// the schema's table and its indexes, held to the statement's end, and the server's lock table
-/// is shared (`max_locks_per_transaction` × connections).
-pub(super) const DUE_PER_STATEMENT: usize = 200;
+/// Targets one statement of [`PgStore::read_due`] or [`PgStore::read_outstanding`] reads: each
+/// takes locks on the schema's table and its indexes, held to the statement's end, and the
+/// server's lock table is shared (`max_locks_per_transaction` × connections).
+pub(super) const DUE_PER_STATEMENT: usize = 100;
 
-/// The statement reading the backlog of `targets`: `queries/outbox_due.sql` once per target,
-/// comments left out, joined by `UNION ALL`.
-fn due_statement(targets: &[Target], ordered: bool) -> String {
-    let line: String = include_str!("../../../sql/postgres/queries/outbox_due.sql")
+/// One statement over many targets: `template` (a statement of one target, `{n}` its place,
+/// `{schema}` its schema) once per target, comments left out, joined by `UNION ALL`, with each
+/// of `fixed` (a marker, and the text that takes its place) put in.
+fn per_target(template: &str, targets: &[Target], fixed: &[(&str, &str)]) -> String {
+    let mut line: String = template
         .lines()
         .filter(|l| !l.trim_start().starts_with("--"))
         .collect::<Vec<_>>()
         .join(" ");
-    let line = line.replace("{ordered}", if ordered { "$1::text[]" } else { "" });
+    for (marker, text) in fixed {
+        line = line.replace(marker, text);
+    }
     targets
         .iter()
         .enumerate()

@@ -329,13 +329,13 @@ impl Pipeline {
                 .insert(target.schema.clone(), next_size(cfg, size, count));
         }
         if count > 0 {
-            metrics::histogram!(metric::BATCH_SIZE, "tenant" => tenant.to_owned())
+            metrics::histogram!(metric::BATCH_SIZE, "tenant" => inner.metric_tenant(tenant))
                 .record(count as f64);
         }
         if claimed.recovered > 0 {
             info!(tenant, relay = %inner.id, count = claimed.recovered,
                 "recovered {} stale events (a relay did not finish within its lease)", claimed.recovered);
-            metrics::counter!(metric::STALE_RECOVERED, "tenant" => tenant.to_owned())
+            metrics::counter!(metric::STALE_RECOVERED, "tenant" => inner.metric_tenant(tenant))
                 .increment(claimed.recovered);
         }
         for e in &claimed.exhausted {
@@ -520,7 +520,7 @@ async fn ask(inner: &Inner, target: &Target, prepared: &Prepared) -> Result<stor
             floor: prepared.floor,
         })
         .await?;
-    metrics::histogram!(metric::CLAIM_SECONDS, "tenant" => target.label().to_owned())
+    metrics::histogram!(metric::CLAIM_SECONDS, "tenant" => inner.metric_tenant(target.label()))
         .record(started.elapsed().as_secs_f64());
     Ok(claimed)
 }
