@@ -77,6 +77,13 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0)]
     pub(crate) ordered_aggregates: u32,
 
+    /// Tenants (`t0` … schemas `s_t0` …) whose outboxes share the events with the default
+    /// schema, each transaction writing into one of them at random: the relays serve every
+    /// tenant through the same faults, and the report counts every event of every schema (each
+    /// tenant's ids start in a range of their own). 0: the default schema only
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub(crate) tenants: u32,
+
     /// Percent of producer transactions rolled back on purpose
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=90))]
     pub(crate) rollback_percent: u8,

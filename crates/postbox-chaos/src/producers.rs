@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use postbox::StoreExt;
-use postbox::{Event, Outbox, PgStore, event::Enqueued};
+use postbox::store::Tenant;
+use postbox::{Event, Outbox, PgStore, SchemaName, Store, StoreExt, event::Enqueued};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{AssertSqlSafe, PgPool, Postgres, Transaction};
 use tracing::{debug, info};
 
 /// The business table of the run: one row per committed event, in the event's transaction.
@@ -39,6 +39,9 @@ pub(crate) struct ProducerParams {
     pub(crate) sql_percent: u8,
     /// Aggregates the events share (0: each its own; see `Args::ordered_aggregates`).
     pub(crate) ordered_aggregates: u32,
+    /// The tenants beside the default schema (`Args::tenants`); each transaction writes into
+    /// one outbox of them all, at random.
+    pub(crate) tenants: Vec<Tenant>,
 }
 
 /// The aggregate type of every event that has one.
@@ -103,15 +106,23 @@ pub(crate) async fn run(pool: PgPool, params: ProducerParams) -> anyhow::Result<
     let committed = Arc::new(AtomicU64::new(0));
     let reserved = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    // One `Outbox` for all producers: its NOTIFY debounce is shared, as in a service. The store
-    // hands it out, so events go to the table the relays read.
-    let outbox = PgStore::new(pool.clone()).outbox();
+    // One `Outbox` per schema for all producers: its NOTIFY debounce is shared, as in a
+    // service. The store hands them out, so events go to the tables the relays read.
+    let store = PgStore::new(pool.clone());
+    let mut outboxes = vec![(store.default_schema(), store.outbox())];
+    outboxes.extend(
+        params
+            .tenants
+            .iter()
+            .map(|t| (t.schema.clone(), store.outbox_builder().tenant(t).build())),
+    );
+    let outboxes = Arc::new(outboxes);
     let mut tasks = Vec::new();
     for index in 0..params.producers {
         tasks.push(tokio::spawn(produce(
             index,
             pool.clone(),
-            outbox.clone(),
+            Arc::clone(&outboxes),
             params.clone(),
             Arc::clone(&committed),
             Arc::clone(&reserved),
@@ -166,7 +177,7 @@ struct Plan {
 async fn produce(
     index: u32,
     pool: PgPool,
-    outbox: Outbox,
+    outboxes: Arc<Vec<(SchemaName, Outbox)>>,
     params: ProducerParams,
     committed: Arc<AtomicU64>,
     reserved: Arc<AtomicU64>,
@@ -220,7 +231,8 @@ async fn produce(
             aggregates: params.ordered_aggregates,
         };
         sequence += 1;
-        match transaction(&pool, &outbox, &plan).await {
+        let (schema, outbox) = &outboxes[rng.random_range(0..outboxes.len())];
+        match transaction(&pool, schema, outbox, &plan).await {
             Ok(()) if plan.rollback => {
                 reserved.fetch_sub(count, Ordering::Relaxed);
                 tally.rolled_back_on_purpose += count;
@@ -266,13 +278,18 @@ enum Failure {
     InDoubt(anyhow::Error),
 }
 
-async fn transaction(pool: &PgPool, outbox: &Outbox, plan: &Plan) -> Result<(), Failure> {
+async fn transaction(
+    pool: &PgPool,
+    schema: &SchemaName,
+    outbox: &Outbox,
+    plan: &Plan,
+) -> Result<(), Failure> {
     let mut tx = pool
         .begin()
         .await
         .context("begin")
         .map_err(Failure::NotCommitted)?;
-    write(&mut tx, outbox, plan)
+    write(&mut tx, schema, outbox, plan)
         .await
         .map_err(Failure::NotCommitted)?;
     if plan.rollback {
@@ -288,6 +305,7 @@ async fn transaction(pool: &PgPool, outbox: &Outbox, plan: &Plan) -> Result<(), 
 
 async fn write(
     tx: &mut Transaction<'static, Postgres>,
+    schema: &SchemaName,
     outbox: &Outbox,
     plan: &Plan,
 ) -> anyhow::Result<()> {
@@ -319,10 +337,12 @@ async fn write(
         }
         Path::PlainSql => {
             for marker in &plan.markers {
-                let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
-                     VALUES ($1, $2, $3, $4::jsonb) RETURNING id",
-                )
+                // The schema name is a validated `SchemaName`, quoted.
+                let id: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                    "INSERT INTO {}.outbox_events (event_type, aggregate_type, aggregate_id, \
+                     payload) VALUES ($1, $2, $3, $4::jsonb) RETURNING id",
+                    schema.quoted()
+                )))
                 .bind(EVENT_TYPE)
                 .bind(AGGREGATE_TYPE)
                 .bind(aggregate_id(marker, plan.aggregates))
@@ -333,7 +353,8 @@ async fn write(
                 ids.push(id);
             }
             if plan.notify {
-                sqlx::query("SELECT pg_notify('postbox_events', 'public')")
+                sqlx::query("SELECT pg_notify('postbox_events', $1)")
+                    .bind(schema.as_str())
                     .execute(&mut **tx)
                     .await
                     .context("pg_notify")?;

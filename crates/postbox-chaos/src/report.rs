@@ -43,6 +43,8 @@ pub(crate) struct Settings {
     pub(crate) batch_size: u32,
     /// Aggregates the events share, published in order per aggregate (0: no ordering).
     pub(crate) ordered_aggregates: u32,
+    /// Tenant schemas sharing the events with the default schema (0: none).
+    pub(crate) tenants: u32,
     /// How the relays found events.
     pub(crate) source: crate::cli::Source,
     #[serde(rename = "lease_ms", serialize_with = "millis")]
@@ -323,7 +325,7 @@ impl Report {
         let _ = writeln!(
             out,
             "postbox-chaos seed {}: {} relays, {} events, {} min of faults, lease {}, publish \
-             timeout {}, batch {}{}, schedule {} ({} faults)",
+             timeout {}, batch {}{}{}, schedule {} ({} faults)",
             s.seed,
             s.relays,
             s.events,
@@ -333,6 +335,11 @@ impl Report {
             s.batch_size,
             if s.ordered_aggregates > 0 {
                 format!(", ordered over {} aggregates", s.ordered_aggregates)
+            } else {
+                String::new()
+            },
+            if s.tenants > 0 {
+                format!(", the default schema and {} tenants", s.tenants)
             } else {
                 String::new()
             },
@@ -578,6 +585,7 @@ mod tests {
             producers: 1,
             batch_size: 10,
             ordered_aggregates: 0,
+            tenants: 0,
             source: crate::cli::Source::Poll,
             lease: Duration::from_secs(3),
             publish_timeout: Duration::from_secs(2),

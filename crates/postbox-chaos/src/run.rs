@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use postbox_testkit::proxy::Proxy;
-use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Row};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -125,6 +125,7 @@ async fn chaos(
         .await
         .context("connect to the private cluster")?;
     sqlx::raw_sql(LEDGER_DDL).execute(&pool).await?;
+    let tenants = add_tenants(&pool, args.tenants).await?;
 
     let (broker, broker_auth_and_db) = split_redis_url(&args.redis_url)?;
     let upstream = tokio::net::lookup_host(&broker)
@@ -183,6 +184,7 @@ async fn chaos(
             rollback_percent: args.rollback_percent,
             sql_percent: args.sql_percent,
             ordered_aggregates: args.ordered_aggregates,
+            tenants,
         },
     ));
     let injected = faults::inject(
@@ -215,6 +217,7 @@ async fn chaos(
             producers: args.producers,
             batch_size: args.batch_size,
             ordered_aggregates: args.ordered_aggregates,
+            tenants: args.tenants,
             source: args.source,
             lease: args.lease,
             publish_timeout: args.publish_timeout,
@@ -318,13 +321,65 @@ fn split_redis_url(url: &str) -> anyhow::Result<(String, String)> {
     Ok((host, format!("{auth}{{}}{path}")))
 }
 
+/// Every event of every outbox, the default schema's and each tenant's: what the drain and the
+/// report read.
+const ALL_EVENTS: &str = "chaos_all_events";
+
+/// Adds `n` tenants (`t0` …) and gives each tenant's ids a range of their own (tenant `k`'s
+/// start past `(k + 1) × 10^12`), so that an event id names one event across every schema, as
+/// the report and the stream's `postbox-event-id` count them; then the view of every outbox's
+/// events ([`ALL_EVENTS`]).
+async fn add_tenants(pool: &PgPool, n: u32) -> anyhow::Result<Vec<postbox::store::Tenant>> {
+    use postbox::ops::StoreOps;
+    let store = postbox::PgStore::new(pool.clone());
+    let mut tenants = Vec::with_capacity(n as usize);
+    let mut view = vec![
+        "SELECT id, status, retry_count, last_error, aggregate_id FROM public.outbox_events"
+            .to_owned(),
+    ];
+    for k in 0..n {
+        let id = postbox::schema::TenantId::new(&format!("t{k}"))?;
+        let tenant = store
+            .tenant_add(&postbox::store::TenantAddParams {
+                id: &id,
+                schema: None,
+            })
+            .await
+            .with_context(|| format!("add tenant {id}"))?;
+        // The schema is a validated `SchemaName`, quoted; the number is the tenant's place.
+        let table = format!("{}.outbox_events", tenant.schema.quoted());
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "ALTER TABLE {table} ALTER COLUMN id RESTART WITH {}",
+            (u64::from(k) + 1) * 1_000_000_000_000 + 1
+        )))
+        .execute(pool)
+        .await
+        .with_context(|| format!("give tenant {id} its ids"))?;
+        view.push(format!(
+            "SELECT id, status, retry_count, last_error, aggregate_id FROM {table}"
+        ));
+        tenants.push(tenant);
+    }
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE VIEW {ALL_EVENTS} AS {}",
+        view.join(" UNION ALL ")
+    )))
+    .execute(pool)
+    .await
+    .context("create the view of every outbox")?;
+    if n > 0 {
+        info!(tenants = n, "tenants added");
+    }
+    Ok(tenants)
+}
+
 /// Waits until no event is `PENDING` or `PROCESSING`; false at `timeout`.
 async fn drain(pool: &PgPool, timeout: Duration) -> bool {
     let started = Instant::now();
     let mut last_log = Instant::now();
     loop {
         let left: Result<i64, _> = sqlx::query_scalar(
-            "SELECT count(*) FROM outbox_events WHERE status IN ('PENDING', 'PROCESSING')",
+            "SELECT count(*) FROM chaos_all_events WHERE status IN ('PENDING', 'PROCESSING')",
         )
         .fetch_one(pool)
         .await;
@@ -363,22 +418,23 @@ async fn read_back(pool: &PgPool) -> anyhow::Result<(Vec<LedgerRow>, Vec<OutboxR
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
-    let rows =
-        sqlx::query("SELECT id, status, retry_count, last_error, aggregate_id FROM outbox_events")
-            .fetch_all(pool)
-            .await
-            .context("read the outbox table")?
-            .into_iter()
-            .map(|r| {
-                Ok(OutboxRow {
-                    id: r.try_get("id")?,
-                    status: r.try_get("status")?,
-                    retry_count: r.try_get("retry_count")?,
-                    last_error: r.try_get("last_error")?,
-                    aggregate_id: r.try_get("aggregate_id")?,
-                })
-            })
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    let rows = sqlx::query(
+        "SELECT id, status, retry_count, last_error, aggregate_id FROM chaos_all_events",
+    )
+    .fetch_all(pool)
+    .await
+    .context("read the outbox table")?
+    .into_iter()
+    .map(|r| {
+        Ok(OutboxRow {
+            id: r.try_get("id")?,
+            status: r.try_get("status")?,
+            retry_count: r.try_get("retry_count")?,
+            last_error: r.try_get("last_error")?,
+            aggregate_id: r.try_get("aggregate_id")?,
+        })
+    })
+    .collect::<Result<Vec<_>, sqlx::Error>>()?;
     Ok((ledger, rows))
 }
 

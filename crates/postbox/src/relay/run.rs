@@ -445,8 +445,12 @@ impl Relay {
         let started = Instant::now();
         let urgent = round.urgent.len();
         for (n, target) in round.urgent.into_iter().chain(round.swept).enumerate() {
-            if *stop.borrow() || !pipeline.has_room() {
+            if *stop.borrow() {
                 break;
+            }
+            if !pipeline.has_room_for(&target) {
+                // Left due for a later round.
+                continue;
             }
             if n >= urgent && started.elapsed() >= SWEEP_ROUND_BUDGET {
                 // The rest of the sweep waits for the next round: what was heard meanwhile, and

@@ -73,6 +73,8 @@ struct Watch {
     /// Ids its head handed out may still commit unseen by this relay's claims: its head moved
     /// since a claim whose commit horizon reached the head read before it.
     unsettled: bool,
+    /// Its last claim came back full: a backlog.
+    backlog: bool,
     /// When it was last claimed.
     claimed_at: Option<Instant>,
     /// The last head of its id sequence read (`None`: not read yet, or it cannot be).
@@ -339,6 +341,12 @@ impl Targets {
         for i in quiet {
             self.active.remove(&i);
         }
+        // Backlogs after the targets with a few new events: those are claimed first.
+        due.urgent.sort_by_key(|t| {
+            self.index
+                .get(&t.schema)
+                .is_some_and(|&i| self.watch[i].backlog)
+        });
         due
     }
 
@@ -354,6 +362,7 @@ impl Targets {
         let w = &mut self.watch[i];
         w.claimed_at = Some(now);
         w.due = seen.full;
+        w.backlog = seen.full;
         w.swept = false;
         if seen.any && !busy_period.is_zero() {
             w.busy_until = w.busy_until.max(Some(now + busy_period));

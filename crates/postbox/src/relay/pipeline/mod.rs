@@ -17,8 +17,9 @@
 mod claim;
 mod flush;
 mod outcomes;
+mod queue;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +31,6 @@ use uuid::Uuid;
 use super::lease::LeaseKeeper;
 use super::{Inner, RelayStats};
 use crate::error::Result;
-use crate::ordering::Work;
 use crate::schema::{SchemaName, Target};
 use crate::store::{FailedTry, Release};
 
@@ -90,7 +90,8 @@ pub(super) struct Pipeline {
     running: FuturesUnordered<outcomes::Publishing>,
     /// Marks of acknowledged events being written ([`flush::MARKS_IN_FLIGHT`] at most).
     marking: FuturesUnordered<tokio::task::JoinHandle<Result<flush::Marked>>>,
-    queued: VecDeque<(u64, Work)>,
+    /// Claimed work waiting for a publish slot, the targets taking turns.
+    queued: queue::Queue,
     claims: HashMap<u64, OpenClaim>,
     next_claim: u64,
     flush_at: Option<Instant>,
@@ -117,7 +118,7 @@ impl Pipeline {
             inner,
             running: FuturesUnordered::new(),
             marking: FuturesUnordered::new(),
-            queued: VecDeque::new(),
+            queued: queue::Queue::default(),
             claims: HashMap::new(),
             next_claim: 0,
             flush_at: None,
@@ -150,6 +151,24 @@ impl Pipeline {
             .map(|c| c.outstanding + c.buffered())
             .sum();
         self.queued.len() <= batch / 2 && unrecorded + batch <= cfg.concurrency.max(batch) + batch
+    }
+
+    /// Whether a claim of `target` fits: [`Self::has_room`], or, for a target with nothing of
+    /// this relay's in flight, room up to twice that (an event of a quiet tenant is claimed
+    /// beside another tenant's backlog, and the fair queue publishes it next).
+    pub(super) fn has_room_for(&self, target: &Target) -> bool {
+        if self.has_room() {
+            return true;
+        }
+        let cfg = &self.inner.config;
+        let batch = cfg.batch_size as usize;
+        let unrecorded: usize = self
+            .claims
+            .values()
+            .map(|c| c.outstanding + c.buffered())
+            .sum();
+        !self.claims.values().any(|c| c.target == *target)
+            && unrecorded + batch <= 2 * (cfg.concurrency.max(batch) + batch)
     }
 
     /// Whether `target`'s next claim waits until this relay's own events of it in flight are
@@ -213,7 +232,7 @@ impl Pipeline {
     pub(super) async fn ready(&mut self) -> Ready {
         let cfg = &self.inner.config;
         while self.running.len() < cfg.concurrency {
-            let Some((claim, work)) = self.queued.pop_front() else {
+            let Some((claim, work)) = self.queued.pop() else {
                 break;
             };
             let sink = Arc::clone(&self.inner.sink);
@@ -280,7 +299,7 @@ impl Pipeline {
     /// Stops: events still waiting for a publish slot go back to their queue at once (no try
     /// spent), the publishes in flight finish and are recorded.
     pub(super) async fn stop(&mut self) -> Result<()> {
-        for (claim, work) in std::mem::take(&mut self.queued) {
+        for (claim, work) in self.queued.take() {
             if let Some(open) = self.claims.get_mut(&claim) {
                 for event in work.events() {
                     open.outstanding -= 1;

@@ -440,11 +440,9 @@ impl Pipeline {
                     started: Instant::now(),
                 },
             );
-            self.queued.extend(
-                plan(&cfg.ordered_aggregate_types, claimed.events)
-                    .into_iter()
-                    .map(|work| (claim, work)),
-            );
+            for work in plan(&cfg.ordered_aggregate_types, claimed.events) {
+                self.queued.push(&target.schema, claim, work);
+            }
         }
         Ok((
             Claimed {
