@@ -118,7 +118,14 @@ impl Scratch {
             Scratch::Postgres { admin, name, .. } => Ok(Db::Pg(
                 PgPoolOptions::new()
                     .max_connections(connections)
-                    .connect_with(admin.clone().database(name).application_name(application))
+                    .connect_with(
+                        admin
+                            .clone()
+                            .database(name)
+                            .application_name(application)
+                            // As `postbox::connect` opens a relay's pool.
+                            .statement_cache_capacity(1024),
+                    )
                     .await
                     .map_err(BenchError::db)?,
             )),

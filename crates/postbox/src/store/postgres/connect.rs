@@ -6,6 +6,12 @@ use crate::error::{Error, Result};
 use crate::schema::SchemaName;
 use crate::store::server::probe;
 
+/// Prepared statements each connection keeps (sqlx's default: 100). Postbox's statements name
+/// their schema, so a relay serving a hundred tenants prepares a few hundred of them; with the
+/// default cache each claim in a tenant's schema prepared its statements again (a round trip
+/// each). A few kilobytes of server memory each, per connection.
+pub(crate) const STATEMENT_CACHE: usize = 1024;
+
 impl PgStore {
     /// The store [`ConnectOptions::connect`] opens for a `postgres://` or `postgresql://` URL:
     /// its default schema `public` unless the options name one, a pool of 10 connections unless
@@ -21,6 +27,7 @@ impl PgStore {
                     ),
                 )
             })?;
+        let options = options.statement_cache_capacity(STATEMENT_CACHE);
         probe::<sqlx::postgres::PgConnection>(&options).await?;
         let mut pool =
             sqlx::postgres::PgPoolOptions::new().max_connections(o.max_connections.unwrap_or(10));
