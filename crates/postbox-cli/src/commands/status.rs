@@ -324,26 +324,8 @@ fn table(report: &Report) -> String {
         };
         rows.push(row);
     }
-    let mut widths = [0usize; 9];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
     let mut out = format!("{}\n\n", report.database);
-    for row in &rows {
-        let mut line = String::new();
-        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
-            // Names left-aligned, numbers right-aligned.
-            if i < 3 {
-                line.push_str(&format!("{cell:<w$}  "));
-            } else {
-                line.push_str(&format!("{cell:>w$}  "));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    out.push_str(&aligned(&rows, 3, ""));
     out.push_str(&sinks_block(report));
     let mut inboxes = report
         .targets
@@ -465,24 +447,7 @@ fn summary_table(report: &Report, s: &StatusSummary) -> String {
                     .map_or_else(|| "-".to_owned(), |d| age(d.as_secs_f64())),
             ]);
         }
-        let mut widths = [0usize; 6];
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        for row in &rows {
-            let mut line = String::from("  ");
-            for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
-                if i < 2 {
-                    line.push_str(&format!("{cell:<w$}  "));
-                } else {
-                    line.push_str(&format!("{cell:>w$}  "));
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
+        out.push_str(&aligned(&rows, 2, "  "));
     }
     out.push_str(&sinks_block(report));
     for slot in &report.replication_slots {
@@ -490,6 +455,31 @@ fn summary_table(report: &Report, s: &StatusSummary) -> String {
     }
     if let Some(secs) = report.oldest_transaction_age_secs {
         out.push_str(&format!("\noldest open transaction: {}\n", age(secs)));
+    }
+    out
+}
+
+/// `rows` as aligned columns, each line after `indent`: the first `names` columns left-aligned,
+/// the others (numbers) right-aligned.
+fn aligned<const N: usize>(rows: &[[String; N]], names: usize, indent: &str) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::from(indent);
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i < names {
+                line.push_str(&format!("{cell:<w$}  "));
+            } else {
+                line.push_str(&format!("{cell:>w$}  "));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out
 }

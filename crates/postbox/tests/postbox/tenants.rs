@@ -390,6 +390,36 @@ async fn every_outbox_table_is_analyzed_by_autovacuum() {
     }
 }
 
+/// A tenant's table gets the retry index (migration `0008_claim`) in the transaction that adds
+/// it, valid and the same as the default table's, so tenants added side by side never wait for
+/// each other's concurrent index builds.
+#[tokio::test]
+async fn a_new_tenant_has_a_valid_retry_index_like_the_default_table() {
+    let (db, store) = pg().await;
+    let a = add_tenant(&store, "a").await;
+    let b = add_tenant(&store, "b").await;
+    let mut definitions = Vec::new();
+    for schema in ["public", a.schema.as_str(), b.schema.as_str()] {
+        let (valid, definition): (bool, String) = sqlx::query_as(
+            "SELECT i.indisvalid, replace(pg_get_indexdef(i.indexrelid), n.nspname || '.', '')
+             FROM pg_index i
+             JOIN pg_class c ON c.oid = i.indexrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = 'outbox_events_retry_idx'",
+        )
+        .bind(schema)
+        .fetch_one(db.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{schema} has no retry index: {e}"));
+        assert!(valid, "{schema}: the retry index is valid");
+        definitions.push(definition);
+    }
+    assert!(
+        definitions.windows(2).all(|w| w[0] == w[1]),
+        "one definition everywhere: {definitions:#?}"
+    );
+}
+
 /// The one resolver of targets and the one status report (`postbox status`, `postbox events
 /// --tenant`, the admin API): `default` names the default outbox and cannot be registered; a
 /// tenant not in the registry and a name that cannot be one are refused by name; the report

@@ -145,12 +145,23 @@ impl Pipeline {
     pub(super) fn has_room(&self) -> bool {
         let cfg = &self.inner.config;
         let batch = cfg.batch_size as usize;
-        let unrecorded: usize = self
-            .claims
+        self.queued.len() <= batch / 2 && self.unrecorded() + batch <= self.room()
+    }
+
+    /// Events claimed and not recorded yet.
+    fn unrecorded(&self) -> usize {
+        self.claims
             .values()
             .map(|c| c.outstanding + c.buffered())
-            .sum();
-        self.queued.len() <= batch / 2 && unrecorded + batch <= cfg.concurrency.max(batch) + batch
+            .sum()
+    }
+
+    /// The most events claimed and unrecorded after a claim: `concurrency` (at least a batch)
+    /// plus one batch.
+    fn room(&self) -> usize {
+        let cfg = &self.inner.config;
+        let batch = cfg.batch_size as usize;
+        cfg.concurrency.max(batch) + batch
     }
 
     /// Whether a claim of `target` fits: [`Self::has_room`], or, for a target with nothing of
@@ -160,15 +171,9 @@ impl Pipeline {
         if self.has_room() {
             return true;
         }
-        let cfg = &self.inner.config;
-        let batch = cfg.batch_size as usize;
-        let unrecorded: usize = self
-            .claims
-            .values()
-            .map(|c| c.outstanding + c.buffered())
-            .sum();
+        let batch = self.inner.config.batch_size as usize;
         !self.claims.values().any(|c| c.target == *target)
-            && unrecorded + batch <= 2 * (cfg.concurrency.max(batch) + batch)
+            && self.unrecorded() + batch <= 2 * self.room()
     }
 
     /// Whether `target`'s next claim waits until this relay's own events of it in flight are

@@ -3,7 +3,8 @@
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use super::sql::safe;
+use super::migrate::OUTBOX_MIGRATIONS;
+use super::sql::{render, safe};
 use super::{PgStore, map_missing_table};
 use crate::error::{Error, Result};
 use crate::schema::{SchemaName, TenantId};
@@ -33,7 +34,20 @@ impl PgStore {
             .map_err(|e| map_missing_table(e, &self.default_schema))?
             .ok_or_else(|| Error::TenantExists(p.id.to_string()))?;
         let tenant = Self::tenant_from_row(&row)?;
-        Self::migrate_in(&mut tx, &schema, false).await?;
+        let applied = Self::migrate_in(&mut tx, &schema, false).await?;
+        if applied.iter().any(|m| m == OUTBOX_MIGRATIONS[0].name) {
+            // The table is new in this transaction and nothing else sees it: its retry index is
+            // built here, at once, rather than concurrently after the commit on a connection of
+            // its own (which waits for every transaction that could see the table: with tenants
+            // added side by side, for each other).
+            let index = render(
+                include_str!("../../../sql/postgres/queries/retry_index_new.sql"),
+                &schema,
+            );
+            sqlx::raw_sql(safe(&index)).execute(&mut *tx).await?;
+            tx.commit().await?;
+            return Ok(tenant);
+        }
         let index = self.retry_index_lock(&schema).await?;
         tx.commit().await?;
         if let Some(conn) = index {
