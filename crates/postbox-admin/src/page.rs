@@ -76,8 +76,12 @@ struct TargetRow {
 struct SlotRow {
     name: String,
     active: bool,
-    /// The WAL it holds back, for people.
+    /// How far its confirmed position trails the server, for people.
     lag: String,
+    /// The WAL the server keeps for it (from `restart_lsn`), for people.
+    kept: String,
+    /// The open transaction that holds its WAL, if one does.
+    pinned_by: String,
     wal_status: String,
     /// Not read, or its WAL about to be dropped (`unreserved`, `lost`).
     alarm: bool,
@@ -286,6 +290,18 @@ async fn build(shared: &Shared, notice: Option<String>) -> Result<Dashboard, Api
                     || "—".into(),
                     |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
                 ),
+                kept: s.kept_bytes.map_or_else(
+                    || "—".into(),
+                    |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+                ),
+                pinned_by: s.pinned_by.as_ref().map_or_else(String::new, |p| {
+                    format!(
+                        "pid {} ({}, open {})",
+                        p.pid,
+                        p.state.as_deref().unwrap_or("-"),
+                        age(Duration::from_secs_f64(p.age_secs.max(0.0)))
+                    )
+                }),
                 wal_status: s.wal_status.clone().unwrap_or_else(|| "—".into()),
                 alarm: !s.active || matches!(s.wal_status.as_deref(), Some("unreserved" | "lost")),
             })

@@ -32,7 +32,9 @@ pub struct CdcConfig {
     pub poll_interval: Duration,
     /// How often the slot's lag is read into the metrics, and checked against `lag_alert` (10 s).
     pub lag_check: Duration,
-    /// The WAL the slot may hold back before the relay logs an error each check (1 GiB).
+    /// The WAL the server may keep for the slot (from its `restart_lsn`, which an open
+    /// transaction holds back) before the relay logs an error each check, naming the
+    /// transaction (1 GiB).
     pub lag_alert: u64,
     /// Whether each event the slot delivers is claimed before it is published, as a polling
     /// relay claims (`false`). By default it is read and published unclaimed and then marked:

@@ -60,6 +60,9 @@ pub(crate) struct Progress {
     pub(crate) arrived: Notify,
     /// Woken when the database stops answering ([`Progress::server_lost`]).
     pub(crate) lost: Notify,
+    /// Whether the slot's confirmed position stood still while the WAL grew
+    /// ([`crate::stream::STALL`]).
+    stalled: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
@@ -96,6 +99,16 @@ impl Progress {
     /// until `pg_ctl` gives up. The next reader starts again from the confirmed position.
     pub(crate) fn server_lost(&self) {
         self.lost.notify_waiters();
+    }
+
+    /// The lag check found the confirmed position stalled (or moving again).
+    pub(crate) fn set_stalled(&self, stalled: bool) {
+        (self.stalled).store(stalled, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the confirmed position stood still for a minute while the WAL grew.
+    pub(crate) fn stalled(&self) -> bool {
+        self.stalled.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the slot is being read now.
@@ -193,9 +206,12 @@ impl Progress {
         self.state().recheck.len()
     }
 
-    /// When the next recheck is due, if any waits.
-    pub(crate) fn next_recheck(&self) -> Option<Instant> {
-        self.state().recheck.iter().map(|r| r.due).min()
+    /// When the next recheck due after `after` is due, if any waits.
+    pub(crate) fn next_recheck_after(&self, after: Option<Instant>) -> Option<Instant> {
+        (self.state().recheck.iter())
+            .map(|r| r.due)
+            .filter(|due| after < Some(*due))
+            .min()
     }
 
     /// Ids whose claim failed: claimed first next time.
@@ -321,13 +337,13 @@ mod tests {
         p.missed([1]);
         assert_eq!(p.positions().0, 0, "1 is not recorded yet");
         for _ in 0..RECHECKS {
-            let due = p.next_recheck().expect("a recheck waits");
+            let due = p.next_recheck_after(None).expect("a recheck waits");
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
             assert!(p.waiting());
             assert_eq!(p.take(10), vec![1]);
             p.missed([1]);
         }
-        assert_eq!(p.next_recheck(), None);
+        assert_eq!(p.next_recheck_after(None), None);
         assert!(!p.waiting());
         assert_eq!(p.positions(), (100, 100), "left to the polling claim");
     }

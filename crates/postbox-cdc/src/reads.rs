@@ -156,6 +156,20 @@ impl Reads {
         late.into_iter().collect()
     }
 
+    /// The mark of `ids` failed: no poll adopts them any more (the relay may give up on the
+    /// mark, and an adopted id would then wait for an outcome that never comes), but their read
+    /// keeps its token, so that a retry of the mark is recorded as a read's.
+    pub(crate) fn unrecorded(&self, ids: &HashSet<i64>) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut s = self.state();
+        for id in ids {
+            s.open.remove(id);
+            s.adopted.remove(id);
+        }
+    }
+
     /// A poll of this relay claimed `claimed`: the events being read are taken out of it (their
     /// read records them under this claim's token), and the ids of those already published by a
     /// read whose mark found them claimed are returned, to be marked now with this token.

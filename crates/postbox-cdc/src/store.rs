@@ -109,6 +109,9 @@ pub struct CdcStatus {
     /// Of those, events the claim by id did not get (not visible yet, or behind an event of
     /// their aggregate in flight) that wait to be looked at again.
     pub rechecking: usize,
+    /// Whether the slot's confirmed position on the server has not moved for a minute while
+    /// the server's WAL grew (the lag check's finding; metric `postbox_cdc_slot_stalled`).
+    pub stalled: bool,
 }
 
 impl CdcStore {
@@ -166,6 +169,7 @@ impl CdcStore {
             received_lsn,
             unrecorded: self.progress.unrecorded(),
             rechecking: self.progress.rechecking(),
+            stalled: self.progress.stalled(),
         }
     }
 
@@ -319,6 +323,21 @@ impl CdcStore {
     }
 }
 
+impl CdcStore {
+    /// The outcome of `ids` of `target` was written (`ok`) or could not be. Only the slot's own
+    /// table counts towards its confirmation: a tenant's ids are numbered by a sequence of their
+    /// own and may equal ids the slot delivered. A write that failed leaves the slot's position
+    /// where it is, the ids unrecorded: the relay retries the write for a while, and if it
+    /// gives up, the polling claim takes the rows (read ones are still `PENDING`; claimed ones
+    /// once their lease ends), publishes them and records them, and its mark lets the position
+    /// pass them.
+    fn recorded(&self, target: &Target, ids: impl IntoIterator<Item = i64>, ok: bool) {
+        if ok && self.cdc_target(target) {
+            self.progress.done(ids);
+        }
+    }
+}
+
 /// The outcomes of read events ([`crate::reads`]): each recorded under the token of the claim
 /// that holds the row — a poll of this relay that adopted it, or (for a failed try or a put
 /// back) a claim by id made for it — or, for `PROCESSED`, by the unclaimed mark.
@@ -327,10 +346,16 @@ impl CdcStore {
         let split = self.reads.split(p.ids.iter().copied());
         let mut marked = 0;
         let mut failed = None;
+        // Ids whose mark failed: they stay with this read's token (a retry of the mark comes
+        // back here), but no poll adopts them any more (the relay may give up on the mark).
+        let mut unrecorded: HashSet<i64> = HashSet::new();
         for (token, ids) in &split.adopted {
             match self.mark_with(p.target, *token, ids).await {
                 Ok(n) => marked += n,
-                Err(e) => failed = Some(e),
+                Err(e) => {
+                    unrecorded.extend(ids);
+                    failed = Some(e);
+                }
             }
         }
         // A mark that fails leaves its rows PENDING: published again later (at-least-once).
@@ -349,16 +374,24 @@ impl CdcStore {
                     .collect()
             }
             Err(e) => {
+                unrecorded.extend(&split.read);
                 failed = Some(e);
                 Vec::new()
             }
         };
-        for (token, ids) in self.reads.finish(&p.claim_token, p.ids, &unmarked) {
+        let finished: Vec<i64> = p
+            .ids
+            .iter()
+            .copied()
+            .filter(|id| !unrecorded.contains(id))
+            .collect();
+        for (token, ids) in self.reads.finish(&p.claim_token, &finished, &unmarked) {
             match self.mark_with(p.target, token, &ids).await {
                 Ok(n) => marked += n,
                 Err(e) => failed = Some(e),
             }
         }
+        self.reads.unrecorded(&unrecorded);
         failed.map_or(Ok(marked), Err)
     }
 
@@ -569,14 +602,12 @@ impl Store for CdcStore {
     }
 
     async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> postbox::Result<u64> {
-        // Recorded or not, the rows are in the table under a lease: a mark that failed is taken
-        // over by the polling claim when the lease ends, so the slot need not wait for it.
         let marked = if self.reads.is_read(&p.claim_token) {
             self.mark_read(p).await
         } else {
             self.watch(self.inner.events_mark_processed(p).await)
         };
-        self.progress.done(p.ids.iter().copied());
+        self.recorded(p.target, p.ids.iter().copied(), marked.is_ok());
         marked
     }
 
@@ -589,7 +620,7 @@ impl Store for CdcStore {
         } else {
             self.watch(self.inner.events_mark_failed(p).await)
         };
-        self.progress.done(p.tries.iter().map(|t| t.id));
+        self.recorded(p.target, p.tries.iter().map(|t| t.id), marked.is_ok());
         marked
     }
 
@@ -599,7 +630,7 @@ impl Store for CdcStore {
         } else {
             self.watch(self.inner.events_release(p).await)
         };
-        self.progress.done(p.releases.iter().map(|r| r.id));
+        self.recorded(p.target, p.releases.iter().map(|r| r.id), released.is_ok());
         released
     }
 
@@ -627,6 +658,7 @@ impl Store for CdcStore {
         Ok(Some(Box::new(Arrivals {
             progress: Arc::clone(&self.progress),
             schema: self.schema.as_str().to_owned(),
+            woke_for: None,
         })))
     }
 
@@ -641,25 +673,63 @@ impl Store for CdcStore {
 
 postbox::forward_store_ops!(CdcStore, |self| &self.inner);
 
-/// Wakes the relay when the slot delivers outbox ids.
+/// Wakes the relay when the slot delivers outbox ids, and when a recheck falls due — once for
+/// each: a relay that does not claim then (its target paused, its pipeline full) is not woken
+/// again for the same recheck, and claims it on its next round.
 struct Arrivals {
     progress: Arc<Progress>,
     schema: String,
+    /// The due time of the last recheck this woke the relay for.
+    woke_for: Option<Instant>,
 }
 
 #[async_trait]
 impl Wakeups for Arrivals {
     async fn next(&mut self) -> postbox::Result<Option<String>> {
         let arrived = self.progress.arrived.notified();
-        match self.progress.next_recheck() {
+        let due = self.progress.next_recheck_after(self.woke_for);
+        match due {
             Some(due) => {
                 tokio::select! {
                     () = arrived => {}
-                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {
+                        self.woke_for = Some(due);
+                    }
                 }
             }
             None => arrived.await,
         }
         Ok(Some(self.schema.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pg_walstream::SharedLsnFeedback;
+
+    /// A relay that does not claim a due recheck (its target paused) is woken for it once, not
+    /// at once again and again (which spun a core).
+    #[tokio::test]
+    async fn a_due_recheck_wakes_the_relay_once() {
+        let progress = Arc::new(Progress::default());
+        progress.restart(SharedLsnFeedback::new_shared());
+        let mut arrivals = Arrivals {
+            progress: Arc::clone(&progress),
+            schema: "public".to_owned(),
+            woke_for: None,
+        };
+        progress.committed(100, vec![1]);
+        let delivered = tokio::time::timeout(Duration::from_secs(1), arrivals.next()).await;
+        assert!(delivered.is_ok(), "woken by the delivery");
+        assert_eq!(progress.take(10), vec![1]);
+        progress.missed([1]);
+        let first = tokio::time::timeout(Duration::from_secs(1), arrivals.next()).await;
+        assert!(first.is_ok(), "woken when the recheck falls due");
+        let again = tokio::time::timeout(Duration::from_millis(200), arrivals.next()).await;
+        assert!(again.is_err(), "not woken again for the same recheck");
+        progress.committed(200, vec![2]);
+        let arrival = tokio::time::timeout(Duration::from_secs(1), arrivals.next()).await;
+        assert!(arrival.is_ok(), "woken by the next delivery");
     }
 }

@@ -38,6 +38,10 @@ pub(crate) mod metric {
     pub(crate) const LAG_SECONDS: &str = "postbox_cdc_slot_lag_seconds";
     /// WAL the slot may still hold before `max_slot_wal_keep_size` invalidates it.
     pub(crate) const SAFE_WAL: &str = "postbox_cdc_slot_safe_wal_bytes";
+    /// WAL the server keeps for the slot (from its `restart_lsn`), in bytes.
+    pub(crate) const KEPT_BYTES: &str = "postbox_cdc_slot_kept_bytes";
+    /// 1 while the slot's confirmed position has not moved for a minute while WAL grew.
+    pub(crate) const STALLED: &str = "postbox_cdc_slot_stalled";
 }
 
 /// What the reader needs.
@@ -255,11 +259,19 @@ async fn heartbeat(s: Arc<Stream>) {
     }
 }
 
-/// Reads the slot's lag into the metrics every `lag_check`, and logs an error past `lag_alert`.
+/// How long the slot's confirmed position may stand still while the server's WAL grows before
+/// the relay says the slot is stalled.
+pub(crate) const STALL: Duration = Duration::from_secs(60);
+
+/// Reads the slot's lag and the WAL the server keeps for it into the metrics every `lag_check`;
+/// logs an error when the WAL kept passes `lag_alert` (naming the open transaction that holds
+/// it), and when the confirmed position has not moved for [`STALL`] while the WAL grew.
 async fn lag(s: Arc<Stream>) {
     let slot = s.config.slot.as_str();
     let mut every = tokio::time::interval(s.config.lag_check);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The confirmed position last seen, and when it was first seen there.
+    let mut still: Option<(i64, std::time::Instant)> = None;
     loop {
         tokio::select! {
             () = s.cancel.cancelled() => return,
@@ -273,17 +285,56 @@ async fn lag(s: Arc<Stream>) {
             continue;
         };
         let bytes = u64::try_from(lag.lag_bytes.unwrap_or(0)).unwrap_or(0);
+        let kept = u64::try_from(lag.kept_bytes.unwrap_or(0)).unwrap_or(0);
         metrics::gauge!(metric::LAG_BYTES, "slot" => slot.to_owned()).set(bytes as f64);
+        metrics::gauge!(metric::KEPT_BYTES, "slot" => slot.to_owned()).set(kept as f64);
         metrics::gauge!(metric::LAG_SECONDS, "slot" => slot.to_owned())
             .set(lag.lag_seconds.unwrap_or(0.0));
         if let Some(safe) = lag.safe_wal_size {
             metrics::gauge!(metric::SAFE_WAL, "slot" => slot.to_owned()).set(safe as f64);
         }
-        if bytes > s.config.lag_alert || lag.wal_status.as_deref() == Some("unreserved") {
-            error!(slot, lag_bytes = bytes, wal_status = ?lag.wal_status, active = lag.active,
-                "the CDC slot holds back more WAL than the alert allows; the server keeps it \
-                 until the slot advances (is the relay reading? see docs/cdc.md, \
-                 max_slot_wal_keep_size)");
+        if kept.max(bytes) > s.config.lag_alert || lag.wal_status.as_deref() == Some("unreserved") {
+            match lag.pin_pid {
+                Some(pid) => error!(slot, kept_bytes = kept, lag_bytes = bytes,
+                    wal_status = ?lag.wal_status, pid, database = ?lag.pin_database,
+                    application = ?lag.pin_application,
+                    open_secs = lag.pin_age_secs.unwrap_or(0.0).round(),
+                    "the server keeps more WAL for the CDC slot than the alert allows, held by an \
+                     open transaction: the slot cannot pass it until it ends (`postbox status` \
+                     shows its query; end it with SELECT pg_terminate_backend(pid); see \
+                     docs/cdc.md, max_slot_wal_keep_size)"),
+                None => error!(slot, kept_bytes = kept, lag_bytes = bytes,
+                    wal_status = ?lag.wal_status, active = lag.active,
+                    "the server keeps more WAL for the CDC slot than the alert allows, until \
+                     the slot advances (is the relay reading? see docs/cdc.md, \
+                     max_slot_wal_keep_size)"),
+            }
+        }
+        let stalled = match (lag.confirmed_lsn, still) {
+            (Some(at), Some((was, since))) if at == was => since.elapsed() >= STALL && bytes > 0,
+            (Some(at), _) => {
+                still = Some((at, std::time::Instant::now()));
+                false
+            }
+            (None, _) => false,
+        };
+        metrics::gauge!(metric::STALLED, "slot" => slot.to_owned()).set(if stalled {
+            1.0
+        } else {
+            0.0
+        });
+        s.progress.set_stalled(stalled);
+        if stalled {
+            error!(
+                slot,
+                lag_bytes = bytes,
+                kept_bytes = kept,
+                current_lsn = lag.current_lsn,
+                stalled_secs = still.map_or(0, |(_, since)| since.elapsed().as_secs()),
+                "the CDC slot's confirmed position has not moved while the server's WAL grew: \
+                 the relay is not recording what the slot delivers (see its errors), or \
+                 nobody reads the slot"
+            );
         }
     }
 }
@@ -295,4 +346,11 @@ struct SlotLag {
     wal_status: Option<String>,
     safe_wal_size: Option<i64>,
     active: bool,
+    kept_bytes: Option<i64>,
+    confirmed_lsn: Option<i64>,
+    current_lsn: Option<i64>,
+    pin_pid: Option<i32>,
+    pin_database: Option<String>,
+    pin_application: Option<String>,
+    pin_age_secs: Option<f64>,
 }

@@ -993,3 +993,182 @@ async fn mark(store: &CdcStore, target: &postbox::Target, token: uuid::Uuid, ids
         .await
         .unwrap()
 }
+
+/// A tenant's ids come from a sequence of its own, so a tenant's event can have the id of an
+/// event the slot delivered: its mark must not let the slot pass the default schema's event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_mark_never_confirms_the_default_schemas_event_of_the_same_id() {
+    use postbox::ops::StoreOps;
+    let db = TestDb::new().await;
+    let (store, default) = by_hand(&db, Duration::from_secs(3600)).await;
+    let tenant = PgStore::new(db.pool().clone())
+        .tenant_add(&postbox::store::TenantAddParams {
+            id: &postbox::schema::TenantId::new("acme").unwrap(),
+            schema: None,
+        })
+        .await
+        .unwrap();
+    let id = insert(db.pool(), "Placed", "a").await;
+    wait_until("the slot named it", PATIENCE, || async {
+        store.status().unrecorded == 1
+    })
+    .await;
+    let tenants_id: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {}.outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ('Placed', 'Order', 't', '{{}}') RETURNING id",
+        tenant.schema.quoted()
+    )))
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(tenants_id, id, "each outbox numbers its own events");
+    let target = tenant.target();
+    let claimed = store.events_claim(&round(&target)).await.unwrap();
+    assert_eq!(claimed.events.len(), 1);
+    assert_eq!(
+        mark(&store, &target, claimed.claim_token, &[tenants_id]).await,
+        1
+    );
+    let status = store.status();
+    assert_eq!(
+        status.unrecorded, 1,
+        "the default schema's event {id} is still unrecorded"
+    );
+    assert!(status.confirmed_lsn < status.received_lsn);
+    // The default schema's own mark lets the slot pass it.
+    let read = store.events_claim(&round(&default)).await.unwrap();
+    assert_eq!(read.events.len(), 1);
+    assert_eq!(mark(&store, &default, read.claim_token, &[id]).await, 1);
+    let status = store.status();
+    assert_eq!(status.unrecorded, 0);
+    assert_eq!(status.confirmed_lsn, status.received_lsn);
+}
+
+/// A mark that fails for good (a constraint, a full disk) is no outcome: the slot's position
+/// stays before the event, no poll of the relay waits for the read's outcome, and once marks
+/// work again the polling claim publishes the event and records it, and the slot passes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_that_fails_for_good_never_lets_the_slot_pass_the_event() {
+    let db = TestDb::new().await;
+    let (store, target) = by_hand(&db, Duration::from_secs(2)).await;
+    // The first claim polls (none ran yet): done before the event, it is read from the slot.
+    assert!(
+        store
+            .events_claim(&round(&target))
+            .await
+            .unwrap()
+            .events
+            .is_empty()
+    );
+    db.pool()
+        .execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$; \
+             CREATE TRIGGER refuse BEFORE UPDATE ON outbox_events FOR EACH ROW \
+             WHEN (NEW.status = 'PROCESSED') EXECUTE FUNCTION refuse()",
+        )
+        .await
+        .unwrap();
+    let id = insert(db.pool(), "Placed", "a").await;
+    wait_until("the slot named it", PATIENCE, || async {
+        store.status().unrecorded == 1
+    })
+    .await;
+    let read = wait_until("the slot's event is read", PATIENCE, || async {
+        let read = store.events_claim(&round(&target)).await.unwrap();
+        (!read.events.is_empty()).then_some(read)
+    })
+    .await;
+    assert_eq!(read.events[0].id, id);
+    let failed = store
+        .events_mark_processed(&postbox::store::MarkProcessedParams {
+            target: &target,
+            claim_token: read.claim_token,
+            ids: &[id],
+        })
+        .await;
+    assert!(failed.is_err(), "the mark is refused");
+    let status = store.status();
+    assert_eq!(status.unrecorded, 1, "a failed mark is no outcome");
+    assert!(status.confirmed_lsn < status.received_lsn);
+    db.pool()
+        .execute("DROP TRIGGER refuse ON outbox_events")
+        .await
+        .unwrap();
+    // The relay gave up on that mark: the row is PENDING, and the poll publishes it itself.
+    let polled = wait_until("the poll takes the event", PATIENCE, || async {
+        let polled = store.events_claim(&round(&target)).await.unwrap();
+        (!polled.events.is_empty()).then_some(polled)
+    })
+    .await;
+    assert_eq!(polled.events[0].id, id);
+    assert_eq!(mark(&store, &target, polled.claim_token, &[id]).await, 1);
+    let status = store.status();
+    assert_eq!(status.unrecorded, 0);
+    assert_eq!(status.confirmed_lsn, status.received_lsn);
+}
+
+/// The WAL the server keeps for a slot is more than how far its confirmation trails: its
+/// `restart_lsn` cannot pass a transaction that was open when the slot last moved. With one
+/// producer transaction held open while another table takes 40 MB of writes, the store reports
+/// both figures and names the transaction that holds the WAL; once it ends, the WAL goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_kept_behind_an_open_transaction_is_reported_with_the_transaction() {
+    use postbox::ops::StoreOps;
+    const MIB: i64 = 1024 * 1024;
+    let db = TestDb::new().await;
+    let store = cdc(
+        &db,
+        CdcConfig::default().heartbeat(Duration::from_millis(100)),
+    )
+    .await;
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    db.pool()
+        .execute("CREATE TABLE churn (id bigint, pad text)")
+        .await
+        .unwrap();
+    let mut held = db.pool().begin().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *held)
+        .await
+        .unwrap();
+    (&mut *held)
+        .execute("INSERT INTO churn VALUES (0, 'held open')")
+        .await
+        .unwrap();
+    db.pool()
+        .execute("INSERT INTO churn SELECT g, repeat('x', 1000) FROM generate_series(1, 40000) g")
+        .await
+        .unwrap();
+    // (On a busy server another transaction with an older xid is named at first, rightly: it
+    // holds the WAL too, until it ends.)
+    let slot = wait_until(
+        "the slot's confirmation passed the churn, and the transaction holds what it keeps",
+        Duration::from_secs(60),
+        || async {
+            let slots = store.replication_slots().await.unwrap();
+            slots
+                .into_iter()
+                .find(|s| s.pinned_by.as_ref().is_some_and(|p| p.pid == pid))
+        },
+    )
+    .await;
+    let (kept, lag) = (slot.kept_bytes.unwrap(), slot.lag_bytes.unwrap());
+    assert!(kept > lag + 16 * MIB, "kept {kept} B, behind {lag} B");
+    let pin = slot.pinned_by.unwrap();
+    assert_eq!(pin.state.as_deref(), Some("idle in transaction"));
+    held.rollback().await.unwrap();
+    wait_until("the WAL is let go", Duration::from_secs(60), || async {
+        // A checkpoint writes the running transactions to the WAL: the slot's reader learns
+        // that the held one ended.
+        db.pool().execute("CHECKPOINT").await.unwrap();
+        let slots = store.replication_slots().await.unwrap();
+        slots
+            .into_iter()
+            .find(|s| s.pinned_by.is_none() && s.kept_bytes.is_some_and(|k| k < 16 * MIB))
+    })
+    .await;
+}

@@ -489,10 +489,12 @@ fn aligned<const N: usize>(rows: &[[String; N]], names: usize, indent: &str) -> 
 fn slot_line(slot: &postbox::store::ReplicationSlot) -> String {
     let mib = |b: i64| b as f64 / (1024.0 * 1024.0);
     let mut line = format!(
-        "\nreplication slot {}: {}, {} behind",
+        "\nreplication slot {}: {}, {} behind, {} of WAL kept",
         slot.name,
         if slot.active { "read" } else { "NOT READ" },
         slot.lag_bytes
+            .map_or_else(|| "-".to_owned(), |b| format!("{:.1} MiB", mib(b))),
+        slot.kept_bytes
             .map_or_else(|| "-".to_owned(), |b| format!("{:.1} MiB", mib(b)))
     );
     if let Some(status) = &slot.wal_status {
@@ -509,6 +511,20 @@ fn slot_line(slot: &postbox::store::ReplicationSlot) -> String {
         ));
     } else if matches!(slot.wal_status.as_deref(), Some("unreserved" | "lost")) {
         line.push_str(" (past max_slot_wal_keep_size: the server is about to drop its WAL)");
+    }
+    if let Some(pin) = &slot.pinned_by {
+        line.push_str(&format!(
+            "\n  WAL kept by open transaction pid {} ({}, user {}, open {}, {}): {} \
+             (the server keeps WAL from before it began until it ends; end it with \
+             SELECT pg_terminate_backend({}))",
+            pin.pid,
+            pin.database.as_deref().unwrap_or("-"),
+            pin.user.as_deref().unwrap_or("-"),
+            age(pin.age_secs),
+            pin.state.as_deref().unwrap_or("-"),
+            pin.query.as_deref().unwrap_or("-"),
+            pin.pid
+        ));
     }
     line.push('\n');
     line

@@ -59,8 +59,8 @@ pub use claims::{
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) use operator::outstanding_each;
 pub use operator::{
-    Backlog, EXACT_PROCESSED_COUNT, Outstanding, RejectedTenant, ReplicationSlot, ReportedSink,
-    RetryFailedParams, SlowLaneParams, StatusCounts, TenantAddParams,
+    Backlog, EXACT_PROCESSED_COUNT, OpenTransaction, Outstanding, RejectedTenant, ReplicationSlot,
+    ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, TenantAddParams,
 };
 pub(crate) use operator::{ReportedRow, inbox_stats, reported_sinks};
 #[cfg(feature = "postgres")]

@@ -222,4 +222,35 @@ pub struct ReplicationSlot {
     /// WAL the slot may still hold before `max_slot_wal_keep_size` invalidates it, in bytes;
     /// `None` without a limit.
     pub safe_wal_bytes: Option<i64>,
+    /// WAL the server keeps for the slot, in bytes: from its `restart_lsn` (where decoding
+    /// restarts) to the server's current position. It can be far more than
+    /// [`lag_bytes`](Self::lag_bytes): `restart_lsn` cannot pass a transaction that was open
+    /// when the slot last moved, whatever its reader confirmed. This is what fills the disk.
+    pub kept_bytes: Option<i64>,
+    /// The open transaction that holds [`kept_bytes`](Self::kept_bytes) back, when the slot
+    /// keeps more than 16 MiB beyond its confirmed position: the oldest one that wrote.
+    pub pinned_by: Option<OpenTransaction>,
 }
+
+/// An open transaction of the server ([`ReplicationSlot::pinned_by`]), as `pg_stat_activity`
+/// shows it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct OpenTransaction {
+    /// The backend's process id (`SELECT pg_terminate_backend(pid)` ends it).
+    pub pid: i32,
+    /// Its database.
+    pub database: Option<String>,
+    /// Its role.
+    pub user: Option<String>,
+    /// Its `application_name`.
+    pub application: Option<String>,
+    /// How long the transaction has been open, in seconds.
+    pub age_secs: f64,
+    /// `active`, `idle in transaction`, …
+    pub state: Option<String>,
+    /// The start of its current or last statement (200 characters).
+    pub query: Option<String>,
+}
+
+impl Eq for OpenTransaction {}

@@ -876,6 +876,82 @@ async fn a_cached_id_sequence_is_refused_at_migrate_and_by_the_relay() {
     assert_eq!(sink.published_ids(), ids);
 }
 
+/// A dedup id (an event's id, without an idempotency key) is never handed out twice for the
+/// life of an outbox: `TRUNCATE … RESTART IDENTITY` leaves the sequence where it was (the
+/// truncate triggers set it back up to the highest id handed out), and a sequence set back once
+/// the table was emptied (archived, then `setval`) is refused by the relay and by `migrate`,
+/// naming the fix.
+#[tokio::test]
+async fn an_id_is_never_handed_out_twice_whatever_happens_to_the_sequence() {
+    let (db, store) = pg().await;
+    let outbox = store.outbox();
+    let seq = id_sequence(&db).await;
+    let first = enqueue(&db, &outbox, (0..5).map(|n| invoice("A", "1", n)).collect()).await;
+    sqlx::query("TRUNCATE outbox_events RESTART IDENTITY")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let next = enqueue(
+        &db,
+        &outbox,
+        (5..10).map(|n| invoice("A", "1", n)).collect(),
+    )
+    .await;
+    assert!(
+        next.iter().min() > first.iter().max(),
+        "ids after the truncate {next:?} follow the ones before it {first:?}"
+    );
+    // Emptied by the archive, then the sequence set back.
+    for sql in [
+        "UPDATE outbox_events SET status = 'PROCESSED', processed_at = now()",
+        "SELECT * FROM postbox_archive(now() + interval '1 hour', 0, 1000)",
+    ] {
+        sqlx::query(sql).execute(db.pool()).await.unwrap();
+    }
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the archive emptied the table");
+    sqlx::query("SELECT setval($1, 1)")
+        .bind(&seq)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let high = next.iter().max().unwrap();
+    let relay = Relay::new(
+        PgStore::new(db.pool().clone()),
+        RecordingSink::new(),
+        config(),
+    )
+    .unwrap();
+    let err = relay.drain(std::future::pending()).await.unwrap_err();
+    assert!(
+        matches!(err, postbox::Error::UnsafeSequence { .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("highest id it ever handed out"), "{text}");
+    assert!(
+        text.contains(&format!("SELECT setval('{seq}', {high})")),
+        "{text}"
+    );
+    let err = postbox::migrate(&store).await.unwrap_err();
+    assert!(
+        matches!(err, postbox::Error::UnsafeSequence { .. }),
+        "{err:?}"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT setval('{seq}', {high})"
+    )))
+    .execute(db.pool())
+    .await
+    .unwrap();
+    postbox::migrate(&store).await.unwrap();
+    let after = enqueue(&db, &outbox, vec![invoice("A", "1", 10)]).await;
+    assert_eq!(after, vec![high + 1]);
+}
+
 /// A sequence moved back below ids still in the table (setval, RESTART) would hand new events
 /// ids below ones already relayed: refused with the setval that fixes it. A role that may not
 /// read the sequence is told the grant it needs.

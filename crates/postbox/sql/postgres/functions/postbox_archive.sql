@@ -4,6 +4,7 @@
 -- and FAILED rows stay where they are). Returns the last id walked (the `after_id` of the next
 -- batch), how many rows moved, and whether the walk is over. Bounded by `batch_size` whatever the
 -- table holds: the walk reads the primary key from `after_id`, and each row it moves once.
+-- Records the id sequence's mark first (functions/postbox_id_truncate.sql).
 CREATE OR REPLACE FUNCTION {schema}.postbox_archive(cutoff_at timestamptz, after_id bigint, batch_size integer,
                                          OUT last_id bigint, OUT moved bigint, OUT done boolean)
 LANGUAGE plpgsql
@@ -11,6 +12,8 @@ SET jit = off
 AS $archive$
 BEGIN
     PERFORM {schema}.postbox_archive_partition(now());
+    -- What the id sequence handed out, before rows leave the table (postbox_id_high).
+    PERFORM {schema}.postbox_id_mark();
     WITH walk AS MATERIALIZED (
         SELECT e.id, e.created_at >= cutoff_at AS young
         FROM {schema}.outbox_events e

@@ -55,6 +55,18 @@ BEGIN
             HINT = format('SELECT setval(%L, (SELECT max(id) FROM {schema}.outbox_events))',
                           name);
     END IF;
+    -- Below every id ever handed out (the mark kept by TRUNCATE, archiving and retention), with
+    -- the table emptied: new events would take the dedup ids of events already relayed.
+    SELECT h.high INTO top FROM {schema}.postbox_id_high h;
+    IF top > last THEN
+        RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = format('the outbox''s id sequence %s was moved back: its last value %s is '
+                             'below the highest id it ever handed out, %s (setval or ALTER '
+                             'SEQUENCE RESTART after the table was emptied), so new events would '
+                             'take the ids, and the dedup ids, of events already relayed, and '
+                             'consumers would drop them as repeats', name, last, top),
+            HINT = format('SELECT setval(%L, %s)', name, top);
+    END IF;
     RETURN last;
 END
 $seq$;

@@ -50,6 +50,8 @@ pub(super) const FUNCTIONS: &[Function] = &[
     function!("postbox_is_ordered"),
     function!("postbox_waiting"),
     function!("postbox_waits_in_order"),
+    function!("postbox_id_mark"),
+    function!("postbox_id_truncate"),
     function!("postbox_id_sequence"),
     function!("postbox_horizon"),
     function!("postbox_floor"),

@@ -34,6 +34,7 @@ pub(super) const OUTBOX_MIGRATIONS: &[Migration] = &[
     migration!("postgres", "0013_inbox", was "outbox_0013_inbox"),
     migration!("postgres", "0014_horizon_checks", was "outbox_0014_horizon_checks"),
     migration!("postgres", "0018_function_checksums"),
+    migration!("postgres", "0019_id_high_water"),
 ];
 
 /// Migrations of the default schema only, applied after the outbox's.

@@ -138,12 +138,27 @@ impl PgStore {
         .await?;
         rows.iter()
             .map(|row| {
+                let pid: Option<i32> = row.try_get(6)?;
+                let pinned_by = match pid {
+                    Some(pid) => Some(crate::store::OpenTransaction {
+                        pid,
+                        database: row.try_get(7)?,
+                        user: row.try_get(8)?,
+                        application: row.try_get(9)?,
+                        age_secs: row.try_get::<Option<f64>, _>(10)?.unwrap_or(0.0),
+                        state: row.try_get(11)?,
+                        query: row.try_get(12)?,
+                    }),
+                    None => None,
+                };
                 Ok(crate::store::ReplicationSlot {
                     name: row.try_get(0)?,
                     active: row.try_get(1)?,
                     lag_bytes: row.try_get(2)?,
                     wal_status: row.try_get(3)?,
                     safe_wal_bytes: row.try_get(4)?,
+                    kept_bytes: row.try_get(5)?,
+                    pinned_by,
                 })
             })
             .collect()
