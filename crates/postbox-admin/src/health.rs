@@ -17,8 +17,9 @@ pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready: the database answers and is migrated, and a sink accepts events (when the relay has
-/// sinks that track their destinations). Otherwise 503 with every reason, one per line.
+/// Ready: the database answers and is migrated, a sink accepts events (when the relay has
+/// sinks that track their destinations), and every check of the application's own passes
+/// ([`crate::AdminBuilder::ready_check`]). Otherwise 503 with every reason, one per line.
 pub(crate) async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     let reasons = not_ready(&shared).await;
     if reasons.is_empty() {
@@ -57,6 +58,7 @@ pub(crate) async fn not_ready(shared: &Shared) -> Vec<String> {
             }
         }
     }
+    reasons.extend(shared.ready_checks.iter().filter_map(|check| check()));
     reasons
 }
 

@@ -3,7 +3,8 @@
 //! - `GET /metrics`: Prometheus metrics (the relay's counters and histograms, and gauges of the
 //!   backlog and the sinks refreshed every few seconds);
 //! - `GET /healthz` (the process answers) and `GET /readyz` (the database is reachable and
-//!   migrated, a sink is connected; the reason in the body when not);
+//!   migrated, a sink is connected, the application's own checks pass; the reason in the body
+//!   when not);
 //! - `/api/…`: a JSON admin API behind a bearer token — status, events (list, show, retry),
 //!   tenants (suspend, resume);
 //! - `GET /`: a small page rendered on the server, behind a session the token opens: backlog,

@@ -36,6 +36,7 @@ pub struct AdminBuilder {
     metrics: Option<PrometheusHandle>,
     alerts: Option<Alerts>,
     refresh: Duration,
+    ready_checks: Vec<crate::state::ReadyCheck>,
 }
 
 impl AdminBuilder {
@@ -66,6 +67,27 @@ impl AdminBuilder {
         self
     }
 
+    /// A readiness check of the application's own: while it answers `Some(reason)`, `/readyz`
+    /// answers 503 with the reason among the others (a CDC relay's stalled slot, say:
+    /// `postbox_cdc::CdcStore::stall_check`).
+    ///
+    /// ```no_run
+    /// # fn example(store: std::sync::Arc<dyn postbox::Store>) {
+    /// let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    /// let flag = std::sync::Arc::clone(&paused);
+    /// let admin = postbox_admin::Admin::builder(store).ready_check(move || {
+    ///     flag.load(std::sync::atomic::Ordering::Relaxed).then(|| "paused by hand".to_owned())
+    /// });
+    /// # let _ = admin; }
+    /// ```
+    pub fn ready_check(
+        mut self,
+        check: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.ready_checks.push(Arc::new(check));
+        self
+    }
+
     /// How often gauges, history and alert checks refresh ([`DEFAULT_REFRESH`]).
     pub fn refresh(mut self, every: Duration) -> Self {
         self.refresh = every.max(Duration::from_millis(100));
@@ -81,6 +103,7 @@ impl AdminBuilder {
             token: None,
             metrics: self.metrics,
             history: Mutex::new(History::default()),
+            ready_checks: self.ready_checks.clone(),
         });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let monitor = tokio::spawn(monitor::run(shared, self.alerts, self.refresh, stop_rx));
@@ -111,6 +134,7 @@ impl AdminBuilder {
             token: self.token,
             metrics: self.metrics,
             history: Mutex::new(History::default()),
+            ready_checks: self.ready_checks.clone(),
         }))
     }
 
@@ -138,6 +162,7 @@ impl AdminBuilder {
                 token: self.token,
                 metrics: self.metrics,
                 history: Mutex::new(History::default()),
+                ready_checks: self.ready_checks.clone(),
             }),
             alerts: self.alerts,
             refresh: self.refresh,
@@ -164,6 +189,7 @@ impl Admin {
             metrics: None,
             alerts: None,
             refresh: DEFAULT_REFRESH,
+            ready_checks: Vec::new(),
         }
     }
 

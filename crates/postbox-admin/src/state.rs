@@ -9,6 +9,10 @@ use postbox::{Relay, Store};
 use crate::auth::Token;
 use crate::history::History;
 
+/// A readiness check of the application's own ([`crate::AdminBuilder::ready_check`]): `Some`
+/// reason while not ready.
+pub(crate) type ReadyCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// What every handler shares.
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn Store>,
@@ -16,4 +20,5 @@ pub(crate) struct Shared {
     pub(crate) token: Option<Token>,
     pub(crate) metrics: Option<PrometheusHandle>,
     pub(crate) history: Mutex<History>,
+    pub(crate) ready_checks: Vec<ReadyCheck>,
 }

@@ -36,6 +36,11 @@ pub struct CdcConfig {
     /// transaction holds back) before the relay logs an error each check, naming the
     /// transaction (1 GiB).
     pub lag_alert: u64,
+    /// How long the slot's confirmed position may stand still while the server's WAL grows
+    /// before the relay says the slot is stalled: an error log, `postbox_cdc_slot_stalled`,
+    /// [`CdcStatus::stalled`](crate::CdcStatus::stalled) and `/readyz` (60 s). Judged at each
+    /// lag check.
+    pub stall_after: Duration,
     /// Whether each event the slot delivers is claimed before it is published, as a polling
     /// relay claims (`false`). By default it is read and published unclaimed and then marked:
     /// one write per event instead of two. Claim when a polling relay runs beside this one on
@@ -54,6 +59,7 @@ impl Default for CdcConfig {
             poll_interval: Duration::from_secs(1),
             lag_check: Duration::from_secs(10),
             lag_alert: 1 << 30,
+            stall_after: Duration::from_secs(60),
             claim: false,
         }
     }
@@ -91,6 +97,13 @@ impl CdcConfig {
         self
     }
 
+    /// Sets how long the confirmed position may stand still while WAL grows (field
+    /// [`stall_after`](Self::stall_after)).
+    pub fn stall_after(mut self, after: Duration) -> Self {
+        self.stall_after = after;
+        self
+    }
+
     /// Sets the lag past which the relay logs an error (field [`lag_alert`](Self::lag_alert)).
     pub fn lag_alert(mut self, bytes: u64) -> Self {
         self.lag_alert = bytes;
@@ -113,6 +126,7 @@ impl CdcConfig {
             ("heartbeat", self.heartbeat),
             ("poll_interval", self.poll_interval),
             ("lag_check", self.lag_check),
+            ("stall_after", self.stall_after),
         ] {
             if d.is_zero() {
                 return Err(Error::InvalidName {

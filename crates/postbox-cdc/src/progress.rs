@@ -61,7 +61,7 @@ pub(crate) struct Progress {
     /// Woken when the database stops answering ([`Progress::server_lost`]).
     pub(crate) lost: Notify,
     /// Whether the slot's confirmed position stood still while the WAL grew
-    /// ([`crate::stream::STALL`]).
+    /// ([`CdcConfig::stall_after`](crate::CdcConfig::stall_after)).
     stalled: std::sync::atomic::AtomicBool,
 }
 

@@ -173,6 +173,23 @@ impl CdcStore {
         }
     }
 
+    /// A readiness check for the admin server (`postbox_admin::AdminBuilder::ready_check`):
+    /// the reason while the slot's confirmed position has not moved for a minute while the
+    /// server's WAL grew ([`CdcStatus::stalled`]), `None` otherwise.
+    pub fn stall_check(&self) -> impl Fn() -> Option<String> + Send + Sync + 'static {
+        let progress = Arc::clone(&self.progress);
+        let slot = self.slot.clone();
+        move || {
+            progress.stalled().then(|| {
+                format!(
+                    "CDC slot {slot}: its confirmed position has not moved for a minute while \
+                     the server's WAL grew (the relay records nothing of what the slot delivers; \
+                     see its errors)"
+                )
+            })
+        }
+    }
+
     /// Stops reading the slot (also done on drop). What was delivered and not recorded is
     /// delivered again to the next reader of the slot.
     pub async fn stop(&mut self) {

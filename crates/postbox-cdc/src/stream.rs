@@ -259,13 +259,9 @@ async fn heartbeat(s: Arc<Stream>) {
     }
 }
 
-/// How long the slot's confirmed position may stand still while the server's WAL grows before
-/// the relay says the slot is stalled.
-pub(crate) const STALL: Duration = Duration::from_secs(60);
-
 /// Reads the slot's lag and the WAL the server keeps for it into the metrics every `lag_check`;
 /// logs an error when the WAL kept passes `lag_alert` (naming the open transaction that holds
-/// it), and when the confirmed position has not moved for [`STALL`] while the WAL grew.
+/// it), and when the confirmed position has not moved for `stall_after` while the WAL grew.
 async fn lag(s: Arc<Stream>) {
     let slot = s.config.slot.as_str();
     let mut every = tokio::time::interval(s.config.lag_check);
@@ -311,7 +307,9 @@ async fn lag(s: Arc<Stream>) {
             }
         }
         let stalled = match (lag.confirmed_lsn, still) {
-            (Some(at), Some((was, since))) if at == was => since.elapsed() >= STALL && bytes > 0,
+            (Some(at), Some((was, since))) if at == was => {
+                since.elapsed() >= s.config.stall_after && bytes > 0
+            }
             (Some(at), _) => {
                 still = Some((at, std::time::Instant::now()));
                 false

@@ -1172,3 +1172,59 @@ async fn wal_kept_behind_an_open_transaction_is_reported_with_the_transaction() 
     })
     .await;
 }
+
+/// A confirmed position that stands still while the server's WAL grows (every mark refused)
+/// is found: `CdcStatus::stalled` and the readiness check say so, and stop saying it once
+/// the events are recorded and the position moves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_whose_confirmation_stands_still_while_wal_grows_is_reported_stalled() {
+    let db = TestDb::new().await;
+    let config = CdcConfig::default()
+        .heartbeat(Duration::from_millis(100))
+        .lag_check(Duration::from_millis(100))
+        .stall_after(Duration::from_secs(1))
+        // No poll after the first: the event is read from the slot, and only the retries of its
+        // mark can record it.
+        .poll_interval(Duration::from_secs(3600));
+    let store = cdc(&db, config).await;
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let check = store.stall_check();
+    db.pool()
+        .execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$; \
+             CREATE TRIGGER refuse BEFORE UPDATE ON outbox_events FOR EACH ROW \
+             WHEN (NEW.status = 'PROCESSED') EXECUTE FUNCTION refuse()",
+        )
+        .await
+        .unwrap();
+    let sink = RecordingSink::new();
+    let relay = unordered(&store, &sink, RelayConfig::default());
+    let mut rounds = relay.rounds();
+    let handle = relay.start();
+    postbox_testkit::settled(&mut rounds, "the relay's first poll", PATIENCE).await;
+    insert(db.pool(), "Placed", "a").await;
+    wait_until("the slot is reported stalled", PATIENCE, || async {
+        store.status().stalled
+    })
+    .await;
+    let reason = check().expect("not ready while stalled");
+    assert!(reason.contains("has not moved"), "{reason}");
+    db.pool()
+        .execute("DROP TRIGGER refuse ON outbox_events")
+        .await
+        .unwrap();
+    wait_until("the event is recorded", PATIENCE, || async {
+        processed(db.pool()).await == 1
+    })
+    .await;
+    wait_until("the slot moves again", PATIENCE, || async {
+        !store.status().stalled
+    })
+    .await;
+    assert_eq!(check(), None);
+    handle.stop().await.unwrap();
+}

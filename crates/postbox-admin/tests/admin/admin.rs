@@ -391,6 +391,37 @@ async fn readyz_says_what_is_missing_before_migrating_and_is_ready_after() {
     s.stop().await;
 }
 
+/// A readiness check of the application's own (a CDC relay's stalled slot) turns `/readyz` to
+/// 503 with its reason while it fails, and back to ready when it passes.
+#[tokio::test]
+async fn readyz_asks_the_applications_own_checks() {
+    let db = TestDb::new().await;
+    let store = PgStore::new(db.pool().clone());
+    postbox::migrate(&store).await.unwrap();
+    let stalled = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = Arc::clone(&stalled);
+    let admin = Admin::builder(Arc::new(store))
+        .ready_check(move || {
+            flag.load(std::sync::atomic::Ordering::Relaxed)
+                .then(|| "CDC slot postbox: stalled".to_owned())
+        })
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}/readyz", admin.local_addr());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(admin.serve(async move {
+        let _ = stopped.await;
+    }));
+    let (code, body) = get(&url, None).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("CDC slot postbox: stalled"), "{body}");
+    stalled.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(get(&url, None).await, (200, "ready\n".to_owned()));
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
 /// Every API route: without a token and with a wrong one a bare 401 (the same for unknown
 /// paths), with the right one what the route does.
 #[tokio::test]

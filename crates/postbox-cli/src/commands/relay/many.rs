@@ -212,7 +212,7 @@ impl Shard {
         )?;
         // Alerts only (admin_listen is refused with several databases).
         let (admin_stop, admin_stopped) = watch::channel(false);
-        let admin = start_admin(&self.config, &db, &relay, admin_stopped).await?;
+        let admin = start_admin(&self.config, &db, &relay, Vec::new(), admin_stopped).await?;
         info!(relay = relay.id(), database = %db.location, "serving database");
         let mut stop = self.stop.clone();
         let stop = async move {

@@ -74,15 +74,18 @@ pub(crate) async fn run(config: &Config, args: &RelayArgs) -> anyhow::Result<Exi
         info!("stopped by a signal before the outbox tables were created");
         return Ok(ExitCode::SUCCESS);
     }
+    let mut ready_checks: Vec<Box<dyn Fn() -> Option<String> + Send + Sync>> = Vec::new();
     let store: Arc<dyn Store> = if cdc {
-        Arc::new(cdc_store(&location, &db, config).await?)
+        let store = cdc_store(&location, &db, config).await?;
+        ready_checks.push(Box::new(store.stall_check()));
+        Arc::new(store)
     } else {
         Arc::clone(&db.store)
     };
     let relay = Relay::from_parts(store, opened.sink, config.relay_config())?;
     // Before the migrations are checked, so that /readyz can say they are missing.
     let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
-    let admin = start_admin(config, &db, &relay, admin_stopped).await?;
+    let admin = start_admin(config, &db, &relay, ready_checks, admin_stopped).await?;
 
     if args.drain {
         db.ensure_migrated().await?;

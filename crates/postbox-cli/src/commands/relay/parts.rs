@@ -41,11 +41,13 @@ pub(super) fn stop_when(
 
 /// The admin server (metrics, probes, API, page) when `admin_listen` is set, or only the
 /// alerts when `alert_webhook` is; it runs until `stopped` turns true. Failing to bind stops
-/// the relay: it must not run without the endpoints it was asked for.
+/// the relay: it must not run without the endpoints it was asked for. `/readyz` also asks
+/// `ready_checks` (a CDC relay's stalled slot).
 pub(super) async fn start_admin(
     config: &Config,
     db: &Database,
     relay: &Relay,
+    ready_checks: Vec<Box<dyn Fn() -> Option<String> + Send + Sync>>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
     use postbox_admin::{Admin, Token};
@@ -56,6 +58,9 @@ pub(super) async fn start_admin(
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let mut builder = Admin::builder(Arc::clone(&db.store)).relay(relay.clone());
+    for check in ready_checks {
+        builder = builder.ready_check(check);
+    }
     if config.alert_webhook.is_some() || config.admin_listen.is_some() {
         let alerts = postbox_admin::alerts::Alerts::new(config.alert_config())
             .context("invalid alert configuration")?;
