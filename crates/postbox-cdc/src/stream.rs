@@ -280,8 +280,18 @@ async fn lag(s: Arc<Stream>) {
         let Ok(Some(lag)) = row else {
             continue;
         };
+        // What the server keeps for the slot, and the transaction that holds it: as `postbox
+        // status` reads them.
+        let slots =
+            postbox::ops::StoreOps::replication_slots(&postbox::PgStore::new(s.pool.clone()))
+                .await
+                .unwrap_or_default();
+        let kept_by = slots.into_iter().find(|k| k.name == slot);
+        let pin = kept_by.as_ref().and_then(|k| k.pinned_by.as_ref());
         let bytes = u64::try_from(lag.lag_bytes.unwrap_or(0)).unwrap_or(0);
-        let kept = u64::try_from(lag.kept_bytes.unwrap_or(0)).unwrap_or(0);
+        let kept = (kept_by.as_ref())
+            .and_then(|k| k.kept_bytes)
+            .map_or(bytes, |k| u64::try_from(k).unwrap_or(0));
         metrics::gauge!(metric::LAG_BYTES, "slot" => slot.to_owned()).set(bytes as f64);
         metrics::gauge!(metric::KEPT_BYTES, "slot" => slot.to_owned()).set(kept as f64);
         metrics::gauge!(metric::LAG_SECONDS, "slot" => slot.to_owned())
@@ -290,11 +300,10 @@ async fn lag(s: Arc<Stream>) {
             metrics::gauge!(metric::SAFE_WAL, "slot" => slot.to_owned()).set(safe as f64);
         }
         if kept.max(bytes) > s.config.lag_alert || lag.wal_status.as_deref() == Some("unreserved") {
-            match lag.pin_pid {
-                Some(pid) => error!(slot, kept_bytes = kept, lag_bytes = bytes,
-                    wal_status = ?lag.wal_status, pid, database = ?lag.pin_database,
-                    application = ?lag.pin_application,
-                    open_secs = lag.pin_age_secs.unwrap_or(0.0).round(),
+            match pin {
+                Some(pin) => error!(slot, kept_bytes = kept, lag_bytes = bytes,
+                    wal_status = ?lag.wal_status, pid = pin.pid, database = ?pin.database,
+                    application = ?pin.application, open_secs = pin.age_secs.round(),
                     "the server keeps more WAL for the CDC slot than the alert allows, held by an \
                      open transaction: the slot cannot pass it until it ends (`postbox status` \
                      shows its query; end it with SELECT pg_terminate_backend(pid); see \
@@ -344,11 +353,6 @@ struct SlotLag {
     wal_status: Option<String>,
     safe_wal_size: Option<i64>,
     active: bool,
-    kept_bytes: Option<i64>,
     confirmed_lsn: Option<i64>,
     current_lsn: Option<i64>,
-    pin_pid: Option<i32>,
-    pin_database: Option<String>,
-    pin_application: Option<String>,
-    pin_age_secs: Option<f64>,
 }

@@ -1044,6 +1044,25 @@ async fn a_tenants_mark_never_confirms_the_default_schemas_event_of_the_same_id(
     assert_eq!(status.confirmed_lsn, status.received_lsn);
 }
 
+/// From now on every mark of an event as `PROCESSED` fails, as on a full disk.
+async fn refuse_marks(pool: &PgPool) {
+    pool.execute(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$; \
+         CREATE TRIGGER refuse BEFORE UPDATE ON outbox_events FOR EACH ROW \
+         WHEN (NEW.status = 'PROCESSED') EXECUTE FUNCTION refuse()",
+    )
+    .await
+    .unwrap();
+}
+
+/// Marks work again ([`refuse_marks`]).
+async fn allow_marks(pool: &PgPool) {
+    pool.execute("DROP TRIGGER refuse ON outbox_events")
+        .await
+        .unwrap();
+}
+
 /// A mark that fails for good (a constraint, a full disk) is no outcome: the slot's position
 /// stays before the event, no poll of the relay waits for the read's outcome, and once marks
 /// work again the polling claim publishes the event and records it, and the slot passes it.
@@ -1060,15 +1079,7 @@ async fn a_mark_that_fails_for_good_never_lets_the_slot_pass_the_event() {
             .events
             .is_empty()
     );
-    db.pool()
-        .execute(
-            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
-             $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$; \
-             CREATE TRIGGER refuse BEFORE UPDATE ON outbox_events FOR EACH ROW \
-             WHEN (NEW.status = 'PROCESSED') EXECUTE FUNCTION refuse()",
-        )
-        .await
-        .unwrap();
+    refuse_marks(db.pool()).await;
     let id = insert(db.pool(), "Placed", "a").await;
     wait_until("the slot named it", PATIENCE, || async {
         store.status().unrecorded == 1
@@ -1091,10 +1102,7 @@ async fn a_mark_that_fails_for_good_never_lets_the_slot_pass_the_event() {
     let status = store.status();
     assert_eq!(status.unrecorded, 1, "a failed mark is no outcome");
     assert!(status.confirmed_lsn < status.received_lsn);
-    db.pool()
-        .execute("DROP TRIGGER refuse ON outbox_events")
-        .await
-        .unwrap();
+    allow_marks(db.pool()).await;
     // The relay gave up on that mark: the row is PENDING, and the poll publishes it itself.
     let polled = wait_until("the poll takes the event", PATIENCE, || async {
         let polled = store.events_claim(&round(&target)).await.unwrap();
@@ -1192,15 +1200,7 @@ async fn a_slot_whose_confirmation_stands_still_while_wal_grows_is_reported_stal
     })
     .await;
     let check = store.stall_check();
-    db.pool()
-        .execute(
-            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS \
-             $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$; \
-             CREATE TRIGGER refuse BEFORE UPDATE ON outbox_events FOR EACH ROW \
-             WHEN (NEW.status = 'PROCESSED') EXECUTE FUNCTION refuse()",
-        )
-        .await
-        .unwrap();
+    refuse_marks(db.pool()).await;
     let sink = RecordingSink::new();
     let relay = unordered(&store, &sink, RelayConfig::default());
     let mut rounds = relay.rounds();
@@ -1213,10 +1213,7 @@ async fn a_slot_whose_confirmation_stands_still_while_wal_grows_is_reported_stal
     .await;
     let reason = check().expect("not ready while stalled");
     assert!(reason.contains("has not moved"), "{reason}");
-    db.pool()
-        .execute("DROP TRIGGER refuse ON outbox_events")
-        .await
-        .unwrap();
+    allow_marks(db.pool()).await;
     wait_until("the event is recorded", PATIENCE, || async {
         processed(db.pool()).await == 1
     })

@@ -814,6 +814,15 @@ async fn a_prepared_transaction_keeps_the_horizon_back_across_a_server_restart()
     pool.close().await;
 }
 
+/// `err` is the refusal of an unsafe id sequence: its text.
+fn unsafe_sequence(err: &postbox::Error) -> String {
+    assert!(
+        matches!(err, postbox::Error::UnsafeSequence { .. }),
+        "{err:?}"
+    );
+    err.to_string()
+}
+
 /// The id sequence of the outbox, as `pg_get_serial_sequence` names it.
 async fn id_sequence(db: &TestDb) -> String {
     sqlx::query_scalar("SELECT pg_get_serial_sequence('public.outbox_events', 'id')")
@@ -839,11 +848,7 @@ async fn a_cached_id_sequence_is_refused_at_migrate_and_by_the_relay() {
     let ids = enqueue(&db, &outbox, vec![invoice("A", "1", 0)]).await;
 
     let err = postbox::migrate(&store).await.unwrap_err();
-    assert!(
-        matches!(err, postbox::Error::UnsafeSequence { .. }),
-        "{err:?}"
-    );
-    let text = err.to_string();
+    let text = unsafe_sequence(&err);
     assert!(text.contains("CACHE 20"), "{text}");
     assert!(
         text.contains(&format!("ALTER SEQUENCE {seq} CACHE 1")),
@@ -926,11 +931,7 @@ async fn an_id_is_never_handed_out_twice_whatever_happens_to_the_sequence() {
     )
     .unwrap();
     let err = relay.drain(std::future::pending()).await.unwrap_err();
-    assert!(
-        matches!(err, postbox::Error::UnsafeSequence { .. }),
-        "{err:?}"
-    );
-    let text = err.to_string();
+    let text = unsafe_sequence(&err);
     assert!(text.contains("highest id it ever handed out"), "{text}");
     assert!(
         text.contains(&format!("SELECT setval('{seq}', {high})")),
@@ -1020,11 +1021,7 @@ async fn a_sequence_moved_back_or_unreadable_is_refused_naming_the_fix() {
             .unwrap();
     }
     let err = result.unwrap_err();
-    assert!(
-        matches!(err, postbox::Error::UnsafeSequence { .. }),
-        "{err:?}"
-    );
-    let text = err.to_string();
+    let text = unsafe_sequence(&err);
     assert!(
         text.contains(&format!("GRANT USAGE ON SEQUENCE {seq}")),
         "{text}"

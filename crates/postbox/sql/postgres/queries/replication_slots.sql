@@ -3,7 +3,8 @@
 -- (from restart_lsn: decoding restarts there, and it cannot pass a transaction that was open
 -- when the slot last moved), and, when what it keeps trails its confirmed position by more than
 -- 16 MiB, the open transaction with the oldest xid (of any database: the WAL is the cluster's),
--- which is what holds restart_lsn back. `postbox status` and the admin page.
+-- which is what holds restart_lsn back. `postbox status`, the admin page and the CDC relay's lag
+-- check.
 SELECT s.slot_name::text,
        s.active,
        pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint,
