@@ -63,6 +63,8 @@ pub(crate) struct Progress {
     /// Whether the slot's confirmed position stood still while the WAL grew
     /// ([`CdcConfig::stall_after`](crate::CdcConfig::stall_after)).
     stalled: std::sync::atomic::AtomicBool,
+    /// Whether another reader holds the slot (this relay waits for it: a standby).
+    standby: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
@@ -77,6 +79,7 @@ impl Progress {
     /// nobody claimed is delivered again, so forget it. Ids claimed meanwhile are recorded as
     /// usual; their `done` finds no owner and changes nothing.
     pub(crate) fn restart(&self, feedback: Arc<SharedLsnFeedback>) {
+        self.set_standby(false);
         let mut s = self.state();
         forget(&mut s);
         s.received = s.confirmed;
@@ -104,6 +107,16 @@ impl Progress {
     /// The lag check found the confirmed position stalled (or moving again).
     pub(crate) fn set_stalled(&self, stalled: bool) {
         (self.stalled).store(stalled, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether another reader holds the slot: this relay waits for it as a standby.
+    pub(crate) fn set_standby(&self, standby: bool) {
+        (self.standby).store(standby, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether this relay waits for a slot another reader holds.
+    pub(crate) fn standby(&self) -> bool {
+        self.standby.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the confirmed position stood still for a minute while the WAL grew.

@@ -112,6 +112,9 @@ pub struct CdcStatus {
     /// Whether the slot's confirmed position on the server has not moved for a minute while
     /// the server's WAL grew (the lag check's finding; metric `postbox_cdc_slot_stalled`).
     pub stalled: bool,
+    /// Whether another relay reads the slot and this one waits for it: a standby claims the
+    /// default schema's events only while that relay's confirmation is stalled.
+    pub standby: bool,
 }
 
 impl CdcStore {
@@ -170,6 +173,7 @@ impl CdcStore {
             unrecorded: self.progress.unrecorded(),
             rechecking: self.progress.rechecking(),
             stalled: self.progress.stalled(),
+            standby: self.progress.standby(),
         }
     }
 
@@ -213,7 +217,10 @@ impl CdcStore {
     /// names it.
     fn poll_due(&self) -> bool {
         if !self.progress.streaming() {
-            return true;
+            // A standby (another relay reads the slot) leaves the slot's events to that relay,
+            // which publishes them and polls for everything else, unless it stops confirming:
+            // polling beside it would publish the events it is reading a second time.
+            return !self.progress.standby() || self.progress.stalled();
         }
         let polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
         let apart = polled

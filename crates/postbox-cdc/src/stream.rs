@@ -74,6 +74,16 @@ async fn read(s: Arc<Stream>) {
         let result = read_once(&s, &mut retry).await;
         s.progress.stopped();
         gauge.set(0.0);
+        let held = matches!(&result, Err(e) if e.to_string().contains("is active for PID"));
+        if held && !s.progress.standby() {
+            warn!(
+                slot,
+                "the CDC slot is read by another relay: this one waits for it as a standby, and \
+                 polls only if that relay stops confirming (a rolling deploy's new relay, or a \
+                 second host)"
+            );
+        }
+        s.progress.set_standby(held);
         match result {
             Ok(Ended::Cancelled) => break,
             Ok(Ended::ServerLost) => warn!(
@@ -103,10 +113,7 @@ async fn read(s: Arc<Stream>) {
                     }
                     drop_slot(&s).await;
                 } else if text.contains("is active for PID") {
-                    warn!(
-                        slot,
-                        "the CDC slot is read by another relay; polling until it is free"
-                    );
+                    // A standby (logged above, once).
                 } else {
                     error!(slot, error = %text,
                         "the CDC slot cannot be read; the polling claim carries the load until it \

@@ -1225,3 +1225,74 @@ async fn a_slot_whose_confirmation_stands_still_while_wal_grows_is_reported_stal
     assert_eq!(check(), None);
     handle.stop().await.unwrap();
 }
+
+/// A rolling deploy: a second CDC relay on the same slot (the new pod) waits for it as a
+/// standby and leaves the slot's events to the relay that reads it — no event published twice
+/// while both run (before, the standby polled every round and took a share of the traffic, each
+/// also read by the other) — and takes the slot over, losing nothing, when that relay stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_cdc_relay_on_the_slot_waits_as_a_standby_and_takes_over() {
+    let db = TestDb::new().await;
+    let first = cdc(&db, CdcConfig::default()).await;
+    wait_until("the slot is read", PATIENCE, || async {
+        first.status().streaming
+    })
+    .await;
+    let first_sink = RecordingSink::new();
+    let first_relay = unordered(&first, &first_sink, RelayConfig::default()).start();
+    let second = Arc::new(
+        CdcStore::start(
+            PgStore::new(db.pool().clone()),
+            db.url(),
+            CdcConfig::default().slot(slot_name(&db)),
+        )
+        .await
+        .unwrap(),
+    );
+    wait_until("the second relay is a standby", PATIENCE, || async {
+        second.status().standby
+    })
+    .await;
+    let second_sink = RecordingSink::new();
+    let second_relay = unordered(&second, &second_sink, RelayConfig::default()).start();
+    let first_ids = insert_one_by_one(db.pool(), 300).await;
+    wait_until("every event is published", PATIENCE, || async {
+        processed(db.pool()).await == 300
+    })
+    .await;
+    let both: Vec<i64> = (first_sink.published_ids().into_iter())
+        .chain(second_sink.published_ids())
+        .collect();
+    let distinct: std::collections::HashSet<i64> = both.iter().copied().collect();
+    assert!(first_ids.iter().all(|id| distinct.contains(id)));
+    assert_eq!(
+        both.len(),
+        distinct.len(),
+        "no event published twice while one relay reads and the other waits"
+    );
+    // The first relay goes (the old pod): the standby reads the slot and publishes what comes.
+    first_relay.stop().await.unwrap();
+    drop(first);
+    wait_until("the standby reads the slot", PATIENCE, || async {
+        second.status().streaming
+    })
+    .await;
+    let later = insert_one_by_one(db.pool(), 20).await;
+    wait_until("the new events are published", PATIENCE, || async {
+        processed(db.pool()).await == 320
+    })
+    .await;
+    let published: std::collections::HashSet<i64> =
+        second_sink.published_ids().into_iter().collect();
+    assert!(later.iter().all(|id| published.contains(id)));
+    second_relay.stop().await.unwrap();
+}
+
+/// Inserts `n` events, each in a transaction of its own, as a service commits them.
+async fn insert_one_by_one(pool: &PgPool, n: usize) -> Vec<i64> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        ids.push(insert(pool, "Placed", &format!("o-{i}")).await);
+    }
+    ids
+}

@@ -814,6 +814,17 @@ async fn a_prepared_transaction_keeps_the_horizon_back_across_a_server_restart()
     pool.close().await;
 }
 
+/// The error a relay with defaults stops with at once, draining `db`.
+async fn refused_drain(db: &TestDb) -> postbox::Error {
+    let relay = Relay::new(
+        PgStore::new(db.pool().clone()),
+        RecordingSink::new(),
+        config(),
+    )
+    .unwrap();
+    relay.drain(std::future::pending()).await.unwrap_err()
+}
+
 /// `err` is the refusal of an unsafe id sequence: its text.
 fn unsafe_sequence(err: &postbox::Error) -> String {
     assert!(
@@ -924,13 +935,7 @@ async fn an_id_is_never_handed_out_twice_whatever_happens_to_the_sequence() {
         .await
         .unwrap();
     let high = next.iter().max().unwrap();
-    let relay = Relay::new(
-        PgStore::new(db.pool().clone()),
-        RecordingSink::new(),
-        config(),
-    )
-    .unwrap();
-    let err = relay.drain(std::future::pending()).await.unwrap_err();
+    let err = refused_drain(&db).await;
     let text = unsafe_sequence(&err);
     assert!(text.contains("highest id it ever handed out"), "{text}");
     assert!(
@@ -967,13 +972,7 @@ async fn a_sequence_moved_back_or_unreadable_is_refused_naming_the_fix() {
         .execute(db.pool())
         .await
         .unwrap();
-    let relay = Relay::new(
-        PgStore::new(db.pool().clone()),
-        RecordingSink::new(),
-        config(),
-    )
-    .unwrap();
-    let err = relay.drain(std::future::pending()).await.unwrap_err();
+    let err = refused_drain(&db).await;
     let text = err.to_string();
     assert!(
         matches!(err, postbox::Error::UnsafeSequence { .. }),
