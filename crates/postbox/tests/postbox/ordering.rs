@@ -305,7 +305,7 @@ async fn claim_ordered(store: &PgStore, batch_size: u32, settled_through: i64) -
 /// reads `walk` due events in id order before it finds the ready aggregates' heads directly (0:
 /// it reads on to the end).
 async fn ordered_claim_buffers(db: &TestDb, walk: i32) -> i64 {
-    table_buffers(
+    least_buffers(
         db,
         &format!(
             "SELECT * FROM postbox_claim(100, 30000, 'probe', gen_random_uuid(), ARRAY['*'],
@@ -313,6 +313,17 @@ async fn ordered_claim_buffers(db: &TestDb, walk: i32) -> i64 {
         ),
     )
     .await
+}
+
+/// The fewest buffers of three runs of `sql` (each rolled back): the first may also prune the
+/// pages and kill the index entries that earlier claims left, as much as the timing of the
+/// tests running beside it allows (up to half as many buffers again on a loaded machine).
+async fn least_buffers(db: &TestDb, sql: &str) -> i64 {
+    let mut least = i64::MAX;
+    for _ in 0..3 {
+        least = least.min(table_buffers(db, sql).await);
+    }
+    least
 }
 
 /// Inserts `events` ordered events by plain SQL over `aggregates` aggregates
@@ -390,7 +401,7 @@ async fn an_ordered_claim_finds_ready_aggregates_without_reading_what_waits_behi
             .is_some_and(|d| d > Duration::from_secs(20)),
         "{backlog:?}"
     );
-    let backlog_buffers = table_buffers(&db, "SELECT postbox_backlog(ARRAY['*'])").await;
+    let backlog_buffers = least_buffers(&db, "SELECT postbox_backlog(ARRAY['*'])").await;
     // 100 aggregates that are ready, behind 19,900 events that wait for the ones in flight.
     sqlx::query(
         "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload)
