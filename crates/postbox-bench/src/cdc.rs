@@ -262,7 +262,22 @@ impl Cdc {
         }
     }
 
-    /// WAL the slot keeps: from its confirmed position to the server's current one.
+    /// WAL the server keeps for the slot: from its `restart_lsn` (which an open transaction
+    /// holds back) to the server's current position.
+    async fn kept(&self) -> Result<u64, BenchError> {
+        let bytes: Option<i64> = sqlx::query_scalar(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint \
+             FROM pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(&self.config.slot)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(BenchError::db)?
+        .flatten();
+        Ok(bytes.map_or(0, |b| u64::try_from(b).unwrap_or(0)))
+    }
+
+    /// WAL the slot holds back: from its confirmed position to the server's current one.
     async fn retained(&self) -> Result<u64, BenchError> {
         let bytes: Option<i64> = sqlx::query_scalar(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
@@ -433,15 +448,42 @@ async fn watch_churn(
     let started = Instant::now();
     let bar = bars(opts.cdc_churn.as_secs(), "cdc: slot while 20 tables churn");
     let mut retained = Vec::new();
+    let mut kept = Vec::new();
     while started.elapsed() < opts.cdc_churn {
         tokio::time::sleep(Duration::from_secs(1)).await;
         retained.push(cdc.retained().await?);
+        kept.push(cdc.kept().await?);
         bar.set_position(started.elapsed().as_secs());
     }
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     let written = (wal_lsn(pool).await? - wal_start).max(0) as f64;
     let retained_end = cdc.retained().await?;
+    // The same again with one producer transaction held open (it wrote an outbox row and
+    // neither commits nor rolls back): the slot's confirmation goes on, what the server keeps
+    // for it cannot pass the transaction.
+    let bar = bars(
+        opts.cdc_churn.as_secs(),
+        "cdc: slot while 20 tables churn, a producer transaction held open",
+    );
+    let mut held = pool.begin().await.map_err(BenchError::db)?;
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ('BenchHeld', 'Bench', 'held', '{}')",
+    )
+    .execute(&mut *held)
+    .await
+    .map_err(BenchError::db)?;
+    let held_at = Instant::now();
+    let (mut held_retained, mut held_kept) = (Vec::new(), Vec::new());
+    while held_at.elapsed() < opts.cdc_churn {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        held_retained.push(cdc.retained().await?);
+        held_kept.push(cdc.kept().await?);
+        bar.set_position(held_at.elapsed().as_secs());
+    }
+    bar.finish_and_clear();
+    held.rollback().await.map_err(BenchError::db)?;
     end_relay(handle).await?;
     cdc.stop(store).await?;
 
@@ -489,10 +531,16 @@ async fn watch_churn(
     cdc.stop(store).await?;
     let caught_up = caught_up?;
 
-    retained.sort_unstable();
-    let p50 = retained.get(retained.len() / 2).copied().unwrap_or(0);
-    let max = retained.last().copied().unwrap_or(0);
+    let (p50, max) = median_and_max(&mut retained);
+    let (kept_p50, kept_max) = median_and_max(&mut kept);
+    let (_, held_retained_max) = median_and_max(&mut held_retained);
+    let (held_kept_p50, held_kept_max) = median_and_max(&mut held_kept);
     Ok(CdcWal {
+        kept_p50_mib: kept_p50 as f64 / MIB,
+        kept_max_mib: kept_max as f64 / MIB,
+        held_retained_max_mib: held_retained_max as f64 / MIB,
+        held_kept_p50_mib: held_kept_p50 as f64 / MIB,
+        held_kept_max_mib: held_kept_max as f64 / MIB,
         tables: CHURN_TABLES,
         seconds,
         written_mib: written / MIB,
@@ -505,4 +553,11 @@ async fn watch_churn(
         catch_up_seconds: caught_up.as_secs_f64(),
         retained_after_catch_up_mib: after_catch_up as f64 / MIB,
     })
+}
+
+/// The median and the largest of `samples` (0 when there are none).
+fn median_and_max(samples: &mut [u64]) -> (u64, u64) {
+    samples.sort_unstable();
+    let p50 = samples.get(samples.len() / 2).copied().unwrap_or(0);
+    (p50, samples.last().copied().unwrap_or(0))
 }

@@ -371,6 +371,17 @@ pub struct CdcWal {
     pub retained_max_mib: f64,
     /// Retained when the relay was stopped.
     pub retained_end_mib: f64,
+    /// WAL the server kept for the slot (current position − its `restart_lsn`), sampled each
+    /// second: median.
+    pub kept_p50_mib: f64,
+    /// The most kept.
+    pub kept_max_mib: f64,
+    /// The most retained in a second window as long, with one producer transaction held open.
+    pub held_retained_max_mib: f64,
+    /// Kept in that window: median.
+    pub held_kept_p50_mib: f64,
+    /// Kept in that window: the most.
+    pub held_kept_max_mib: f64,
     /// How long the relay then stayed stopped while the tables churned, seconds.
     pub stopped_seconds: f64,
     /// Retained at the end of the stop.
@@ -788,8 +799,18 @@ impl CdcRun {
         );
         let _ = writeln!(
             out,
-            "    retained with the relay running: median {:.1} MiB, max {:.1} MiB, at stop {:.1} MiB",
+            "    behind (confirmed) with the relay running: median {:.1} MiB, max {:.1} MiB, at stop {:.1} MiB",
             w.retained_p50_mib, w.retained_max_mib, w.retained_end_mib
+        );
+        let _ = writeln!(
+            out,
+            "    kept by the server (restart_lsn): median {:.1} MiB, max {:.1} MiB",
+            w.kept_p50_mib, w.kept_max_mib
+        );
+        let _ = writeln!(
+            out,
+            "    with a producer transaction held open as long: behind max {:.1} MiB, kept median {:.1} MiB, max {:.1} MiB",
+            w.held_retained_max_mib, w.held_kept_p50_mib, w.held_kept_max_mib
         );
         let _ = writeln!(
             out,
