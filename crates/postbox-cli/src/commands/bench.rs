@@ -214,8 +214,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) cdc_rate: Option<u64>,
 
-    /// How long the CDC comparison watches the slot's retained WAL while 20 other tables churn
-    /// [default: 1m; quick: 3s]
+    /// How long the CDC comparison watches the slot's WAL (how far it trails, what the server
+    /// keeps) while 20 other tables churn; then as long again with a producer transaction held
+    /// open [default: 1m; quick: 3s]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) cdc_churn: Option<Duration>,
 
