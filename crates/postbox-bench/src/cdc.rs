@@ -262,33 +262,26 @@ impl Cdc {
         }
     }
 
-    /// WAL the server keeps for the slot: from its `restart_lsn` (which an open transaction
-    /// holds back) to the server's current position.
-    async fn kept(&self) -> Result<u64, BenchError> {
-        let bytes: Option<i64> = sqlx::query_scalar(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint \
+    /// The slot's WAL, read at one instant: how far it trails (from its confirmed position to
+    /// the server's current one), and what the server keeps for it (from its `restart_lsn`,
+    /// which an open transaction holds back).
+    async fn wal(&self) -> Result<(u64, u64), BenchError> {
+        let row: Option<(Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, \
+                    pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint \
              FROM pg_replication_slots WHERE slot_name = $1",
         )
         .bind(&self.config.slot)
         .fetch_optional(&self.pool)
         .await
-        .map_err(BenchError::db)?
-        .flatten();
-        Ok(bytes.map_or(0, |b| u64::try_from(b).unwrap_or(0)))
+        .map_err(BenchError::db)?;
+        let bytes = |b: Option<i64>| b.map_or(0, |b| u64::try_from(b).unwrap_or(0));
+        Ok(row.map_or((0, 0), |(behind, kept)| (bytes(behind), bytes(kept))))
     }
 
-    /// WAL the slot holds back: from its confirmed position to the server's current one.
+    /// How far the slot trails ([`Cdc::wal`]).
     async fn retained(&self) -> Result<u64, BenchError> {
-        let bytes: Option<i64> = sqlx::query_scalar(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
-             FROM pg_replication_slots WHERE slot_name = $1",
-        )
-        .bind(&self.config.slot)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(BenchError::db)?
-        .flatten();
-        Ok(bytes.map_or(0, |b| u64::try_from(b).unwrap_or(0)))
+        Ok(self.wal().await?.0)
     }
 
     /// Makes the slot again at the server's current WAL position, past everything written so
@@ -451,8 +444,9 @@ async fn watch_churn(
     let mut kept = Vec::new();
     while started.elapsed() < opts.cdc_churn {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        retained.push(cdc.retained().await?);
-        kept.push(cdc.kept().await?);
+        let (behind, kept_now) = cdc.wal().await?;
+        retained.push(behind);
+        kept.push(kept_now);
         bar.set_position(started.elapsed().as_secs());
     }
     bar.finish_and_clear();
@@ -478,8 +472,9 @@ async fn watch_churn(
     let (mut held_retained, mut held_kept) = (Vec::new(), Vec::new());
     while held_at.elapsed() < opts.cdc_churn {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        held_retained.push(cdc.retained().await?);
-        held_kept.push(cdc.kept().await?);
+        let (behind, kept_now) = cdc.wal().await?;
+        held_retained.push(behind);
+        held_kept.push(kept_now);
         bar.set_position(held_at.elapsed().as_secs());
     }
     bar.finish_and_clear();
