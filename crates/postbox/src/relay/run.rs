@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use super::pipeline::Pipeline;
+use super::pipeline::{CLAIMS_AT_ONCE, Pipeline};
 use super::stats::Stall;
 use super::targets::{ClaimSeen, HEADS_PER_READ, Pace, Targets};
 use super::waker::{Heard, Listener, wait_or_stop};
@@ -444,56 +444,101 @@ impl Relay {
         let alone = round.len() == 1;
         let started = Instant::now();
         let urgent = round.urgent.len();
-        for (n, target) in round.urgent.into_iter().chain(round.swept).enumerate() {
-            if *stop.borrow() {
-                break;
+        let mut due = round
+            .urgent
+            .into_iter()
+            .chain(round.swept)
+            .enumerate()
+            .peekable();
+        let mut more = true;
+        // Events were claimed from targets without a backlog: a backlog's claim waits for the
+        // next round, so that theirs start publishing first.
+        let mut light_claimed = false;
+        while more {
+            // The next few targets to claim side by side (one claim each): backlogs together,
+            // the others together, while the pipeline has room for them all; past its room a
+            // quiet target is claimed alone (see `Pipeline::has_room_for`).
+            let mut batch: Vec<Target> = Vec::with_capacity(CLAIMS_AT_ONCE);
+            while batch.len() < CLAIMS_AT_ONCE {
+                let fits = |(_, t): &(usize, Target)| {
+                    let backlog = targets.is_backlog(t);
+                    match batch.first() {
+                        None => !(backlog && light_claimed),
+                        Some(first) => {
+                            targets.is_backlog(first) == backlog
+                                && pipeline.has_room_beside(batch.len())
+                        }
+                    }
+                };
+                let Some((n, target)) = due.next_if(fits) else {
+                    // Nothing left; or the rest waits for the next batch; or, after claims of
+                    // targets without a backlog, for the next round.
+                    let rest = due.peek().is_some();
+                    more = !batch.is_empty() && rest;
+                    // A backlog left for the next round: more work is waiting.
+                    result.full |= batch.is_empty() && rest;
+                    break;
+                };
+                if *stop.borrow() {
+                    more = false;
+                    break;
+                }
+                if !pipeline.has_room_for(&target) {
+                    // Left due for a later round.
+                    continue;
+                }
+                if n >= urgent && started.elapsed() >= SWEEP_ROUND_BUDGET {
+                    // The rest of the sweep waits for the next round: what was heard
+                    // meanwhile, and the pipeline, go first.
+                    more = false;
+                    break;
+                }
+                if pipeline.waits_for_own(&target) {
+                    // Claimed again as soon as this relay's events of it are recorded.
+                    result.behind_own = true;
+                    continue;
+                }
+                batch.push(target);
             }
-            if !pipeline.has_room_for(&target) {
-                // Left due for a later round.
-                continue;
-            }
-            if n >= urgent && started.elapsed() >= SWEEP_ROUND_BUDGET {
-                // The rest of the sweep waits for the next round: what was heard meanwhile, and
-                // the pipeline, go first.
-                break;
-            }
-            if pipeline.waits_for_own(&target) {
-                // Claimed again as soon as this relay's events of it are recorded.
-                result.behind_own = true;
-                continue;
-            }
-            // A backlog that needs no order: two claims side by side.
-            let claimed = if pipeline.pairs(&target, alone) {
-                pipeline.claim_pair(&target).await
-            } else {
-                pipeline.claim(&target).await
+            let claims = match batch.as_slice() {
+                [] => continue,
+                // A backlog that needs no order: two claims side by side.
+                [target] if pipeline.pairs(target, alone) => {
+                    vec![pipeline.claim_pair(target).await]
+                }
+                [target] => vec![pipeline.claim(target).await],
+                targets => pipeline.claim_each(targets).await,
             };
-            match claimed {
-                Ok(claimed) => {
-                    served += 1;
-                    targets.claimed(
-                        &target,
-                        ClaimSeen {
-                            any: claimed.any,
-                            full: claimed.full,
-                            settled_through: pipeline.settled_through(&target),
-                            ids_in_commit_order,
-                        },
-                    );
-                    result.full |= claimed.full;
-                    result.claimed |= claimed.any;
-                    result.behind_own |= claimed.behind_own;
-                }
-                Err(e) if e.needs_operator() && target.tenant.is_some() => {
-                    targets.park(&target, &e.to_string());
-                }
-                Err(e) => {
-                    targets.failed(&target);
-                    warn!(tenant = target.label(), error = %e,
-                        "claim failed; its events stay in the outbox, other tenants are still served");
-                    // The default schema's error decides whether the relay can go on.
-                    if target.tenant.is_none() || failed.is_none() {
-                        failed = Some(e);
+            let light = batch.first().is_some_and(|t| !targets.is_backlog(t));
+            for (target, claimed) in batch.iter().zip(claims) {
+                match claimed {
+                    Ok(claimed) => {
+                        served += 1;
+                        light_claimed |= light && claimed.any;
+                        targets.claimed(
+                            target,
+                            ClaimSeen {
+                                any: claimed.any,
+                                full: claimed.full,
+                                settled_through: pipeline.settled_through(target),
+                                ids_in_commit_order,
+                            },
+                        );
+                        result.full |= claimed.full;
+                        result.claimed |= claimed.any;
+                        result.behind_own |= claimed.behind_own;
+                    }
+                    Err(e) if e.needs_operator() && target.tenant.is_some() => {
+                        targets.park(target, &e.to_string());
+                    }
+                    Err(e) => {
+                        targets.failed(target);
+                        warn!(tenant = target.label(), error = %e,
+                            "claim failed; its events stay in the outbox, other tenants are still served");
+                        // The default schema's error decides whether the relay can go on.
+                        if target.tenant.is_none() || failed.is_none() {
+                            failed = Some(e);
+                        }
                     }
                 }
             }

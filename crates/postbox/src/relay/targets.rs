@@ -270,6 +270,13 @@ impl Targets {
         }
     }
 
+    /// Whether `target`'s last claim came back full: it has a backlog.
+    pub(super) fn is_backlog(&self, target: &Target) -> bool {
+        self.index
+            .get(&target.schema)
+            .is_some_and(|&i| self.watch[i].backlog)
+    }
+
     /// Whether `schema` names a served target.
     pub(super) fn serves(&self, schema: &SchemaName) -> bool {
         self.index.contains_key(schema)
@@ -342,11 +349,7 @@ impl Targets {
             self.active.remove(&i);
         }
         // Backlogs after the targets with a few new events: those are claimed first.
-        due.urgent.sort_by_key(|t| {
-            self.index
-                .get(&t.schema)
-                .is_some_and(|&i| self.watch[i].backlog)
-        });
+        due.urgent.sort_by_key(|t| self.is_backlog(t));
         due
     }
 

@@ -15,6 +15,7 @@
 //! results written, fenced by the claim's token).
 
 mod claim;
+pub(super) use claim::CLAIMS_AT_ONCE;
 mod flush;
 mod outcomes;
 mod queue;
@@ -146,6 +147,14 @@ impl Pipeline {
         let cfg = &self.inner.config;
         let batch = cfg.batch_size as usize;
         self.queued.len() <= batch / 2 && self.unrecorded() + batch <= self.room()
+    }
+
+    /// Whether a claim fits beside `others` made at the same moment (see
+    /// [`Pipeline::claim_each`]): [`Self::has_room`], and a batch each of them and this one
+    /// within twice the room, the bound a quiet target's claim keeps beside a full pipeline.
+    pub(super) fn has_room_beside(&self, others: usize) -> bool {
+        let batch = self.inner.config.batch_size as usize;
+        self.has_room() && self.unrecorded() + (others + 1) * batch <= 2 * self.room()
     }
 
     /// Events claimed and not recorded yet.

@@ -7,9 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::{PassedRange, Spread};
+use super::{FloorState, PassedRange, Spread, TargetClaims};
 use crate::error::Result;
-use crate::relay::pipeline::Pipeline;
+use crate::relay::Inner;
 use crate::schema::Target;
 use crate::store::GapParams;
 
@@ -38,7 +38,7 @@ const GAP_SPAN: u32 = 20_000;
 /// has done since it began (the held transaction keeps those index entries).
 const GAP_SPAN_MAX: u32 = 640_000;
 
-/// How often a relay reads again a range of ids it passed (see [`Pipeline::passed`]) of up to
+/// How often a relay reads again a range of ids it passed (see [`TargetClaims::passed`]) of up to
 /// [`RECHECK_IDS_PER_SECOND`] ids, for events committed late in it: the longest such an event
 /// waits for a claim.
 const PASSED_RECHECK: Duration = Duration::from_secs(1);
@@ -61,19 +61,23 @@ const RECHECK_MAX: Duration = FLOOR_SWEEP;
 /// horizon moves on.
 const MAX_PASSED: usize = 10_000;
 
-impl Pipeline {
+impl TargetClaims {
     /// The commit horizon of `target`: advances it with one probe of the table (see
     /// [`Store::commit_horizon`](crate::Store)) and returns the id up to which ordered events
     /// may be claimed.
-    pub(super) async fn horizon(&mut self, target: &Target, ordered: bool) -> Result<(i64, bool)> {
-        let state = self.horizons.entry(target.schema.clone()).or_default();
-        let horizon = self
-            .inner
+    pub(super) async fn horizon(
+        &mut self,
+        inner: &Inner,
+        target: &Target,
+        ordered: bool,
+    ) -> Result<(i64, bool)> {
+        let state = self.horizon.get_or_insert_with(Default::default);
+        let horizon = inner
             .store
             .commit_horizon(target, state.probe.as_ref())
             .await?;
         if let Some(settled) = horizon.settled {
-            if settled < state.settled && !self.inner.store.capabilities().ids_in_commit_order {
+            if settled < state.settled && !inner.store.capabilities().ids_in_commit_order {
                 // Only a sequence moved back settles lower (PostgreSQL refuses one moved below
                 // ids still in the table; an emptied table restarted from 1 is allowed): claims
                 // find their floor again from the start, or new events would wait below it.
@@ -85,7 +89,7 @@ impl Pipeline {
                      from the first event"
                 );
                 state.settled = settled;
-                self.floors.remove(&target.schema);
+                self.floor = None;
             } else {
                 state.settled = state.settled.max(settled);
             }
@@ -129,12 +133,13 @@ impl Pipeline {
     /// began (its index entries stay until it ends).
     pub(super) async fn passed(
         &mut self,
+        inner: &Inner,
         target: &Target,
         settled: i64,
         stalled: bool,
     ) -> Result<(i64, Option<i64>)> {
-        let ordered = !self.inner.config.ordered_aggregate_types.is_empty();
-        let state = self.floors.entry(target.schema.clone()).or_default();
+        let ordered = !inner.config.ordered_aggregate_types.is_empty();
+        let state = self.floor.get_or_insert_with(Default::default);
         state.scanned = state.scanned.max(settled);
         // Past the horizon, a read is needed only where the claims went on past the ids known
         // (see `Self::claimed`): a claim from the cursor right after them walks fresh entries.
@@ -150,8 +155,7 @@ impl Pipeline {
             due.iter().map(|&i| state.passed[i].ids.clone()).collect();
         // 0 until a read came back full (a FloorState starts with 0).
         let span = state.span.max(GAP_SPAN);
-        let gaps = self
-            .inner
+        let gaps = inner
             .store
             .claim_gaps(&GapParams {
                 target,
@@ -230,36 +234,38 @@ impl Pipeline {
         Ok((state.scanned, late))
     }
 
-    /// What a claim (or a pair) took tells where ids are present: when the claims took every
-    /// id from at most just past the last id known (`scanned`) to their last one, the relay
-    /// knows them all without reading them (a relay draining a backlog alone past a
-    /// transaction held open reads the ids past the horizon only where its claims left some).
-    pub(super) fn claimed(&mut self, target: &Target, spread: &Spread) {
-        if let Some(state) = self.floors.get_mut(&target.schema)
-            && let (Some(first), Some(last)) = (spread.first, spread.last)
-            && i64::try_from(spread.events).is_ok_and(|events| last - first + 1 == events)
-            && first <= state.scanned.saturating_add(1)
-            && last > state.scanned
-        {
-            state.scanned = last;
-        }
-    }
-
     /// The floor of `target`'s next claim, never above `through` + 1 (see [`Self::passed`]):
     /// advanced from the last one, or found again from the start of the table (a sweep) every
     /// [`FLOOR_SWEEP`].
-    pub(super) async fn floor(&mut self, target: &Target, through: i64) -> Result<i64> {
-        let state = self.floors.entry(target.schema.clone()).or_default();
+    pub(super) async fn floor(
+        state: &mut FloorState,
+        inner: &Inner,
+        target: &Target,
+        through: i64,
+    ) -> Result<i64> {
         if state.swept.is_none_or(|at| at.elapsed() >= FLOOR_SWEEP) {
             state.swept = Some(Instant::now());
             state.floor = 0;
         }
-        state.floor = self
-            .inner
+        state.floor = inner
             .store
             .claim_floor(target, state.floor, through)
             .await?;
         Ok(state.floor)
+    }
+}
+
+/// What a claim (or a pair) took tells where ids are present: when the claims took every
+/// id from at most just past the last id known (`scanned`) to their last one, the relay
+/// knows them all without reading them (a relay draining a backlog alone past a
+/// transaction held open reads the ids past the horizon only where its claims left some).
+pub(super) fn claimed(state: &mut FloorState, spread: &Spread) {
+    if let (Some(first), Some(last)) = (spread.first, spread.last)
+        && i64::try_from(spread.events).is_ok_and(|events| last - first + 1 == events)
+        && first <= state.scanned.saturating_add(1)
+        && last > state.scanned
+    {
+        state.scanned = last;
     }
 }
 

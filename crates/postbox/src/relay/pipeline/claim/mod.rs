@@ -118,15 +118,30 @@ const CROWDED: f64 = 3.0;
 /// again: the other relays may have stopped or moved on.
 const CROWDED_FOR: Duration = Duration::from_secs(5);
 
-impl Pipeline {
+/// What a relay keeps of one target's claims: its commit horizon and its floor (each once the
+/// store has one). Taken out of the pipeline while a claim of the target is prepared, so that
+/// the claims of several targets are prepared side by side ([`Pipeline::claim_each`]).
+#[derive(Default)]
+pub(super) struct TargetClaims {
+    horizon: Option<HorizonState>,
+    floor: Option<FloorState>,
+}
+
+impl TargetClaims {
     /// Where `target`'s next claim takes new work from: past its last claim (its cursor) while
     /// its claims come back full, never above `through` + 1 (the commit horizon, or the ids
     /// read past it: see [`Self::passed`]), so that a transaction that commits late is still
     /// found; else, and every [`FLOOR_CLAIM`], from the floor. Ordered relays always claim from
     /// the floor: an event that waited for its aggregate stays behind, below where the claims
     /// went on.
-    async fn claim_start(&mut self, target: &Target, through: i64, ordered: bool) -> Result<i64> {
-        let state = self.floors.entry(target.schema.clone()).or_default();
+    async fn claim_start(
+        &mut self,
+        inner: &Inner,
+        target: &Target,
+        through: i64,
+        ordered: bool,
+    ) -> Result<i64> {
+        let state = self.floor.get_or_insert_with(Default::default);
         if !ordered
             && let Some(cursor) = state.cursor
             && state
@@ -136,13 +151,13 @@ impl Pipeline {
             return Ok(cursor.min(through.saturating_add(1)).max(state.floor));
         }
         state.floor_claimed = Some(Instant::now());
-        self.floor(target, through).await
+        Self::floor(state, inner, target, through).await
     }
 
     /// Whether `target`'s next claim is a sweep (see [`ClaimOrder::sweep`]): once every
     /// [`ORDERED_SWEEP`].
-    fn sweep(&mut self, target: &Target) -> bool {
-        let state = self.floors.entry(target.schema.clone()).or_default();
+    fn sweep(&mut self) -> bool {
+        let state = self.floor.get_or_insert_with(Default::default);
         if state
             .ordered_swept
             .is_none_or(|at| at.elapsed() >= ORDERED_SWEEP)
@@ -154,38 +169,80 @@ impl Pipeline {
         }
     }
 
-    /// Where `target`'s next claim starts and how large it is: its commit horizon, the ids
-    /// passed, its floor or cursor.
-    async fn prepare(&mut self, target: &Target) -> Result<Prepared> {
-        let inner = Arc::clone(&self.inner);
+    /// Where `target`'s next claim starts and how large it is (`size`): its commit horizon,
+    /// the ids passed, its floor or cursor.
+    async fn prepare(&mut self, inner: &Inner, target: &Target, size: u32) -> Result<Prepared> {
         let cfg = &inner.config;
         let ordered = !cfg.ordered_aggregate_types.is_empty();
         let floors = inner.store.capabilities().claims_from_floor;
         let (settled_through, stalled) = if ordered || floors {
-            self.horizon(target, ordered).await?
+            self.horizon(inner, target, ordered).await?
         } else {
             (0, false)
         };
         let floor = if floors {
-            let (through, late) = self.passed(target, settled_through, stalled).await?;
-            let start = self.claim_start(target, through, ordered).await?;
+            let (through, late) = self.passed(inner, target, settled_through, stalled).await?;
+            let start = self.claim_start(inner, target, through, ordered).await?;
             // An event committed late below where the claims went on: this claim starts at it.
             late.map_or(start, |late| start.min(late))
         } else {
             0
         };
-        let size = self
-            .sizes
-            .get(&target.schema)
-            .copied()
-            .unwrap_or(cfg.batch_size);
-        let sweep = ordered && self.sweep(target);
+        let sweep = ordered && self.sweep();
         Ok(Prepared {
             settled_through,
             floor,
             size,
             sweep,
         })
+    }
+}
+
+/// How many targets' claims a round makes side by side at most ([`Pipeline::claim_each`]):
+/// each on a connection of its own, leaving the rest of a small pool to marks and renewals.
+pub(in crate::relay) const CLAIMS_AT_ONCE: usize = 4;
+
+impl Pipeline {
+    /// What the pipeline keeps of `target`'s claims, taken out until [`Self::put_claims`].
+    fn take_claims(&mut self, target: &Target) -> TargetClaims {
+        TargetClaims {
+            horizon: self.horizons.remove(&target.schema),
+            floor: self.floors.remove(&target.schema),
+        }
+    }
+
+    /// Puts back what [`Self::take_claims`] took (and a claim updated).
+    fn put_claims(&mut self, target: &Target, claims: TargetClaims) {
+        if let Some(horizon) = claims.horizon {
+            self.horizons.insert(target.schema.clone(), horizon);
+        }
+        if let Some(floor) = claims.floor {
+            self.floors.insert(target.schema.clone(), floor);
+        }
+    }
+
+    /// Takes in where a claim of `target` took ids (see [`horizon::claimed`]).
+    fn claimed(&mut self, target: &Target, spread: &Spread) {
+        if let Some(floor) = self.floors.get_mut(&target.schema) {
+            horizon::claimed(floor, spread);
+        }
+    }
+
+    /// The size of `target`'s next claim.
+    fn size_of(&self, target: &Target) -> u32 {
+        self.sizes
+            .get(&target.schema)
+            .copied()
+            .unwrap_or(self.inner.config.batch_size)
+    }
+
+    /// Where `target`'s next claim starts and how large it is.
+    async fn prepare(&mut self, target: &Target) -> Result<Prepared> {
+        let mut claims = self.take_claims(target);
+        let size = self.size_of(target);
+        let prepared = claims.prepare(&self.inner, target, size).await;
+        self.put_claims(target, claims);
+        prepared
     }
 
     /// Whether `target`'s next claim is a pair of claims side by side (see
@@ -219,6 +276,53 @@ impl Pipeline {
         self.set_cursor(target, result.full, last);
         self.claimed(target, &spread);
         Ok(result)
+    }
+
+    /// One claim of each of `targets` (at most [`CLAIMS_AT_ONCE`], of different targets), side
+    /// by side: each prepared and asked on a connection of its own, so that a tenant's claim
+    /// does not wait for the round trips of the others' (a burst of events into a few tenants
+    /// costs one claim's time, as a burst into one schema does). What each brought is taken in
+    /// in `targets`' order; the result of each, in that order.
+    pub(in crate::relay) async fn claim_each(
+        &mut self,
+        targets: &[Target],
+    ) -> Vec<Result<Claimed>> {
+        let inner = Arc::clone(&self.inner);
+        let asks = targets.iter().map(|target| {
+            let mut claims = self.take_claims(target);
+            let size = self.size_of(target);
+            let inner = &inner;
+            async move {
+                let asked = async {
+                    let prepared = claims.prepare(inner, target, size).await?;
+                    let claimed = ask(inner, target, &prepared).await?;
+                    Ok::<_, crate::Error>((prepared, claimed))
+                }
+                .await;
+                (claims, asked)
+            }
+        });
+        let asked = futures::future::join_all(asks.collect::<Vec<_>>()).await;
+        let mut results = Vec::with_capacity(targets.len());
+        for (target, (claims, asked)) in targets.iter().zip(asked) {
+            self.put_claims(target, claims);
+            let result = match asked {
+                Ok((prepared, claimed)) => {
+                    let spread = Spread::of([&claimed]);
+                    match self.absorb(target, &prepared, claimed).await {
+                        Ok((result, last)) => {
+                            self.set_cursor(target, result.full, last);
+                            self.claimed(target, &spread);
+                            Ok(result)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            results.push(result);
+        }
+        results
     }
 
     /// Two claims of `target` side by side, from the same start: the rows one locks the other
