@@ -575,8 +575,11 @@ async fn a_relay_that_starts_behind_a_transaction_held_open_drains_past_it() {
     eprintln!(
         "polling index entries read for a drain of {total} behind a held transaction: {reads}"
     );
+    // Alone this reads about 10.5 entries per event; beside the whole suite up to 15.3 (what
+    // the marks left is pruned later under load). A drain that walked from the held event at
+    // each claim would read about 100 per event.
     assert!(
-        reads < 15 * total,
+        reads < 20 * total,
         "the drain read {reads} polling index entries for {total} events"
     );
 }
