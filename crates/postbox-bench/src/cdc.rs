@@ -439,27 +439,14 @@ async fn watch_churn(
     let handle = running(store.clone());
     let wal_start = wal_lsn(pool).await?;
     let started = Instant::now();
-    let bar = bars(opts.cdc_churn.as_secs(), "cdc: slot while 20 tables churn");
-    let mut retained = Vec::new();
-    let mut kept = Vec::new();
-    while started.elapsed() < opts.cdc_churn {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let (behind, kept_now) = cdc.wal().await?;
-        retained.push(behind);
-        kept.push(kept_now);
-        bar.set_position(started.elapsed().as_secs());
-    }
-    bar.finish_and_clear();
+    let (mut retained, mut kept) =
+        sample_wal(cdc, opts.cdc_churn, bars, "cdc: slot while 20 tables churn").await?;
     let seconds = started.elapsed().as_secs_f64();
     let written = (wal_lsn(pool).await? - wal_start).max(0) as f64;
     let retained_end = cdc.retained().await?;
     // The same again with one producer transaction held open (it wrote an outbox row and
     // neither commits nor rolls back): the slot's confirmation goes on, what the server keeps
     // for it cannot pass the transaction.
-    let bar = bars(
-        opts.cdc_churn.as_secs(),
-        "cdc: slot while 20 tables churn, a producer transaction held open",
-    );
     let mut held = pool.begin().await.map_err(BenchError::db)?;
     sqlx::query(
         "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
@@ -468,16 +455,13 @@ async fn watch_churn(
     .execute(&mut *held)
     .await
     .map_err(BenchError::db)?;
-    let held_at = Instant::now();
-    let (mut held_retained, mut held_kept) = (Vec::new(), Vec::new());
-    while held_at.elapsed() < opts.cdc_churn {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let (behind, kept_now) = cdc.wal().await?;
-        held_retained.push(behind);
-        held_kept.push(kept_now);
-        bar.set_position(held_at.elapsed().as_secs());
-    }
-    bar.finish_and_clear();
+    let (mut held_retained, mut held_kept) = sample_wal(
+        cdc,
+        opts.cdc_churn,
+        bars,
+        "cdc: slot while 20 tables churn, a producer transaction held open",
+    )
+    .await?;
     held.rollback().await.map_err(BenchError::db)?;
     end_relay(handle).await?;
     cdc.stop(store).await?;
@@ -548,6 +532,28 @@ async fn watch_churn(
         catch_up_seconds: caught_up.as_secs_f64(),
         retained_after_catch_up_mib: after_catch_up as f64 / MIB,
     })
+}
+
+/// The slot's WAL ([`Cdc::wal`]) once a second for `duration`: how far it trailed, and what the
+/// server kept for it.
+async fn sample_wal(
+    cdc: &Cdc,
+    duration: Duration,
+    bars: &dyn Fn(u64, &str) -> ProgressBar,
+    what: &str,
+) -> Result<(Vec<u64>, Vec<u64>), BenchError> {
+    let started = Instant::now();
+    let bar = bars(duration.as_secs(), what);
+    let (mut behind, mut kept) = (Vec::new(), Vec::new());
+    while started.elapsed() < duration {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (b, k) = cdc.wal().await?;
+        behind.push(b);
+        kept.push(k);
+        bar.set_position(started.elapsed().as_secs());
+    }
+    bar.finish_and_clear();
+    Ok((behind, kept))
 }
 
 /// The median and the largest of `samples` (0 when there are none).

@@ -112,7 +112,7 @@ async fn read(s: Arc<Stream>) {
                         warn!(slot, error = %e, "cannot create the publication again");
                     }
                     drop_slot(&s).await;
-                } else if text.contains("is active for PID") {
+                } else if held {
                     // A standby (logged above, once).
                 } else {
                     error!(slot, error = %text,
@@ -275,6 +275,8 @@ async fn lag(s: Arc<Stream>) {
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The confirmed position last seen, and when it was first seen there.
     let mut still: Option<(i64, std::time::Instant)> = None;
+    // What the server keeps for the slot is read as `postbox status` reads it.
+    let store = postbox::PgStore::new(s.pool.clone());
     loop {
         tokio::select! {
             () = s.cancel.cancelled() => return,
@@ -287,12 +289,10 @@ async fn lag(s: Arc<Stream>) {
         let Ok(Some(lag)) = row else {
             continue;
         };
-        // What the server keeps for the slot, and the transaction that holds it: as `postbox
-        // status` reads them.
-        let slots =
-            postbox::ops::StoreOps::replication_slots(&postbox::PgStore::new(s.pool.clone()))
-                .await
-                .unwrap_or_default();
+        // What the server keeps for the slot, and the transaction that holds it.
+        let slots = postbox::ops::StoreOps::replication_slots(&store)
+            .await
+            .unwrap_or_default();
         let kept_by = slots.into_iter().find(|k| k.name == slot);
         let pin = kept_by.as_ref().and_then(|k| k.pinned_by.as_ref());
         let bytes = u64::try_from(lag.lag_bytes.unwrap_or(0)).unwrap_or(0);

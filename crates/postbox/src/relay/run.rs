@@ -506,7 +506,6 @@ impl Relay {
                 [target] if pipeline.pairs(target, alone) => {
                     vec![pipeline.claim_pair(target).await]
                 }
-                [target] => vec![pipeline.claim(target).await],
                 targets => pipeline.claim_each(targets).await,
             };
             let light = batch.first().is_some_and(|t| !targets.is_backlog(t));

@@ -271,8 +271,19 @@ impl Pipeline {
     pub(in crate::relay) async fn claim(&mut self, target: &Target) -> Result<Claimed> {
         let prepared = self.prepare(target).await?;
         let claimed = ask(&self.inner, target, &prepared).await?;
+        self.take_in(target, &prepared, claimed).await
+    }
+
+    /// Takes in what one claim of `target` brought ([`Self::absorb`]) and goes on past it: its
+    /// cursor, the ids it took.
+    async fn take_in(
+        &mut self,
+        target: &Target,
+        prepared: &Prepared,
+        claimed: store::Claimed,
+    ) -> Result<Claimed> {
         let spread = Spread::of([&claimed]);
-        let (result, last) = self.absorb(target, &prepared, claimed).await?;
+        let (result, last) = self.absorb(target, prepared, claimed).await?;
         self.set_cursor(target, result.full, last);
         self.claimed(target, &spread);
         Ok(result)
@@ -307,17 +318,7 @@ impl Pipeline {
         for (target, (claims, asked)) in targets.iter().zip(asked) {
             self.put_claims(target, claims);
             let result = match asked {
-                Ok((prepared, claimed)) => {
-                    let spread = Spread::of([&claimed]);
-                    match self.absorb(target, &prepared, claimed).await {
-                        Ok((result, last)) => {
-                            self.set_cursor(target, result.full, last);
-                            self.claimed(target, &spread);
-                            Ok(result)
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
+                Ok((prepared, claimed)) => self.take_in(target, &prepared, claimed).await,
                 Err(e) => Err(e),
             };
             results.push(result);
