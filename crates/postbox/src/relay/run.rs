@@ -119,6 +119,18 @@ impl Relay {
             for schema in inner.retries.take_due() {
                 targets.due(&schema, false);
             }
+            // What the claims that outlasted their round brought.
+            for (target, claimed) in pipeline.take_late() {
+                let settled = pipeline.settled_through(&target);
+                self.took(
+                    &mut targets,
+                    &target,
+                    claimed,
+                    settled,
+                    &mut Round::default(),
+                    &mut None,
+                );
+            }
             let latest = inner.rounds.sweep().latest();
             sweep |= !forever || latest > requested;
             requested = latest;
@@ -183,7 +195,9 @@ impl Relay {
             // window closing: recorded at once, and a slow publish holds up only itself), a
             // notification, a caller's request, the next look or claim, a retry or a pause
             // coming due, shutdown.
-            let blocked = |t: &Target| pipeline.is_paused(t) || pipeline.waits_for_own(t);
+            let blocked = |t: &Target| {
+                pipeline.is_paused(t) || pipeline.waits_for_own(t) || pipeline.is_claiming(t)
+            };
             let next = [
                 targets.next_look(blocked),
                 inner.retries.next(),
@@ -439,8 +453,7 @@ impl Relay {
         let mut result = Round::default();
         let mut failed = None;
         let mut served = 0;
-        let ids_in_commit_order = self.inner.store.capabilities().ids_in_commit_order;
-        let round = targets.round(|t| pipeline.is_paused(t));
+        let round = targets.round(|t| pipeline.is_paused(t) || pipeline.is_claiming(t));
         let alone = round.len() == 1;
         let started = Instant::now();
         let urgent = round.urgent.len();
@@ -504,48 +517,70 @@ impl Relay {
                 [] => continue,
                 // A backlog that needs no order: two claims side by side.
                 [target] if pipeline.pairs(target, alone) => {
-                    vec![pipeline.claim_pair(target).await]
+                    vec![(target.clone(), pipeline.claim_pair(target).await)]
                 }
                 targets => pipeline.claim_each(targets).await,
             };
             let light = batch.first().is_some_and(|t| !targets.is_backlog(t));
-            for (target, claimed) in batch.iter().zip(claims) {
-                match claimed {
-                    Ok(claimed) => {
-                        served += 1;
-                        light_claimed |= light && claimed.any;
-                        targets.claimed(
-                            target,
-                            ClaimSeen {
-                                any: claimed.any,
-                                full: claimed.full,
-                                settled_through: pipeline.settled_through(target),
-                                ids_in_commit_order,
-                            },
-                        );
-                        result.full |= claimed.full;
-                        result.claimed |= claimed.any;
-                        result.behind_own |= claimed.behind_own;
-                    }
-                    Err(e) if e.needs_operator() && target.tenant.is_some() => {
-                        targets.park(target, &e.to_string());
-                    }
-                    Err(e) => {
-                        targets.failed(target);
-                        warn!(tenant = target.label(), error = %e,
-                            "claim failed; its events stay in the outbox, other tenants are still served");
-                        // The default schema's error decides whether the relay can go on.
-                        if target.tenant.is_none() || failed.is_none() {
-                            failed = Some(e);
-                        }
-                    }
+            for (target, claimed) in claims {
+                if claimed.is_ok() {
+                    served += 1;
                 }
+                let settled = pipeline.settled_through(&target);
+                let any = self.took(targets, &target, claimed, settled, &mut result, &mut failed);
+                light_claimed |= light && any;
             }
         }
         result.served = served;
         match failed {
             Some(e) if served == 0 => Err(e),
             _ => Ok(result),
+        }
+    }
+
+    /// Notes what a claim of `target` brought in `targets` and the round's `result`; returns
+    /// whether it took an event. A tenant whose claim fails is logged and skipped (one whose
+    /// tables are gone waits for the next registry read); the error is kept in `failed` when it
+    /// is the default schema's or the first.
+    fn took(
+        &self,
+        targets: &mut Targets,
+        target: &Target,
+        claimed: Result<super::pipeline::Claimed>,
+        settled_through: Option<i64>,
+        result: &mut Round,
+        failed: &mut Option<Error>,
+    ) -> bool {
+        match claimed {
+            Ok(claimed) => {
+                targets.claimed(
+                    target,
+                    ClaimSeen {
+                        any: claimed.any,
+                        full: claimed.full,
+                        settled_through,
+                        ids_in_commit_order: self.inner.store.capabilities().ids_in_commit_order,
+                    },
+                );
+                result.full |= claimed.full;
+                result.claimed |= claimed.any;
+                result.behind_own |= claimed.behind_own;
+                claimed.any
+            }
+            Err(e) if e.needs_operator() && target.tenant.is_some() => {
+                targets.park(target, &e.to_string());
+                false
+            }
+            Err(e) => {
+                targets.failed(target);
+                warn!(tenant = target.label(), error = %e,
+                    "claim failed; its events stay in the outbox, other tenants are still served");
+                // The default schema's error decides whether the relay can go on.
+                if target.tenant.is_none() || failed.is_none() {
+                    *failed = Some(e);
+                }
+                false
+            }
         }
     }
 

@@ -286,3 +286,65 @@ async fn a_hanging_publish_holds_up_only_itself_in_every_tenant() {
     );
     relay.abort();
 }
+
+/// A tenant whose outbox table is locked (a migration's `ALTER TABLE` waiting behind a long
+/// query, `VACUUM FULL`, a `LOCK TABLE` in an operator's transaction) holds up only itself:
+/// while a transaction holds `t0`'s table in ACCESS EXCLUSIVE mode, with an event of its own
+/// written there, events of `t1` and of the default schema are each published within a couple
+/// of seconds; once the lock is gone, `t0`'s event is published, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_tenant_table_holds_up_only_itself() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 2).await;
+    let sink = RecordingSink::new();
+    let mut relay = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
+    relay.settled("the start-up sweep").await;
+    // The lock, and an event written under it: its id moves the table's head, so the relay
+    // claims from the locked table.
+    let mut locker = db.pool().begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE {}.outbox_events IN ACCESS EXCLUSIVE MODE",
+        tenants[0].schema.quoted()
+    )))
+    .execute(&mut *locker)
+    .await
+    .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {}.outbox_events (event_type, payload) VALUES ('UnderLock', '{{}}')",
+        tenants[0].schema.quoted()
+    )))
+    .execute(&mut *locker)
+    .await
+    .unwrap();
+    // The relay's claims of t0 now wait for the lock.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let public = SchemaName::new("public").unwrap();
+    for round in 0..3 {
+        for (tenant, schema) in [(Some("t1"), &tenants[1].schema), (None, &public)] {
+            let event_type = format!("Beside{round}");
+            let started = Instant::now();
+            insert_plain(&db, schema, &event_type).await;
+            wait_until(
+                "an event committed beside a locked tenant table is published",
+                Duration::from_secs(20),
+                || async { published_of(&sink, tenant, &event_type) == 1 },
+            )
+            .await;
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(3),
+                "{took:?} for an event of {tenant:?} beside a locked tenant table"
+            );
+        }
+    }
+    locker.commit().await.unwrap();
+    wait_until(
+        "the event written under the lock is published once the lock is gone",
+        Duration::from_secs(20),
+        || async { published_of(&sink, Some("t0"), "UnderLock") == 1 },
+    )
+    .await;
+    relay.settled("a sweep after it").await;
+    assert_eq!(published_of(&sink, Some("t0"), "UnderLock"), 1, "once");
+    relay.stop().await;
+}

@@ -27,9 +27,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
+use tracing::warn;
 use uuid::Uuid;
 
 use super::lease::LeaseKeeper;
+use super::timing::write_patience;
 use super::{Inner, RelayStats};
 use crate::error::Result;
 use crate::schema::{SchemaName, Target};
@@ -71,6 +73,8 @@ pub(super) enum Ready {
     Window,
     /// Nothing is publishing and outcomes are buffered: write them all.
     Flush,
+    /// A claim that outlasted its round returned (see [`Pipeline::claim_each`]).
+    Claimed(Box<claim::Asked>),
 }
 
 /// What one claim brought in.
@@ -108,6 +112,12 @@ pub(super) struct Pipeline {
     /// Targets whose last ordered claim came back short beside this relay's own events in
     /// flight: they are claimed again once those are recorded, not beside them.
     behind_own: HashSet<SchemaName>,
+    /// Claims that outlasted their round, taken in when they return (see
+    /// [`Pipeline::claim_each`]), and their targets.
+    claiming: FuturesUnordered<claim::Asking>,
+    claiming_targets: HashSet<SchemaName>,
+    /// What such claims brought, for the relay's loop ([`Pipeline::take_late`]).
+    late: Vec<(Target, Result<Claimed>)>,
     /// The last reason a destination gave for being down (redacted).
     last_unavailable: Option<String>,
     stats: RelayStats,
@@ -128,17 +138,32 @@ impl Pipeline {
             floors: HashMap::new(),
             sizes: HashMap::new(),
             behind_own: HashSet::new(),
+            claiming: FuturesUnordered::new(),
+            claiming_targets: HashSet::new(),
+            late: Vec::new(),
             last_unavailable: None,
             stats: RelayStats::default(),
         }
     }
 
-    /// Whether nothing is claimed, publishing or waiting to be recorded.
+    /// Whether nothing is being claimed, claimed, publishing or waiting to be recorded.
     pub(super) fn is_idle(&self) -> bool {
         self.running.is_empty()
             && self.queued.is_empty()
             && self.claims.is_empty()
             && self.marking.is_empty()
+            && self.claiming.is_empty()
+    }
+
+    /// Whether a claim of `target` that outlasted its round is still under way (see
+    /// [`Pipeline::claim_each`]): the target is not claimed again until it returns.
+    pub(super) fn is_claiming(&self, target: &Target) -> bool {
+        self.claiming_targets.contains(&target.schema)
+    }
+
+    /// What the claims that outlasted their round brought since the last call, by target.
+    pub(super) fn take_late(&mut self) -> Vec<(Target, Result<Claimed>)> {
+        std::mem::take(&mut self.late)
     }
 
     /// Whether another batch fits: the queue is running low and no more than `concurrency` plus
@@ -254,32 +279,45 @@ impl Pipeline {
             self.running
                 .push(outcomes::publishing(sink, claim, work, timeout));
         }
-        if self.running.is_empty() {
-            if self.claims.values().any(|c| c.buffered() > 0) {
-                // Nothing publishing: what is buffered is written now.
-                return Ready::Flush;
-            }
-            return match self.marking.next().await {
-                Some(marked) => Ready::Marked(marked),
-                None => std::future::pending().await,
-            };
+        if self.running.is_empty() && self.claims.values().any(|c| c.buffered() > 0) {
+            // Nothing publishing: what is buffered is written now.
+            return Ready::Flush;
         }
+        // The window closes only while publishes run (else what is buffered was written).
+        let flush_at = self.flush_at.filter(|_| !self.running.is_empty());
         let window = async {
-            match self.flush_at {
+            match flush_at {
                 Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
         };
-        let marking = async {
-            if self.marking.is_empty() {
+        let (running, marking, claiming) =
+            (&mut self.running, &mut self.marking, &mut self.claiming);
+        let published = async {
+            if running.is_empty() {
                 std::future::pending().await
             } else {
-                self.marking.next().await
+                running.next().await
+            }
+        };
+        let marked = async {
+            if marking.is_empty() {
+                std::future::pending().await
+            } else {
+                marking.next().await
+            }
+        };
+        let returned = async {
+            if claiming.is_empty() {
+                std::future::pending().await
+            } else {
+                claiming.next().await
             }
         };
         tokio::select! {
-            done = self.running.next() => Ready::Published(done.unwrap_or_default()),
-            Some(m) = marking => Ready::Marked(m),
+            done = published => Ready::Published(done.unwrap_or_default()),
+            Some(m) = marked => Ready::Marked(m),
+            Some(asked) = returned => Ready::Claimed(Box::new(asked)),
             () = window => Ready::Window,
         }
     }
@@ -297,6 +335,10 @@ impl Pipeline {
             Ready::Marked(marked) => self.account(marked)?,
             Ready::Window => {}
             Ready::Flush => all = true,
+            Ready::Claimed(asked) => {
+                let late = self.take_asked(*asked).await;
+                self.late.push(late);
+            }
         }
         let due = all || self.flush_at.is_some_and(|at| at <= Instant::now());
         self.flush(due).await
@@ -313,6 +355,7 @@ impl Pipeline {
     /// Stops: events still waiting for a publish slot go back to their queue at once (no try
     /// spent), the publishes in flight finish and are recorded.
     pub(super) async fn stop(&mut self) -> Result<()> {
+        self.await_claims().await;
         for (claim, work) in self.queued.take() {
             if let Some(open) = self.claims.get_mut(&claim) {
                 for event in work.events() {
@@ -328,6 +371,30 @@ impl Pipeline {
             }
         }
         self.finish().await
+    }
+
+    /// Waits for the claims that outlasted their round, for the write patience at most, and
+    /// takes in what they brought; a claim that has not returned by then (it waits for a lock)
+    /// is dropped: whatever it takes stays claimed under its lease and is taken over when that
+    /// expires.
+    async fn await_claims(&mut self) {
+        let deadline = Instant::now() + write_patience(self.inner.config.lease);
+        while !self.claiming.is_empty() {
+            match tokio::time::timeout_at(deadline, self.claiming.next()).await {
+                Ok(Some(asked)) => {
+                    let late = self.take_asked(asked).await;
+                    self.late.push(late);
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    warn!(relay = %self.inner.id, tenants = ?self.claiming_targets,
+                        "claims did not return before the relay stopped (a table locked?); \
+                         what they take is taken over when its lease expires");
+                    self.claiming = FuturesUnordered::new();
+                    self.claiming_targets.clear();
+                }
+            }
+        }
     }
 
     fn add(&mut self, stats: RelayStats) {

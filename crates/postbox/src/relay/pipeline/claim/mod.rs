@@ -4,10 +4,14 @@
 
 mod horizon;
 
+use std::future::Future;
 use std::ops::RangeInclusive;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
@@ -202,6 +206,28 @@ impl TargetClaims {
 /// each on a connection of its own, leaving the rest of a small pool to marks and renewals.
 pub(in crate::relay) const CLAIMS_AT_ONCE: usize = 4;
 
+/// How long the claims of a round wait for each other at most (see [`Pipeline::claim_each`]):
+/// past it, a claim that has not returned is taken in whenever it does, beside the publishes.
+/// Claims take milliseconds; one that takes this long waits for a lock (or a server that is
+/// far behind), and the targets whose claims returned go on without it.
+const CLAIM_PATIENCE: Duration = Duration::from_millis(500);
+
+/// How long the claims of a round wait for the rest once one has returned: the claims of
+/// different targets, started together, return within milliseconds of each other unless one
+/// waits for something the others do not.
+const LATE_AFTER: Duration = Duration::from_millis(50);
+
+/// A claim under way on its own (see [`Pipeline::claim_each`]).
+pub(super) type Asking = Pin<Box<dyn Future<Output = Asked> + Send>>;
+
+/// What a claim under way brings back: its target, what the pipeline keeps of that target's
+/// claims, and where the claim started with what it took.
+pub(in crate::relay) struct Asked {
+    target: Target,
+    claims: TargetClaims,
+    asked: Result<(Prepared, store::Claimed)>,
+}
+
 impl Pipeline {
     /// What the pipeline keeps of `target`'s claims, taken out until [`Self::put_claims`].
     fn take_claims(&mut self, target: &Target) -> TargetClaims {
@@ -293,37 +319,68 @@ impl Pipeline {
     /// by side: each prepared and asked on a connection of its own, so that a tenant's claim
     /// does not wait for the round trips of the others' (a burst of events into a few tenants
     /// costs one claim's time, as a burst into one schema does). What each brought is taken in
-    /// in `targets`' order; the result of each, in that order.
+    /// in the order they return; the result of each that returned, in that order.
+    ///
+    /// A claim that has not returned [`LATE_AFTER`] after the first one did (or
+    /// [`CLAIM_PATIENCE`] after they started) is left to return later: it stays in the pipeline
+    /// beside the publishes, is taken in when it returns ([`Pipeline::ready`]) and its result
+    /// waits for the relay's loop ([`Pipeline::take_late`]); its target is not claimed again
+    /// meanwhile ([`Pipeline::is_claiming`]). So a tenant whose table is locked (a migration's
+    /// `ALTER TABLE`, `VACUUM FULL`, an operator's `LOCK TABLE`) holds up its own claim only.
     pub(in crate::relay) async fn claim_each(
         &mut self,
         targets: &[Target],
-    ) -> Vec<Result<Claimed>> {
-        let inner = Arc::clone(&self.inner);
-        let asks = targets.iter().map(|target| {
-            let mut claims = self.take_claims(target);
-            let size = self.size_of(target);
-            let inner = &inner;
-            async move {
-                let asked = async {
-                    let prepared = claims.prepare(inner, target, size).await?;
-                    let claimed = ask(inner, target, &prepared).await?;
-                    Ok::<_, crate::Error>((prepared, claimed))
-                }
-                .await;
-                (claims, asked)
-            }
-        });
-        let asked = futures::future::join_all(asks.collect::<Vec<_>>()).await;
+    ) -> Vec<(Target, Result<Claimed>)> {
+        let mut asking: FuturesUnordered<Asking> =
+            targets.iter().map(|target| self.asking(target)).collect();
+        let mut cutoff = Instant::now() + CLAIM_PATIENCE;
         let mut results = Vec::with_capacity(targets.len());
-        for (target, (claims, asked)) in targets.iter().zip(asked) {
-            self.put_claims(target, claims);
-            let result = match asked {
-                Ok((prepared, claimed)) => self.take_in(target, &prepared, claimed).await,
-                Err(e) => Err(e),
-            };
-            results.push(result);
+        while let Ok(Some(asked)) = tokio::time::timeout_at(cutoff, asking.next()).await {
+            cutoff = cutoff.min(Instant::now() + LATE_AFTER);
+            results.push(self.take_asked(asked).await);
         }
+        self.claiming.extend(asking);
         results
+    }
+
+    /// Starts a claim of `target` (see [`Self::claim_each`]): what the pipeline keeps of its
+    /// claims goes with it until [`Self::take_asked`] puts it back.
+    fn asking(&mut self, target: &Target) -> Asking {
+        let claims = self.take_claims(target);
+        let size = self.size_of(target);
+        let inner = Arc::clone(&self.inner);
+        let target = target.clone();
+        self.claiming_targets.insert(target.schema.clone());
+        Box::pin(async move {
+            let mut claims = claims;
+            let asked = async {
+                let prepared = claims.prepare(&inner, &target, size).await?;
+                let claimed = ask(&inner, &target, &prepared).await?;
+                Ok((prepared, claimed))
+            }
+            .await;
+            Asked {
+                target,
+                claims,
+                asked,
+            }
+        })
+    }
+
+    /// Takes in a claim started by [`Self::asking`] that returned.
+    pub(super) async fn take_asked(&mut self, asked: Asked) -> (Target, Result<Claimed>) {
+        let Asked {
+            target,
+            claims,
+            asked,
+        } = asked;
+        self.claiming_targets.remove(&target.schema);
+        self.put_claims(&target, claims);
+        let result = match asked {
+            Ok((prepared, claimed)) => self.take_in(&target, &prepared, claimed).await,
+            Err(e) => Err(e),
+        };
+        (target, result)
     }
 
     /// Two claims of `target` side by side, from the same start: the rows one locks the other
@@ -596,7 +653,7 @@ impl Spread {
 }
 
 /// Where a claim starts and how large it is (see [`Pipeline::prepare`]).
-struct Prepared {
+pub(in crate::relay) struct Prepared {
     settled_through: i64,
     floor: i64,
     size: u32,
