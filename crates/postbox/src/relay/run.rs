@@ -140,7 +140,9 @@ impl Relay {
                     targets.all_due();
                 }
                 let looked = forever && self.look(&mut targets, &mut sweeper, &background).await;
-                let round = self.round(&mut pipeline, &mut targets, &stop).await?;
+                let round = self
+                    .round(&mut pipeline, &mut targets, forever, &stop)
+                    .await?;
                 Ok::<_, Error>((round, looked))
             }
             .await;
@@ -443,11 +445,14 @@ impl Relay {
     /// cannot hold up the others (one whose tables are gone waits for the next registry read);
     /// a target whose destinations were all down waits for its pause. The round fails when
     /// every target failed: with the default schema's error when that one needs an operator
-    /// (not migrated) — the relay then stops —, else as a transient error.
+    /// (not migrated) — the relay then stops —, else as a transient error. With `later` (a
+    /// relay that runs until stopped, not a drain), a backlog's claims are not waited for: they
+    /// are taken in when they return (see `Pipeline::claim_later`).
     async fn round(
         &self,
         pipeline: &mut Pipeline,
         targets: &mut Targets,
+        later: bool,
         stop: &watch::Receiver<bool>,
     ) -> Result<Round> {
         let mut result = Round::default();
@@ -479,7 +484,9 @@ impl Relay {
                         None => !(backlog && light_claimed),
                         Some(first) => {
                             targets.is_backlog(first) == backlog
-                                && pipeline.has_room_beside(batch.len())
+                                && pipeline.has_room_beside(batch.len(), !backlog, |t| {
+                                    targets.is_backlog(t)
+                                })
                         }
                     }
                 };
@@ -496,7 +503,7 @@ impl Relay {
                     more = false;
                     break;
                 }
-                if !pipeline.has_room_for(&target) {
+                if !pipeline.has_room_for(&target, |t| targets.is_backlog(t)) {
                     // Left due for a later round.
                     continue;
                 }
@@ -512,6 +519,16 @@ impl Relay {
                     continue;
                 }
                 batch.push(target);
+            }
+            let backlogs = batch.first().is_some_and(|t| targets.is_backlog(t));
+            if later && backlogs {
+                // A backlog's claims are taken in when they return: the relay goes on
+                // publishing, and claiming what other targets commit, meanwhile.
+                for target in &batch {
+                    pipeline.claim_later(target, pipeline.pairs(target, alone));
+                    served += 1;
+                }
+                continue;
             }
             let claims = match batch.as_slice() {
                 [] => continue,

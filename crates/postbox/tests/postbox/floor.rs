@@ -495,7 +495,13 @@ async fn a_transaction_held_open_does_not_make_claims_walk_the_events_done_since
     let relay_pool = named_pool(&db, "postbox-held-open").await;
     let store = PgStore::new(relay_pool.clone());
     let sink = RecordingSink::new();
-    let mut relay = Running::start(Relay::new(store, sink.clone(), config()).expect("relay"));
+    // The due sweep's backlog probe walks the polling index from its head, through every entry
+    // the held transaction keeps: once per poll interval, not per claim (what this test
+    // counts). At the tests' 50 ms it would run some 80 times during the drain (the relay
+    // looks on while its claims are under way); a second is still twenty times the default's
+    // pace.
+    let cfg = config().poll_interval(Duration::from_secs(1));
+    let mut relay = Running::start(Relay::new(store, sink.clone(), cfg).expect("relay"));
     let outbox = PgStore::new(db.pool().clone()).outbox();
     let (held, held_id) = hold_one(&outbox, &db).await;
     let total = 20_000;

@@ -115,7 +115,8 @@ pub(super) struct Pipeline {
     /// Claims that outlasted their round, taken in when they return (see
     /// [`Pipeline::claim_each`]), and their targets.
     claiming: FuturesUnordered<claim::Asking>,
-    claiming_targets: HashSet<SchemaName>,
+    /// Their targets, and the most events each may bring.
+    claiming_targets: HashMap<SchemaName, (Target, usize)>,
     /// What such claims brought, for the relay's loop ([`Pipeline::take_late`]).
     late: Vec<(Target, Result<Claimed>)>,
     /// The last reason a destination gave for being down (redacted).
@@ -139,7 +140,7 @@ impl Pipeline {
             sizes: HashMap::new(),
             behind_own: HashSet::new(),
             claiming: FuturesUnordered::new(),
-            claiming_targets: HashSet::new(),
+            claiming_targets: HashMap::new(),
             late: Vec::new(),
             last_unavailable: None,
             stats: RelayStats::default(),
@@ -158,7 +159,7 @@ impl Pipeline {
     /// Whether a claim of `target` that outlasted its round is still under way (see
     /// [`Pipeline::claim_each`]): the target is not claimed again until it returns.
     pub(super) fn is_claiming(&self, target: &Target) -> bool {
-        self.claiming_targets.contains(&target.schema)
+        self.claiming_targets.contains_key(&target.schema)
     }
 
     /// What the claims that outlasted their round brought since the last call, by target.
@@ -176,18 +177,41 @@ impl Pipeline {
 
     /// Whether a claim fits beside `others` made at the same moment (see
     /// [`Pipeline::claim_each`]): [`Self::has_room`], and a batch each of them and this one
-    /// within twice the room, the bound a quiet target's claim keeps beside a full pipeline.
-    pub(super) fn has_room_beside(&self, others: usize) -> bool {
-        let batch = self.inner.config.batch_size as usize;
-        self.has_room() && self.unrecorded() + (others + 1) * batch <= 2 * self.room()
+    /// within twice the room, the bound a quiet target's claim keeps beside a full pipeline; or,
+    /// for claims of targets that are no backlog (`light`; `backlog` says which are), a batch
+    /// each within the room among the events of such targets (see [`Self::has_room_for`]).
+    pub(super) fn has_room_beside(
+        &self,
+        others: usize,
+        light: bool,
+        backlog: impl Fn(&Target) -> bool,
+    ) -> bool {
+        let batches = (others + 1) * self.inner.config.batch_size as usize;
+        (self.has_room() && self.unrecorded() + batches <= 2 * self.room())
+            || (light && self.unrecorded_of(|t| !backlog(t)) + batches <= self.room())
     }
 
     /// Events claimed and not recorded yet.
     fn unrecorded(&self) -> usize {
-        self.claims
+        self.unrecorded_of(|_| true)
+    }
+
+    /// Events claimed and not recorded yet, of the targets `counted` says; a claim under way
+    /// counts as many as it may bring.
+    fn unrecorded_of(&self, counted: impl Fn(&Target) -> bool) -> usize {
+        let claimed: usize = self
+            .claims
             .values()
+            .filter(|c| counted(&c.target))
             .map(|c| c.outstanding + c.buffered())
-            .sum()
+            .sum();
+        let claiming: usize = self
+            .claiming_targets
+            .values()
+            .filter(|(t, _)| counted(t))
+            .map(|(_, events)| events)
+            .sum();
+        claimed + claiming
     }
 
     /// The most events claimed and unrecorded after a claim: `concurrency` (at least a batch)
@@ -198,16 +222,22 @@ impl Pipeline {
         cfg.concurrency.max(batch) + batch
     }
 
-    /// Whether a claim of `target` fits: [`Self::has_room`], or, for a target with nothing of
+    /// Whether a claim of `target` fits: [`Self::has_room`]; or, for a target with nothing of
     /// this relay's in flight, room up to twice that (an event of a quiet tenant is claimed
-    /// beside another tenant's backlog, and the fair queue publishes it next).
-    pub(super) fn has_room_for(&self, target: &Target) -> bool {
+    /// beside another tenant's backlog, and the fair queue publishes it next); or, for such a
+    /// target that is no backlog (`backlog` says which are), a batch within the room among the
+    /// events of targets that are none: however many events a backlog's claims (up to two of
+    /// `max_batch_size`) have queued, a quiet tenant's event is claimed at once, and the quiet
+    /// targets' events together stay within the room.
+    pub(super) fn has_room_for(&self, target: &Target, backlog: impl Fn(&Target) -> bool) -> bool {
         if self.has_room() {
             return true;
         }
         let batch = self.inner.config.batch_size as usize;
-        !self.claims.values().any(|c| c.target == *target)
-            && self.unrecorded() + batch <= 2 * self.room()
+        let quiet = !self.claims.values().any(|c| c.target == *target);
+        quiet
+            && (self.unrecorded() + batch <= 2 * self.room()
+                || (!backlog(target) && self.unrecorded_of(|t| !backlog(t)) + batch <= self.room()))
     }
 
     /// Whether `target`'s next claim waits until this relay's own events of it in flight are
@@ -387,7 +417,12 @@ impl Pipeline {
                 }
                 Ok(None) => break,
                 Err(_) => {
-                    warn!(relay = %self.inner.id, tenants = ?self.claiming_targets,
+                    let tenants: Vec<&str> = self
+                        .claiming_targets
+                        .values()
+                        .map(|(t, _)| t.label())
+                        .collect();
+                    warn!(relay = %self.inner.id, ?tenants,
                         "claims did not return before the relay stopped (a table locked?); \
                          what they take is taken over when its lease expires");
                     self.claiming = FuturesUnordered::new();

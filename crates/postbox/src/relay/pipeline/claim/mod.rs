@@ -225,7 +225,14 @@ pub(super) type Asking = Pin<Box<dyn Future<Output = Asked> + Send>>;
 pub(in crate::relay) struct Asked {
     target: Target,
     claims: TargetClaims,
-    asked: Result<(Prepared, store::Claimed)>,
+    asked: Result<(Prepared, Asks)>,
+}
+
+/// What a claim under way asked the store: one claim, or two side by side from the same start
+/// (see [`Pipeline::claim_pair`]).
+enum Asks {
+    One(store::Claimed),
+    Pair(Result<store::Claimed>, Result<store::Claimed>),
 }
 
 impl Pipeline {
@@ -331,8 +338,10 @@ impl Pipeline {
         &mut self,
         targets: &[Target],
     ) -> Vec<(Target, Result<Claimed>)> {
-        let mut asking: FuturesUnordered<Asking> =
-            targets.iter().map(|target| self.asking(target)).collect();
+        let mut asking: FuturesUnordered<Asking> = targets
+            .iter()
+            .map(|target| self.asking(target, false))
+            .collect();
         let mut cutoff = Instant::now() + CLAIM_PATIENCE;
         let mut results = Vec::with_capacity(targets.len());
         while let Ok(Some(asked)) = tokio::time::timeout_at(cutoff, asking.next()).await {
@@ -343,20 +352,31 @@ impl Pipeline {
         results
     }
 
-    /// Starts a claim of `target` (see [`Self::claim_each`]): what the pipeline keeps of its
-    /// claims goes with it until [`Self::take_asked`] puts it back.
-    fn asking(&mut self, target: &Target) -> Asking {
+    /// Starts a claim of `target` (see [`Self::claim_each`]), or with `pair` two side by side
+    /// (see [`Self::claim_pair`]): what the pipeline keeps of its claims goes with it until
+    /// [`Self::take_asked`] puts it back.
+    fn asking(&mut self, target: &Target, pair: bool) -> Asking {
         let claims = self.take_claims(target);
         let size = self.size_of(target);
         let inner = Arc::clone(&self.inner);
         let target = target.clone();
-        self.claiming_targets.insert(target.schema.clone());
+        let events = size as usize * if pair { 2 } else { 1 };
+        self.claiming_targets
+            .insert(target.schema.clone(), (target.clone(), events));
         Box::pin(async move {
             let mut claims = claims;
             let asked = async {
                 let prepared = claims.prepare(&inner, &target, size).await?;
-                let claimed = ask(&inner, &target, &prepared).await?;
-                Ok((prepared, claimed))
+                let asks = if pair {
+                    let (first, second) = tokio::join!(
+                        ask(&inner, &target, &prepared),
+                        ask(&inner, &target, &prepared)
+                    );
+                    Asks::Pair(first, second)
+                } else {
+                    Asks::One(ask(&inner, &target, &prepared).await?)
+                };
+                Ok((prepared, asks))
             }
             .await;
             Asked {
@@ -365,6 +385,16 @@ impl Pipeline {
                 asked,
             }
         })
+    }
+
+    /// Starts a claim of `target` (with `pair`, two side by side) that the relay does not wait
+    /// for: it is taken in when it returns, beside the publishes ([`Pipeline::ready`]), and
+    /// its result waits for the relay's loop ([`Pipeline::take_late`]). A backlog's claims go
+    /// this way, so that while one is under way (up to two of `max_batch_size`) the relay goes
+    /// on publishing, and claims the events others have just committed.
+    pub(in crate::relay) fn claim_later(&mut self, target: &Target, pair: bool) {
+        let asking = self.asking(target, pair);
+        self.claiming.push(asking);
     }
 
     /// Takes in a claim started by [`Self::asking`] that returned.
@@ -377,7 +407,10 @@ impl Pipeline {
         self.claiming_targets.remove(&target.schema);
         self.put_claims(&target, claims);
         let result = match asked {
-            Ok((prepared, claimed)) => self.take_in(&target, &prepared, claimed).await,
+            Ok((prepared, Asks::One(claimed))) => self.take_in(&target, &prepared, claimed).await,
+            Ok((prepared, Asks::Pair(first, second))) => {
+                self.take_pair(&target, &prepared, first, second).await
+            }
             Err(e) => Err(e),
         };
         (target, result)
@@ -389,12 +422,18 @@ impl Pipeline {
     /// marks. The first error is returned once what the other claimed is queued (an error
     /// taking in one claim's rows included).
     pub(in crate::relay) async fn claim_pair(&mut self, target: &Target) -> Result<Claimed> {
-        let prepared = self.prepare(target).await?;
-        let inner = Arc::clone(&self.inner);
-        let (first, second) = tokio::join!(
-            ask(&inner, target, &prepared),
-            ask(&inner, target, &prepared)
-        );
+        let asked = self.asking(target, true).await;
+        self.take_asked(asked).await.1
+    }
+
+    /// Takes in what a pair of claims of `target` brought (see [`Self::claim_pair`]).
+    async fn take_pair(
+        &mut self,
+        target: &Target,
+        prepared: &Prepared,
+        first: Result<store::Claimed>,
+        second: Result<store::Claimed>,
+    ) -> Result<Claimed> {
         let mut result = Claimed {
             full: true,
             any: false,
@@ -407,7 +446,7 @@ impl Pipeline {
             // Each claim's events are queued even when the other's could not be (its unreadable
             // rows could not be failed): they are this relay's to publish, under its lease.
             let absorbed = match claimed {
-                Ok(claimed) => self.absorb(target, &prepared, claimed).await,
+                Ok(claimed) => self.absorb(target, prepared, claimed).await,
                 Err(e) => Err(e),
             };
             match absorbed {
