@@ -367,7 +367,7 @@ async fn a_quiet_tenants_event_does_not_wait_for_another_tenants_backlog() {
     .unwrap();
     let sink = RecordingSink::new();
     sink.script("Bulk", Behaviour::Slow(Duration::from_millis(200)));
-    let mut relay = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
+    let relay = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
     // The backlog's claims have grown: a few waves of publishes are done.
     wait_until(
         "the backlog is draining",
