@@ -217,6 +217,15 @@ const CLAIM_PATIENCE: Duration = Duration::from_millis(500);
 /// waits for something the others do not.
 const LATE_AFTER: Duration = Duration::from_millis(50);
 
+/// A claim's task, aborted when the claim is dropped (the relay stopped or was dropped).
+struct Running(tokio::task::JoinHandle<Asked>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A claim under way on its own (see [`Pipeline::claim_each`]).
 pub(super) type Asking = Pin<Box<dyn Future<Output = Asked> + Send>>;
 
@@ -363,7 +372,10 @@ impl Pipeline {
         let events = size as usize * if pair { 2 } else { 1 };
         self.claiming_targets
             .insert(target.schema.clone(), (target.clone(), events));
-        Box::pin(async move {
+        // On a task of its own, so that it goes on (and gives its connection back) while the
+        // relay's loop is busy elsewhere, waiting for a connection of the same pool, say; the
+        // task ends with the relay (see `Running`).
+        let task = tokio::spawn(async move {
             let mut claims = claims;
             let asked = async {
                 let prepared = claims.prepare(&inner, &target, size).await?;
@@ -383,6 +395,16 @@ impl Pipeline {
                 target,
                 claims,
                 asked,
+            }
+        });
+        let mut running = Running(task);
+        Box::pin(async move {
+            match (&mut running.0).await {
+                Ok(asked) => asked,
+                // A panic in a claim is the relay's own, as it was when claims ran inline.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // Cancelled: the runtime is shutting down.
+                Err(_) => std::future::pending().await,
             }
         })
     }
