@@ -349,6 +349,100 @@ async fn a_locked_tenant_table_holds_up_only_itself() {
     relay.stop().await;
 }
 
+/// A tenant table locked while its event publishes (a `VACUUM FULL` or a migration begun
+/// meanwhile) holds up only that tenant: the event's failed try (here a publish that times out)
+/// waits for the lock to be written, and the other tenants' and the default schema's events are
+/// claimed, published and recorded meanwhile. Once the lock is gone, the try is written and the
+/// event published again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_table_locked_while_its_event_publishes_holds_up_only_itself() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 2).await;
+    let sink = RecordingSink::new();
+    // Longer than the publish timeout (2 s): a failed try, written to the locked table.
+    sink.script("Hangs", Behaviour::Slow(Duration::from_secs(60)));
+    let mut relay = Running::start(Relay::new(store, sink.clone(), config()).unwrap());
+    relay.settled("the start-up sweep").await;
+    let hangs = insert_plain(&db, &tenants[0].schema, "Hangs").await;
+    let t0 = tenants[0].schema.quoted();
+    wait_until("the event is claimed", Duration::from_secs(20), || async {
+        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!(
+            "SELECT status FROM {t0}.outbox_events WHERE id = $1"
+        )))
+        .bind(hangs)
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+            == "PROCESSING"
+    })
+    .await;
+    let mut locker = db.pool().begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE {t0}.outbox_events IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut *locker)
+    .await
+    .unwrap();
+    // The publish times out and its try waits for the lock.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let public = SchemaName::new("public").unwrap();
+    for round in 0..3 {
+        for (tenant, schema) in [(Some("t1"), &tenants[1].schema), (None, &public)] {
+            let event_type = format!("Beside{round}");
+            let started = Instant::now();
+            let id = insert_plain(&db, schema, &event_type).await;
+            wait_until(
+                "an event committed beside a locked tenant table is published and recorded",
+                Duration::from_secs(20),
+                || async {
+                    sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!(
+                        "SELECT status FROM {}.outbox_events WHERE id = $1",
+                        schema.quoted()
+                    )))
+                    .bind(id)
+                    .fetch_one(db.pool())
+                    .await
+                    .unwrap()
+                        == "PROCESSED"
+                },
+            )
+            .await;
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(3),
+                "{took:?} for an event of {tenant:?} beside a locked tenant table"
+            );
+            assert_eq!(published_of(&sink, tenant, &event_type), 1, "once");
+        }
+    }
+    sink.unscript("Hangs");
+    locker.commit().await.unwrap();
+    wait_until(
+        "the event whose try waited for the lock is published again and recorded",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!(
+                "SELECT status FROM {t0}.outbox_events WHERE id = $1"
+            )))
+            .bind(hangs)
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+                == "PROCESSED"
+        },
+    )
+    .await;
+    let retries: i32 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT retry_count FROM {t0}.outbox_events WHERE id = $1"
+    )))
+    .bind(hangs)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(retries, 1, "the timed-out try is counted once");
+    relay.stop().await;
+}
+
 /// A quiet tenant's event does not wait for another tenant's backlog: while `t0` drains 3,000
 /// events through a slow destination (each publish 200 ms, so its claims of up to 500 events,
 /// two side by side, queue far more than the pipeline publishes at once), each event committed

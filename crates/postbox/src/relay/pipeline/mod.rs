@@ -55,6 +55,10 @@ struct OpenClaim {
     /// The shortest pause a destination asked for.
     pause: Option<Duration>,
     started: Instant,
+    /// When the first outcome not handed to a write was buffered.
+    buffered_since: Option<Instant>,
+    /// Whether a write of its outcomes is under way (one at a time per claim).
+    writing: bool,
 }
 
 impl OpenClaim {
@@ -67,8 +71,12 @@ impl OpenClaim {
 pub(super) enum Ready {
     /// The outcomes of one piece of work.
     Published(Vec<outcomes::Done>),
-    /// A mark of acknowledged events finished.
-    Marked(std::result::Result<Result<flush::Marked>, tokio::task::JoinError>),
+    /// A write of a claim's outcomes finished: the claim, its target, what it wrote.
+    Written(
+        u64,
+        SchemaName,
+        std::result::Result<flush::Written, tokio::task::JoinError>,
+    ),
     /// The window of buffered outcomes closed.
     Window,
     /// Nothing is publishing and outcomes are buffered: write them all.
@@ -93,8 +101,10 @@ pub(super) struct Claimed {
 pub(super) struct Pipeline {
     inner: Arc<Inner>,
     running: FuturesUnordered<outcomes::Publishing>,
-    /// Marks of acknowledged events being written ([`flush::MARKS_IN_FLIGHT`] at most).
-    marking: FuturesUnordered<tokio::task::JoinHandle<Result<flush::Marked>>>,
+    /// Writes of outcomes under way ([`flush::WRITES_IN_FLIGHT`] at most).
+    writing: FuturesUnordered<flush::Writing>,
+    /// How many of them each target has ([`flush::TARGET_WRITES_IN_FLIGHT`] at most).
+    writes_of: HashMap<SchemaName, usize>,
     /// Claimed work waiting for a publish slot, the targets taking turns.
     queued: queue::Queue,
     claims: HashMap<u64, OpenClaim>,
@@ -129,7 +139,8 @@ impl Pipeline {
         Pipeline {
             inner,
             running: FuturesUnordered::new(),
-            marking: FuturesUnordered::new(),
+            writing: FuturesUnordered::new(),
+            writes_of: HashMap::new(),
             queued: queue::Queue::default(),
             claims: HashMap::new(),
             next_claim: 0,
@@ -152,7 +163,7 @@ impl Pipeline {
         self.running.is_empty()
             && self.queued.is_empty()
             && self.claims.is_empty()
-            && self.marking.is_empty()
+            && self.writing.is_empty()
             && self.claiming.is_empty()
     }
 
@@ -309,7 +320,7 @@ impl Pipeline {
             self.running
                 .push(outcomes::publishing(sink, claim, work, timeout));
         }
-        if self.running.is_empty() && self.claims.values().any(|c| c.buffered() > 0) {
+        if self.running.is_empty() && self.has_writable() {
             // Nothing publishing: what is buffered is written now.
             return Ready::Flush;
         }
@@ -321,8 +332,8 @@ impl Pipeline {
                 None => std::future::pending().await,
             }
         };
-        let (running, marking, claiming) =
-            (&mut self.running, &mut self.marking, &mut self.claiming);
+        let (running, writing, claiming) =
+            (&mut self.running, &mut self.writing, &mut self.claiming);
         let published = async {
             if running.is_empty() {
                 std::future::pending().await
@@ -330,11 +341,11 @@ impl Pipeline {
                 running.next().await
             }
         };
-        let marked = async {
-            if marking.is_empty() {
+        let written = async {
+            if writing.is_empty() {
                 std::future::pending().await
             } else {
-                marking.next().await
+                writing.next().await
             }
         };
         let returned = async {
@@ -346,7 +357,7 @@ impl Pipeline {
         };
         tokio::select! {
             done = published => Ready::Published(done.unwrap_or_default()),
-            Some(m) = marked => Ready::Marked(m),
+            Some((claim, schema, w)) = written => Ready::Written(claim, schema, w),
             Some(asked) = returned => Ready::Claimed(Box::new(asked)),
             () = window => Ready::Window,
         }
@@ -356,13 +367,16 @@ impl Pipeline {
     /// off: a write under way is seen through.
     pub(super) async fn apply(&mut self, ready: Ready) -> Result<()> {
         let mut all = false;
+        let mut accounted = Ok(());
         match ready {
             Ready::Published(done) => {
                 for done in done {
                     self.record(done);
                 }
             }
-            Ready::Marked(marked) => self.account(marked)?,
+            Ready::Written(claim, schema, written) => {
+                accounted = self.account(claim, &schema, written);
+            }
             Ready::Window => {}
             Ready::Flush => all = true,
             Ready::Claimed(asked) => {
@@ -371,7 +385,8 @@ impl Pipeline {
             }
         }
         let due = all || self.flush_at.is_some_and(|at| at <= Instant::now());
-        self.flush(due).await
+        self.flush(due);
+        accounted
     }
 
     /// Publishes and records everything claimed so far.

@@ -79,6 +79,7 @@ impl Pipeline {
         };
         open.keeper.release(done.id);
         open.outstanding -= 1;
+        open.buffered_since.get_or_insert_with(Instant::now);
         let Some(result) = done.result else {
             open.releases.push(Release {
                 id: done.id,

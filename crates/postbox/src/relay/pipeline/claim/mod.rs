@@ -661,6 +661,8 @@ impl Pipeline {
                     all_unavailable: true,
                     pause: None,
                     started: Instant::now(),
+                    buffered_since: None,
+                    writing: false,
                 },
             );
             for work in plan(&cfg.ordered_aggregate_types, claimed.events) {
