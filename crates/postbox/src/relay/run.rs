@@ -648,7 +648,7 @@ async fn read_due(store: &dyn crate::Store, sweep: &[Target], ordered: &[String]
             Err(e) if e.needs_operator() && target.tenant.is_some() => Due::Failed(e.to_string()),
             Err(e) => {
                 warn!(tenant = target.label(), error = %e,
-                    "cannot read the backlog; looked at again at the next sweep");
+                    "cannot read the backlog (on a lock timeout: its table is locked, by a VACUUM FULL, a migration or a LOCK TABLE); looked at again at the next sweep");
                 Due::Nothing
             }
         });

@@ -142,6 +142,54 @@ async fn a_lost_wake_up_is_made_good_by_the_due_sweep() {
     relay.stop().await;
 }
 
+/// A tenant table locked for long (a `VACUUM FULL`) does not stop the due sweep: the sweep's
+/// read of that tenant gives up on the lock after half a second, and what the other tenants
+/// committed unannounced is still found within a few poll intervals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_tenant_table_does_not_stop_the_due_sweep() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 40).await;
+    let sink = RecordingSink::new();
+    let cfg = config()
+        .notifications(false)
+        .head_poll_interval(None)
+        .busy_period(Duration::ZERO)
+        .poll_interval(Duration::from_millis(500));
+    let mut relay = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    relay.settled("the start-up sweep").await;
+    let mut locker = db.pool().begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE {}.outbox_events IN ACCESS EXCLUSIVE MODE",
+        tenants[3].schema.quoted()
+    )))
+    .execute(&mut *locker)
+    .await
+    .unwrap();
+    // A sweep now waits for the lock.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for round in 0..2 {
+        let event_type = format!("Unannounced{round}");
+        let started = Instant::now();
+        insert_plain(&db, &tenants[33].schema, &event_type).await;
+        wait_until(
+            "the unannounced event beside a locked tenant table is published",
+            Duration::from_secs(20),
+            || async { published_of(&sink, Some("t33"), &event_type) == 1 },
+        )
+        .await;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "{took:?}: the due sweep waited for a locked tenant table"
+        );
+    }
+    locker.commit().await.unwrap();
+    relay.settled("a sweep after the lock").await;
+    assert_eq!(published_of(&sink, Some("t33"), "Unannounced0"), 1);
+    assert_eq!(published_of(&sink, Some("t33"), "Unannounced1"), 1);
+    relay.stop().await;
+}
+
 /// A relay restarted finds what was committed while it was down, in every tenant, at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_started_late_finds_what_every_tenant_committed_meanwhile() {

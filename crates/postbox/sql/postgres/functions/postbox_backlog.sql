@@ -5,6 +5,10 @@
 -- is taken only when none is claimable, when all of them are in flight or waiting for a retry.
 -- Sequential and bitmap scans are off so that statistics saying "most rows are due" cannot turn
 -- the probe into a scan of the whole table from its oldest, processed, rows.
+-- A probe gives up on a lock after half a second (SQLSTATE 55P03, lock_not_available): a table
+-- locked for long (VACUUM FULL, a migration's ALTER TABLE waiting behind a long query, LOCK
+-- TABLE) fails its own probe, not the due sweep that reads a hundred tenants in one statement
+-- (the relay then reads each on its own and looks at the locked one again at the next sweep).
 CREATE OR REPLACE FUNCTION {schema}.postbox_backlog()
 RETURNS double precision
 LANGUAGE sql
@@ -12,6 +16,7 @@ STABLE
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET jit = off
+SET lock_timeout = '500ms'
 AS $backlog$
 SELECT CASE
     WHEN EXISTS (SELECT 1 FROM {schema}.outbox_events
@@ -34,6 +39,7 @@ SET enable_bitmapscan = off
 SET enable_mergejoin = off
 SET enable_hashjoin = off
 SET jit = off
+SET lock_timeout = '500ms'
 AS $backlog$
 WITH RECURSIVE aggregates(aggregate_type, aggregate_id) AS (
     (SELECT e.aggregate_type, e.aggregate_id
