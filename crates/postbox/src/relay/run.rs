@@ -23,6 +23,11 @@ use crate::schema::{SchemaName, Target};
 /// Targets whose backlog one read of the due sweep takes (one statement on PostgreSQL).
 const DUE_PER_READ: usize = 100;
 
+/// How long a read of the due sweep waits for maintenance's statement under way (background
+/// work holds one connection at a time) before it takes a connection of its own: a statement of
+/// retention or the slow lane waiting for a locked tenant table does not stop the sweep.
+const SWEEP_PATIENCE: Duration = Duration::from_secs(1);
+
 /// How long a round goes on claiming from targets due by a sweep alone (at start-up, every
 /// target) before it lets the relay take in what it heard and what its pipeline finished: a
 /// first claim from a tenant's schema in a session costs milliseconds (its functions are
@@ -333,7 +338,9 @@ impl Relay {
                 let ordered = inner.config.ordered_aggregate_types.clone();
                 let background = background.clone();
                 *sweeper = Some(tokio::spawn(async move {
-                    let due = background.run(read_due(&*store, &sweep, &ordered)).await;
+                    let due = background
+                        .run_within(SWEEP_PATIENCE, read_due(&*store, &sweep, &ordered))
+                        .await;
                     (sweep, due)
                 }));
             }

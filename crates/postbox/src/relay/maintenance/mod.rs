@@ -113,6 +113,22 @@ impl Background {
         let _permit = self.0.acquire().await.ok();
         work.await
     }
+
+    /// Runs `work` holding the permit, or without it once `patience` has passed: a statement of
+    /// maintenance that waits for a lock (a tenant table locked by a `VACUUM FULL` or a
+    /// migration) holds up that long at most the work that must not wait for it (the due
+    /// sweep), which then takes a connection of its own.
+    pub(in crate::relay) async fn run_within<T>(
+        &self,
+        patience: Duration,
+        work: impl Future<Output = T>,
+    ) -> T {
+        let _permit = tokio::time::timeout(patience, self.0.acquire())
+            .await
+            .ok()
+            .and_then(|p| p.ok());
+        work.await
+    }
 }
 
 /// Where a periodic pass over many targets goes on: each run takes the next share, so that every

@@ -28,8 +28,10 @@ use crate::store::{
 
 /// Writes of buffered outcomes under way at once, each on a task (and a connection) of its own,
 /// while the relay claims and publishes on: the database works on the next claim while the last
-/// batch is recorded.
-pub(super) const WRITES_IN_FLIGHT: usize = 4;
+/// batch is recorded. Three: as many connections as the relay's writes held before they left
+/// its loop (two marks beside one write awaited), so that they take no more of a small pool
+/// (the binary's has four) from the claims.
+pub(super) const WRITES_IN_FLIGHT: usize = 3;
 
 /// Of those, the most one target has under way: a target whose writes wait (its table locked by
 /// a `VACUUM FULL` or a migration, its rows locked by another session) holds this many, and the
