@@ -9,16 +9,20 @@
 -- locked for long (VACUUM FULL, a migration's ALTER TABLE waiting behind a long query, LOCK
 -- TABLE) fails its own probe, not the due sweep that reads a hundred tenants in one statement
 -- (the relay then reads each on its own and looks at the locked one again at the next sweep).
+-- The one without ordered types is PL/pgSQL, whose plan a session keeps: the due sweep calls it
+-- once per tenant per statement, and an SQL function with SET options is planned at every call
+-- (0.27 ms of the server's time against about 0.05).
 CREATE OR REPLACE FUNCTION {schema}.postbox_backlog()
 RETURNS double precision
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET jit = off
 SET lock_timeout = '500ms'
 AS $backlog$
-SELECT CASE
+BEGIN
+RETURN (SELECT CASE
     WHEN EXISTS (SELECT 1 FROM {schema}.outbox_events
                  WHERE status IN ('PENDING', 'PROCESSING')
                    AND (locked_until IS NULL OR locked_until < now()))
@@ -27,6 +31,7 @@ SELECT CASE
     ELSE (SELECT EXTRACT(EPOCH FROM min(locked_until) - now())::float8
           FROM {schema}.outbox_events
           WHERE status IN ('PENDING', 'PROCESSING'))
+END);
 END
 $backlog$;
 
