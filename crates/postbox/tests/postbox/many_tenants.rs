@@ -47,6 +47,35 @@ async fn insert_plain(db: &TestDb, schema: &SchemaName, event_type: &str) -> i64
     .unwrap()
 }
 
+/// Takes an `ACCESS EXCLUSIVE` lock on `schema`'s outbox table (what a `VACUUM FULL` or a
+/// migration's `ALTER TABLE` holds), held until the transaction returned ends.
+async fn lock_table(
+    db: &TestDb,
+    schema: &SchemaName,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut locker = db.pool().begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE {}.outbox_events IN ACCESS EXCLUSIVE MODE",
+        schema.quoted()
+    )))
+    .execute(&mut *locker)
+    .await
+    .unwrap();
+    locker
+}
+
+/// The status of event `id` in `schema`'s outbox.
+async fn status_of(db: &TestDb, schema: &SchemaName, id: i64) -> String {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT status FROM {}.outbox_events WHERE id = $1",
+        schema.quoted()
+    )))
+    .bind(id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap()
+}
+
 /// How many times `sink` published an event of `event_type` of `tenant` (`None`: the default
 /// schema).
 fn published_of(sink: &RecordingSink, tenant: Option<&str>, event_type: &str) -> usize {
@@ -159,14 +188,7 @@ async fn a_locked_tenant_table_does_not_stop_the_due_sweep() {
         .dead_letter_retry_interval(Some(Duration::from_secs(1)));
     let mut relay = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     relay.settled("the start-up sweep").await;
-    let mut locker = db.pool().begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "LOCK TABLE {}.outbox_events IN ACCESS EXCLUSIVE MODE",
-        tenants[3].schema.quoted()
-    )))
-    .execute(&mut *locker)
-    .await
-    .unwrap();
+    let locker = lock_table(&db, &tenants[3].schema).await;
     // A sweep now waits for the lock, and so does the slow lane's run.
     tokio::time::sleep(Duration::from_millis(700)).await;
     for round in 0..2 {
@@ -351,14 +373,7 @@ async fn a_locked_tenant_table_holds_up_only_itself() {
     relay.settled("the start-up sweep").await;
     // The lock, and an event written under it: its id moves the table's head, so the relay
     // claims from the locked table.
-    let mut locker = db.pool().begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "LOCK TABLE {}.outbox_events IN ACCESS EXCLUSIVE MODE",
-        tenants[0].schema.quoted()
-    )))
-    .execute(&mut *locker)
-    .await
-    .unwrap();
+    let mut locker = lock_table(&db, &tenants[0].schema).await;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {}.outbox_events (event_type, payload) VALUES ('UnderLock', '{{}}')",
         tenants[0].schema.quoted()
@@ -416,23 +431,10 @@ async fn a_tenant_table_locked_while_its_event_publishes_holds_up_only_itself() 
     let hangs = insert_plain(&db, &tenants[0].schema, "Hangs").await;
     let t0 = tenants[0].schema.quoted();
     wait_until("the event is claimed", Duration::from_secs(20), || async {
-        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!(
-            "SELECT status FROM {t0}.outbox_events WHERE id = $1"
-        )))
-        .bind(hangs)
-        .fetch_one(db.pool())
-        .await
-        .unwrap()
-            == "PROCESSING"
+        status_of(&db, &tenants[0].schema, hangs).await == "PROCESSING"
     })
     .await;
-    let mut locker = db.pool().begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "LOCK TABLE {t0}.outbox_events IN ACCESS EXCLUSIVE MODE"
-    )))
-    .execute(&mut *locker)
-    .await
-    .unwrap();
+    let locker = lock_table(&db, &tenants[0].schema).await;
     // The publish times out and its try waits for the lock.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let public = SchemaName::new("public").unwrap();
@@ -444,17 +446,7 @@ async fn a_tenant_table_locked_while_its_event_publishes_holds_up_only_itself() 
             wait_until(
                 "an event committed beside a locked tenant table is published and recorded",
                 Duration::from_secs(20),
-                || async {
-                    sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!(
-                        "SELECT status FROM {}.outbox_events WHERE id = $1",
-                        schema.quoted()
-                    )))
-                    .bind(id)
-                    .fetch_one(db.pool())
-                    .await
-                    .unwrap()
-                        == "PROCESSED"
-                },
+                || async { status_of(&db, schema, id).await == "PROCESSED" },
             )
             .await;
             let took = started.elapsed();
@@ -470,16 +462,7 @@ async fn a_tenant_table_locked_while_its_event_publishes_holds_up_only_itself() 
     wait_until(
         "the event whose try waited for the lock is published again and recorded",
         Duration::from_secs(30),
-        || async {
-            sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!(
-                "SELECT status FROM {t0}.outbox_events WHERE id = $1"
-            )))
-            .bind(hangs)
-            .fetch_one(db.pool())
-            .await
-            .unwrap()
-                == "PROCESSED"
-        },
+        || async { status_of(&db, &tenants[0].schema, hangs).await == "PROCESSED" },
     )
     .await;
     let retries: i32 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
