@@ -47,6 +47,25 @@ async fn insert_plain(db: &TestDb, schema: &SchemaName, event_type: &str) -> i64
     .unwrap()
 }
 
+/// Inserts an event of `event_type` into `schema` by plain SQL, waits (up to `patience`) until
+/// `sink` has published it (`tenant`: its tenant, `None` for the default schema), and returns how
+/// long that took.
+async fn time_to_publish(
+    db: &TestDb,
+    sink: &RecordingSink,
+    (schema, tenant): (&SchemaName, Option<&str>),
+    event_type: &str,
+    patience: Duration,
+) -> Duration {
+    let started = Instant::now();
+    insert_plain(db, schema, event_type).await;
+    wait_until("a plain-SQL event is published", patience, || async {
+        published_of(sink, tenant, event_type) == 1
+    })
+    .await;
+    started.elapsed()
+}
+
 /// Takes an `ACCESS EXCLUSIVE` lock on `schema`'s outbox table (what a `VACUUM FULL` or a
 /// migration's `ALTER TABLE` holds), held until the transaction returned ends.
 async fn lock_table(
@@ -152,15 +171,14 @@ async fn a_lost_wake_up_is_made_good_by_the_due_sweep() {
         .poll_interval(Duration::from_millis(500));
     let mut relay = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
     relay.settled("the start-up sweep").await;
-    let started = Instant::now();
-    insert_plain(&db, &tenants[33].schema, "Unannounced").await;
-    wait_until(
-        "the unannounced event is published",
+    let took = time_to_publish(
+        &db,
+        &sink,
+        (&tenants[33].schema, Some("t33")),
+        "Unannounced",
         Duration::from_secs(10),
-        || async { published_of(&sink, Some("t33"), "Unannounced") == 1 },
     )
     .await;
-    let took = started.elapsed();
     assert!(
         took < Duration::from_secs(3),
         "{took:?}: the due sweep reads every tenant once per poll interval (500 ms)"
@@ -193,15 +211,14 @@ async fn a_locked_tenant_table_does_not_stop_the_due_sweep() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     for round in 0..2 {
         let event_type = format!("Unannounced{round}");
-        let started = Instant::now();
-        insert_plain(&db, &tenants[33].schema, &event_type).await;
-        wait_until(
-            "the unannounced event beside a locked tenant table is published",
+        let took = time_to_publish(
+            &db,
+            &sink,
+            (&tenants[33].schema, Some("t33")),
+            &event_type,
             Duration::from_secs(20),
-            || async { published_of(&sink, Some("t33"), &event_type) == 1 },
         )
         .await;
-        let took = started.elapsed();
         assert!(
             took < Duration::from_secs(5),
             "{took:?}: the due sweep waited for a locked tenant table"
@@ -387,15 +404,14 @@ async fn a_locked_tenant_table_holds_up_only_itself() {
     for round in 0..3 {
         for (tenant, schema) in [(Some("t1"), &tenants[1].schema), (None, &public)] {
             let event_type = format!("Beside{round}");
-            let started = Instant::now();
-            insert_plain(&db, schema, &event_type).await;
-            wait_until(
-                "an event committed beside a locked tenant table is published",
+            let took = time_to_publish(
+                &db,
+                &sink,
+                (schema, tenant),
+                &event_type,
                 Duration::from_secs(20),
-                || async { published_of(&sink, tenant, &event_type) == 1 },
             )
             .await;
-            let took = started.elapsed();
             assert!(
                 took < Duration::from_secs(3),
                 "{took:?} for an event of {tenant:?} beside a locked tenant table"
@@ -505,15 +521,16 @@ async fn a_quiet_tenants_event_does_not_wait_for_another_tenants_backlog() {
     let mut took = Vec::new();
     for round in 0..5 {
         let event_type = format!("Quiet{round}");
-        let started = Instant::now();
-        insert_plain(&db, &tenants[1].schema, &event_type).await;
-        wait_until(
-            "the quiet tenant's event is published beside the backlog",
-            Duration::from_secs(20),
-            || async { published_of(&sink, Some("t1"), &event_type) == 1 },
-        )
-        .await;
-        took.push(started.elapsed());
+        took.push(
+            time_to_publish(
+                &db,
+                &sink,
+                (&tenants[1].schema, Some("t1")),
+                &event_type,
+                Duration::from_secs(20),
+            )
+            .await,
+        );
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let backlog_left = 3000 - published_of(&sink, Some("t0"), "Bulk");
