@@ -9,7 +9,8 @@
 //! after waiting at most [`FLUSH_WINDOW`] for the other outcomes of its claim, in one flush whose
 //! writes are retried together until [`write_patience`] past that window (the pipeline's
 //! `with_patience`; a write that starts later — its claim's previous write still under way —
-//! gets what is left, one attempt at least). So a lease goes unrenewed before its event's result is written for at most
+//! gets what is left, one attempt at least). So a lease goes unrenewed before its event's
+//! result is written for at most
 //!
 //! ```text
 //! renew_interval + FLUSH_WINDOW + write_patience = lease / 3 + 50 ms + lease / 2

@@ -78,11 +78,10 @@ impl Pipeline {
                 self.writes_of.remove(schema);
             }
         }
+        // What the claim buffered meanwhile goes at the flush that follows every take-in
+        // (`Pipeline::apply`), which also sets the next window.
         if let Some(open) = self.claims.get_mut(&claim) {
             open.writing = false;
-            if open.buffered() > 0 && self.flush_at.is_none() {
-                self.flush_at = Some(Instant::now() + FLUSH_WINDOW);
-            }
         }
         let written = match written {
             Ok(written) => written,
