@@ -106,6 +106,10 @@ pub struct BenchOptions {
     pub tenant_rates: Vec<u64>,
     /// How long each latency run of the tenants phase produces.
     pub tenant_duration: Duration,
+    /// How long each latency run of the tenants phase produces before it measures (a relay
+    /// that has run a while: its connections have met the tenants' tables); one more run
+    /// measures from a relay's start. Zero measures every run from the start.
+    pub tenant_warmup: Duration,
     /// How long the tenants phase watches an idle relay.
     pub tenant_idle: Duration,
     /// Events of the one tenant's backlog beside which the others' latency is measured; 0
@@ -149,6 +153,7 @@ impl BenchOptions {
             tenants: vec![1000],
             tenant_rates: vec![50, 1000],
             tenant_duration: Duration::from_secs(20),
+            tenant_warmup: Duration::from_secs(30),
             tenant_idle: Duration::from_secs(20),
             tenant_backlog: 1_000_000,
             tenant_relays: vec![1, 2],
@@ -179,6 +184,7 @@ impl BenchOptions {
             tenants: vec![20],
             tenant_rates: vec![50],
             tenant_duration: Duration::from_secs(1),
+            tenant_warmup: Duration::from_millis(500),
             tenant_idle: Duration::from_millis(500),
             tenant_backlog: 2_000,
             tenant_relays: vec![1],
@@ -502,6 +508,7 @@ async fn run_in(scratch: &Scratch, opts: &BenchOptions) -> Result<BenchReport, B
         let plan = tenants::TenantsPlan {
             rates: opts.tenant_rates.clone(),
             duration: opts.tenant_duration,
+            warmup: opts.tenant_warmup,
             idle: opts.tenant_idle,
             backlog: opts.tenant_backlog,
             relays: opts.tenant_relays.clone(),

@@ -437,6 +437,9 @@ pub struct TenantsRun {
     pub idle_cpu_pct: f64,
     /// The server connections one relay holds.
     pub connections: i64,
+    /// Seconds each latency run produced before it measured (but the one from a relay's
+    /// start).
+    pub warmup_seconds: f64,
     /// Commit → publish, per load.
     pub latency: Vec<TenantLatency>,
 }
@@ -710,8 +713,9 @@ impl BenchReport {
             let _ = writeln!(
                 out,
                 "tenants: {} schemas (added in {:.0} s; a relay's start-up sweep {:.1} s), \
-                 plain-SQL producers into random tenants, relays with defaults",
-                t.tenants, t.add_seconds, t.settle_seconds
+                 plain-SQL producers into random tenants, relays with defaults, measured after \
+                 {:.0} s of the same load",
+                t.tenants, t.add_seconds, t.settle_seconds, t.warmup_seconds
             );
             let _ = writeln!(
                 out,

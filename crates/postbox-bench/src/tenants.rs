@@ -38,6 +38,7 @@ const PRODUCERS: usize = 4;
 pub(crate) struct TenantsPlan {
     pub(crate) rates: Vec<u64>,
     pub(crate) duration: Duration,
+    pub(crate) warmup: Duration,
     pub(crate) idle: Duration,
     pub(crate) backlog: u64,
     pub(crate) relays: Vec<usize>,
@@ -312,8 +313,36 @@ async fn latency_of(
     Ok(Percentiles::from_hist(&hist, rate, duration))
 }
 
-/// One latency run: relays started fresh (and settled), producers at `rate`, the percentiles
-/// and the relays' CPU share while they produced.
+/// Commits `events` into `busy`'s outbox by plain SQL, in one statement per 100,000 rows.
+async fn fill_backlog(
+    pool: &PgPool,
+    busy: &SchemaName,
+    events: u64,
+    bar: &ProgressBar,
+) -> Result<(), BenchError> {
+    bar.set_message(format!("tenants: {events} events into {busy}"));
+    let mut left = events;
+    while left > 0 {
+        let n = left.min(100_000);
+        // The name is a validated schema name, quoted.
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {}.outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+             SELECT 'Backlog', 'Invoice', g::text, jsonb_build_object('n', g) \
+             FROM generate_series(1, $1) AS g",
+            busy.quoted()
+        )))
+        .bind(i64::try_from(n).unwrap_or(i64::MAX))
+        .execute(pool)
+        .await
+        .map_err(BenchError::db)?;
+        left -= n;
+    }
+    Ok(())
+}
+
+/// One latency run: relays started fresh (and settled), producers at `rate` for `warmup`
+/// unmeasured and then for the plan's duration, the percentiles and the relays' CPU share of
+/// the measured part.
 #[allow(
     clippy::too_many_arguments,
     reason = "one run's settings, each its own"
@@ -327,16 +356,26 @@ async fn run_latency(
     plan: &TenantsPlan,
     sink: Arc<TenantSink>,
     skip: Option<&SchemaName>,
+    warmup: Duration,
     what: &str,
     bar: &ProgressBar,
 ) -> Result<TenantLatency, BenchError> {
     let mut running = Relays::start(scratch, relays, Arc::clone(&sink)).await?;
-    if skip.is_none() {
-        running.settle(bar).await?;
-    } else {
-        // Beside a backlog the relays never settle: the run starts once the drain is under way
-        // (a tenth of the backlog published, at most 10,000 events).
-        let started_at = (plan.backlog / 10).clamp(1, 10_000);
+    running.settle(bar).await?;
+    if !warmup.is_zero() {
+        // Unmeasured: the relays' connections meet the tenants' tables (each connection
+        // prepares a schema's statements and compiles its functions the first time it claims
+        // or marks there), as those of a relay that has run a while have.
+        bar.set_message(format!("tenants: {what} (warming up)"));
+        let warm = produce(pool, schemas, skip, rate, warmup, bar).await?;
+        latency_of(&sink, &warm, rate, warmup).await?;
+    }
+    if let Some(busy) = skip {
+        let before = sink.count.load(Ordering::Relaxed);
+        fill_backlog(pool, busy, plan.backlog, bar).await?;
+        // The run starts once the drain is under way (a tenth of the backlog published, at
+        // most 10,000 events).
+        let started_at = before + (plan.backlog / 10).clamp(1, 10_000);
         let deadline = Instant::now() + Duration::from_secs(120);
         while sink.count.load(Ordering::Relaxed) < started_at && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -407,11 +446,32 @@ pub(crate) async fn run(
             plan,
             TenantSink::new(0, Duration::ZERO),
             None,
+            plan.warmup,
             &format!("{light}/s, 1 relay, into the default schema only"),
             &bar,
         )
         .await?,
     );
+    if !plan.warmup.is_zero() {
+        // A relay restarted (a deploy): its connections meet each tenant's table for the first
+        // time while they serve its events.
+        latency.push(
+            run_latency(
+                scratch,
+                pool,
+                &schemas,
+                1,
+                light,
+                plan,
+                TenantSink::new(0, Duration::ZERO),
+                None,
+                Duration::ZERO,
+                &format!("{light}/s, 1 relay, from its start (no warm-up)"),
+                &bar,
+            )
+            .await?,
+        );
+    }
     for &relays in &plan.relays {
         for &rate in &plan.rates {
             let what = format!(
@@ -428,6 +488,7 @@ pub(crate) async fn run(
                     plan,
                     TenantSink::new(0, Duration::ZERO),
                     None,
+                    plan.warmup,
                     &what,
                     &bar,
                 )
@@ -445,6 +506,7 @@ pub(crate) async fn run(
             plan,
             TenantSink::new(50, Duration::from_secs(2)),
             None,
+            plan.warmup,
             &format!("{light}/s, 1 relay, every 50th publish takes 2 s (the others)"),
             &bar,
         )
@@ -453,23 +515,6 @@ pub(crate) async fn run(
     if plan.backlog > 0
         && let Some(busy) = schemas.first()
     {
-        bar.set_message(format!("tenants: {} events into {busy}", plan.backlog));
-        // The backlog by plain SQL, in one statement per 100,000 rows.
-        let mut left = plan.backlog;
-        while left > 0 {
-            let n = left.min(100_000);
-            sqlx::query(AssertSqlSafe(format!(
-                "INSERT INTO {}.outbox_events (event_type, aggregate_type, aggregate_id, payload) \
-                 SELECT 'Backlog', 'Invoice', g::text, jsonb_build_object('n', g) \
-                 FROM generate_series(1, $1) AS g",
-                busy.quoted()
-            )))
-            .bind(i64::try_from(n).unwrap_or(i64::MAX))
-            .execute(pool)
-            .await
-            .map_err(BenchError::db)?;
-            left -= n;
-        }
         latency.push(
             run_latency(
                 scratch,
@@ -480,8 +525,9 @@ pub(crate) async fn run(
                 plan,
                 TenantSink::new(0, Duration::ZERO),
                 Some(busy),
+                plan.warmup,
                 &format!(
-                    "{light}/s, 1 relay, beside a backlog of {} in one tenant (the others)",
+                    "{light}/s, 1 relay, beside one tenant's backlog of {} (the others)",
                     plan.backlog
                 ),
                 &bar,
@@ -504,6 +550,7 @@ pub(crate) async fn run(
         settle_seconds,
         idle_cpu_pct,
         connections,
+        warmup_seconds: plan.warmup.as_secs_f64(),
         latency,
     })
 }

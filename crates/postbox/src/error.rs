@@ -171,6 +171,13 @@ impl Error {
         )
     }
 
+    /// Whether a statement gave up waiting for a lock (PostgreSQL's `lock_timeout`, SQLSTATE
+    /// 55P03): its table is locked by another session (a migration's `ALTER TABLE`, `VACUUM
+    /// FULL`, `LOCK TABLE`).
+    pub(crate) fn is_lock_timeout(&self) -> bool {
+        matches!(self, Error::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03"))
+    }
+
     pub(crate) fn invalid_config(field: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidConfig {
             field,

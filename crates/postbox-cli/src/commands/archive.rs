@@ -39,6 +39,7 @@ pub(crate) async fn run(config: &Config, args: &ArchiveArgs) -> anyhow::Result<E
             after_id: 0,
             batch_size: args.batch_size,
             dry_run: args.dry_run,
+            lock_wait: None,
         };
         let moved = archive_all(&*db.store, params, true, |n| progress.add(n))
             .await

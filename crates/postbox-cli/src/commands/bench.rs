@@ -96,6 +96,9 @@ pub(crate) async fn run(config: &Config, args: &BenchArgs) -> anyhow::Result<Exi
     if let Some(d) = args.tenant_duration {
         opts.tenant_duration = d;
     }
+    if let Some(d) = args.tenant_warmup {
+        opts.tenant_warmup = d;
+    }
     if let Some(d) = args.tenant_idle {
         opts.tenant_idle = d;
     }
@@ -238,6 +241,13 @@ pub(crate) struct BenchArgs {
     /// How long each latency run of the tenants phase produces [default: 20s; quick: 1s]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) tenant_duration: Option<Duration>,
+
+    /// How long each latency run of the tenants phase produces before it measures: a relay
+    /// that has run a while, whose connections have met the tenants' tables (statements
+    /// prepared, functions compiled); one more run measures a relay from its start, 0 measures
+    /// every run from the start [default: 30s; quick: 500ms]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) tenant_warmup: Option<Duration>,
 
     /// How long the tenants phase watches an idle relay's CPU [default: 20s; quick: 500ms]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]

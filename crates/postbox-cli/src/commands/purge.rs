@@ -44,6 +44,7 @@ pub(crate) async fn run(config: &Config, args: &PurgeArgs) -> anyhow::Result<Exi
             older_than,
             batch_size: args.batch_size,
             dry_run: args.dry_run,
+            lock_wait: None,
         };
         let purged = purge_all(&*db.store, params, true, |n| progress.add(n))
             .await

@@ -192,6 +192,7 @@ pub async fn inbox_records_past_the_dedup_window_are_purged<B: StoreHarness>() {
         older_than: Duration::from_secs(7 * 86_400),
         batch_size: 1,
         dry_run,
+        lock_wait: None,
     };
     let counted = postbox::store::purge_all(store, purge(true), true, |_| {})
         .await

@@ -35,6 +35,7 @@ pub(super) async fn archive_all<B: StoreHarness>(
                 after_id,
                 batch_size: batch,
                 dry_run,
+                lock_wait: None,
             })
             .await
             .unwrap()
@@ -68,6 +69,7 @@ async fn purge_all<B: StoreHarness>(
                 older_than: Duration::from_secs(days * 86_400),
                 batch_size: 2,
                 dry_run,
+                lock_wait: None,
             })
             .await
             .unwrap()

@@ -258,6 +258,7 @@ pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHa
                     max_tries,
                     batch_size: 1000,
                     exclude: &[],
+                    lock_wait: None,
                 })
                 .await
                 .unwrap()
@@ -323,6 +324,7 @@ pub async fn the_slow_lane_gives_failed_events_one_more_try_at_a_time<B: StoreHa
                 max_tries: 24,
                 batch_size: 1000,
                 exclude: &exclude,
+                lock_wait: None,
             })
             .await
             .unwrap();

@@ -332,14 +332,18 @@ impl Relay {
             }
         }
         if sweeper.is_none() {
-            let sweep = targets.sweep_due(DUE_PER_READ);
+            let mut sweep = targets.sweep_due(DUE_PER_READ);
+            sweep.retain(|target| !background.is_locked(target));
             if !sweep.is_empty() {
                 let store = Arc::clone(&inner.store);
                 let ordered = inner.config.ordered_aggregate_types.clone();
                 let background = background.clone();
                 *sweeper = Some(tokio::spawn(async move {
                     let due = background
-                        .run_within(SWEEP_PATIENCE, read_due(&*store, &sweep, &ordered))
+                        .run_within(
+                            SWEEP_PATIENCE,
+                            read_due(&*store, &sweep, &ordered, &background),
+                        )
                         .await;
                     (sweep, due)
                 }));
@@ -642,8 +646,14 @@ enum Due {
 }
 
 /// The backlog of each of `sweep` ([`Store::outbox_due`](crate::Store::outbox_due)); where one
-/// target fails the read of all, each is read on its own to find which.
-async fn read_due(store: &dyn crate::Store, sweep: &[Target], ordered: &[String]) -> Vec<Due> {
+/// target fails the read of all, each is read on its own to find which. A table found locked
+/// is left out of the sweeps for a while ([`maintenance::Background::found_locked`]).
+async fn read_due(
+    store: &dyn crate::Store,
+    sweep: &[Target],
+    ordered: &[String],
+    background: &maintenance::Background,
+) -> Vec<Due> {
     let due = |d: Option<Duration>| d.map_or(Due::Nothing, Due::In);
     if let Ok(all) = store.outbox_due(sweep, ordered).await {
         return all.into_iter().map(due).collect();
@@ -653,9 +663,10 @@ async fn read_due(store: &dyn crate::Store, sweep: &[Target], ordered: &[String]
         each.push(match store.backlog(target, ordered).await {
             Ok(b) => due(b.next_due_in),
             Err(e) if e.needs_operator() && target.tenant.is_some() => Due::Failed(e.to_string()),
+            Err(e) if background.found_locked(target, &e) => Due::Nothing,
             Err(e) => {
                 warn!(tenant = target.label(), error = %e,
-                    "cannot read the backlog (on a lock timeout: its table is locked, by a VACUUM FULL, a migration or a LOCK TABLE); looked at again at the next sweep");
+                    "cannot read the backlog; looked at again at the next sweep");
                 Due::Nothing
             }
         });

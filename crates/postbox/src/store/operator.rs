@@ -186,6 +186,11 @@ pub struct SlowLaneParams<'a> {
     pub batch_size: u32,
     /// Event types the slow lane skips.
     pub exclude: &'a [crate::glob::Glob],
+    /// How long each statement waits for a lock on the table (another session's `ALTER TABLE`,
+    /// `VACUUM FULL`, `LOCK TABLE`) before it fails with the database's lock-timeout error;
+    /// `None` waits as long as the lock is held. PostgreSQL only: MySQL and SQLite wait as
+    /// their own settings say (`lock_wait_timeout`, the busy timeout).
+    pub lock_wait: Option<Duration>,
 }
 
 /// Parameters of [`StoreOps::tenant_add`](crate::ops::StoreOps::tenant_add).

@@ -23,6 +23,11 @@ pub struct ArchiveParams<'a> {
     pub batch_size: u32,
     /// Count what would move, and move nothing.
     pub dry_run: bool,
+    /// How long each statement waits for a lock on the table (another session's `ALTER TABLE`,
+    /// `VACUUM FULL`, `LOCK TABLE`) before it fails with the database's lock-timeout error;
+    /// `None` waits as long as the lock is held. PostgreSQL only: MySQL and SQLite wait as
+    /// their own settings say (`lock_wait_timeout`, the busy timeout).
+    pub lock_wait: Option<Duration>,
 }
 
 /// One batch of [`StoreOps::events_archive`](crate::ops::StoreOps::events_archive).
@@ -75,6 +80,11 @@ pub struct PurgeParams<'a> {
     pub batch_size: u32,
     /// Count what would go, and delete nothing; the count covers every batch.
     pub dry_run: bool,
+    /// How long each statement waits for a lock on the table (another session's `ALTER TABLE`,
+    /// `VACUUM FULL`, `LOCK TABLE`) before it fails with the database's lock-timeout error;
+    /// `None` waits as long as the lock is held. PostgreSQL only: MySQL and SQLite wait as
+    /// their own settings say (`lock_wait_timeout`, the busy timeout).
+    pub lock_wait: Option<Duration>,
 }
 
 /// One batch of [`StoreOps::events_purge`](crate::ops::StoreOps::events_purge).
@@ -118,6 +128,7 @@ const LOCK_RETRY: Duration = Duration::from_millis(250);
 ///     after_id: 0,
 ///     batch_size: 1_000,
 ///     dry_run: false,
+///     lock_wait: None,
 /// };
 /// let moved = archive_all(store, params, true, |n| println!("+{n}")).await?;
 /// println!("{moved:?} events archived");

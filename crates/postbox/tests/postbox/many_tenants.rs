@@ -231,6 +231,132 @@ async fn a_locked_tenant_table_does_not_stop_the_due_sweep() {
     relay.stop().await;
 }
 
+/// Maintenance's statements on a locked table give up after their `lock_wait`, with the
+/// database's lock-timeout error, instead of waiting for the lock (and holding the relay's one
+/// background connection) as long as it is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_statements_give_a_locked_table_up_after_their_lock_wait() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 1).await;
+    let target = postbox::Target {
+        tenant: Some(tenants[0].id.clone()),
+        schema: tenants[0].schema.clone(),
+    };
+    let locker = lock_table(&db, &target.schema).await;
+    let wait = Some(Duration::from_millis(200));
+    let gave_up = |what: &str, result: Result<postbox::Result<()>, tokio::time::error::Elapsed>| {
+        let error = result
+            .unwrap_or_else(|_| panic!("{what} waited for the lock"))
+            .expect_err(what)
+            .to_string();
+        assert!(error.contains("lock timeout"), "{what}: {error}");
+    };
+    let patience = Duration::from_secs(5);
+    let archive = postbox::store::ArchiveParams {
+        target: &target,
+        older_than: Duration::from_secs(86_400),
+        after_id: 0,
+        batch_size: 100,
+        dry_run: false,
+        lock_wait: wait,
+    };
+    gave_up(
+        "archive",
+        tokio::time::timeout(patience, async {
+            store.events_archive(&archive).await.map(|_| ())
+        })
+        .await,
+    );
+    let slow_lane = postbox::store::SlowLaneParams {
+        target: &target,
+        after: Duration::from_secs(1),
+        max_tries: 1,
+        batch_size: 100,
+        exclude: &[],
+        lock_wait: wait,
+    };
+    gave_up(
+        "slow lane",
+        tokio::time::timeout(patience, async {
+            store.events_retry_slow_lane(&slow_lane).await.map(|_| ())
+        })
+        .await,
+    );
+    locker.commit().await.unwrap();
+    // Unlocked, the same statements go through.
+    assert!(store.events_archive(&archive).await.unwrap().is_some());
+    assert_eq!(store.events_retry_slow_lane(&slow_lane).await.unwrap(), 0);
+}
+
+/// A tenant table locked for long (a `VACUUM FULL`, a migration) holds up no other tenant's
+/// maintenance: its retention and slow-lane statements give the table up after a second, the
+/// due sweep and maintenance leave it alone for a while, and the other tenants' processed events
+/// are archived and their `FAILED` events tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_tenant_table_holds_up_no_other_tenants_maintenance() {
+    let (db, store) = pg().await;
+    let tenants = add_tenants(&store, 10).await;
+    let (old, failed) = (&tenants[7].schema, &tenants[8].schema);
+    let archived = insert_plain(&db, old, "Old").await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE {}.outbox_events SET status = 'PROCESSED', processed_at = now(), \
+         created_at = now() - interval '2 days' WHERE id = $1",
+        old.quoted()
+    )))
+    .bind(archived)
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let retried = insert_plain(&db, failed, "Failed").await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE {}.outbox_events SET status = 'FAILED', retry_count = max_retries, \
+         last_error = 'boom', updated_at = now() - interval '1 hour' WHERE id = $1",
+        failed.quoted()
+    )))
+    .bind(retried)
+    .execute(db.pool())
+    .await
+    .unwrap();
+    // Locked before the relay starts: its first retention run and slow-lane pass meet it (t3
+    // comes before t7 and t8 in every pass).
+    let locker = lock_table(&db, &tenants[3].schema).await;
+    let sink = RecordingSink::new();
+    // The due sweep (every poll_interval) gives the locked table up after 500 ms each time,
+    // holding maintenance's connection meanwhile: at the default's pace, not the tests' 50 ms.
+    let cfg = config()
+        .poll_interval(Duration::from_secs(1))
+        .retention(Some(Duration::from_secs(86_400)))
+        .dead_letter_retry_interval(Some(Duration::from_secs(10)));
+    let mut relay = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    wait_until(
+        "t7's processed event is archived while t3's table is locked",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {}.outbox_events_archive WHERE id = $1",
+                old.quoted()
+            )))
+            .bind(archived)
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+                == 1
+        },
+    )
+    .await;
+    wait_until(
+        "t8's FAILED event gets its slow-lane try while t3's table is locked",
+        Duration::from_secs(10),
+        || async { published_of(&sink, Some("t8"), "Failed") == 1 },
+    )
+    .await;
+    locker.commit().await.unwrap();
+    relay.settled("a sweep after the lock").await;
+    assert_eq!(published_of(&sink, Some("t8"), "Failed"), 1);
+    assert_eq!(status_of(&db, failed, retried).await, "PROCESSED");
+    relay.stop().await;
+}
+
 /// A relay restarted finds what was committed while it was down, in every tenant, at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_started_late_finds_what_every_tenant_committed_meanwhile() {

@@ -47,6 +47,7 @@ async fn a_replay_publishes_the_chosen_events_again_marked_as_replays() {
             after_id: 0,
             batch_size: 100,
             dry_run: false,
+            lock_wait: None,
         },
         true,
         |_| {},

@@ -200,6 +200,7 @@ async fn purging_drops_whole_weeks_of_the_archive() {
         older_than: Duration::from_secs(older_than_days * 86_400),
         batch_size: 100,
         dry_run,
+        lock_wait: None,
     };
     let dry = purge_all(&store, purge(90, true), true, |_| {})
         .await
@@ -318,6 +319,7 @@ async fn a_run_that_loses_the_lock_midway_finishes_the_work() {
             after_id: 0,
             batch_size: 100,
             dry_run: false,
+            lock_wait: None,
         },
         false,
         |_| {

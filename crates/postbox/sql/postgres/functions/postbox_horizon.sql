@@ -25,6 +25,15 @@ BEGIN
               AND l.relation = '{schema}.outbox_events'::regclass
               AND l.mode = 'RowExclusiveLock'
               AND l.granted);
+        -- No writer: settled at once. The check below would say so too, at the cost of a
+        -- second read of the server's whole lock table (pg_locks takes every lock partition;
+        -- most probes find no writer).
+        IF cardinality(probe_writers) = 0 THEN
+            settled := probe_last;
+            probe_last := NULL;
+            probe_writers := NULL;
+            RETURN;
+        END IF;
     END IF;
     -- A writer of the probe that has since PREPAREd shows as `-1/<xid>`: while the probe waits
     -- for anyone, every prepared writer of the table counts as one of its writers.

@@ -14,14 +14,17 @@ mod retention;
 mod slow_lane;
 mod vacuum;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
+use tracing::warn;
 
 use super::rounds::Tracker;
+use crate::error::Error;
 use crate::metrics::TenantLabels;
-use crate::schema::Target;
+use crate::schema::{SchemaName, Target};
 use crate::store::Store;
 use health::HealthReports;
 use retention::Retention;
@@ -94,15 +97,36 @@ impl Maintenance {
     }
 }
 
+/// How long a statement of maintenance (retention, the slow lane) waits for a lock on a table
+/// (a migration's `ALTER TABLE`, a `VACUUM FULL`, an operator's `LOCK TABLE`) before it gives
+/// that table up until its next run: it holds the one [`Background`] permit meanwhile, which
+/// every other table's maintenance waits for. Its batches take milliseconds; a lock this long
+/// is held on purpose.
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// How long the due sweep and maintenance leave a table alone once a statement of theirs gave
+/// up waiting for its lock: each try costs the one background connection its wait
+/// ([`LOCK_WAIT`], the sweep's 500 ms), which every other table's maintenance waits for. Nothing
+/// can be claimed from a locked table either; its claim in flight returns when the lock goes.
+pub(super) const LOCKED_FOR: Duration = Duration::from_secs(30);
+
 /// The store connections a relay's background work (maintenance, the due sweep) may hold at
 /// once: one. Each statement of it takes the permit for its own span, so a run over a thousand
-/// tenants never leaves the claims waiting for a connection of the pool.
+/// tenants never leaves the claims waiting for a connection of the pool. It also keeps the
+/// tables found locked, which background work leaves alone for [`LOCKED_FOR`].
 #[derive(Clone, Debug)]
-pub(in crate::relay) struct Background(Arc<Semaphore>);
+pub(in crate::relay) struct Background {
+    permit: Arc<Semaphore>,
+    /// Tables found locked, and until when they are left alone.
+    locked: Arc<Mutex<HashMap<SchemaName, Instant>>>,
+}
 
 impl Default for Background {
     fn default() -> Self {
-        Background(Arc::new(Semaphore::new(1)))
+        Background {
+            permit: Arc::new(Semaphore::new(1)),
+            locked: Arc::default(),
+        }
     }
 }
 
@@ -110,8 +134,37 @@ impl Background {
     /// Runs `work` holding the permit.
     pub(in crate::relay) async fn run<T>(&self, work: impl Future<Output = T>) -> T {
         // The semaphore is never closed: the permit always comes.
-        let _permit = self.0.acquire().await.ok();
+        let _permit = self.permit.acquire().await.ok();
         work.await
+    }
+
+    /// Whether `target`'s table was found locked lately: background work leaves it alone.
+    pub(in crate::relay) fn is_locked(&self, target: &Target) -> bool {
+        let Ok(mut locked) = self.locked.lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        locked.retain(|_, until| *until > now);
+        locked.contains_key(&target.schema)
+    }
+
+    /// Takes in `error` of a statement on `target`'s table: one that gave up waiting for the
+    /// table's lock leaves the table alone for [`LOCKED_FOR`]. Returns whether it did.
+    pub(in crate::relay) fn found_locked(&self, target: &Target, error: &Error) -> bool {
+        if !error.is_lock_timeout() {
+            return false;
+        }
+        if let Ok(mut locked) = self.locked.lock() {
+            locked.insert(target.schema.clone(), Instant::now() + LOCKED_FOR);
+        }
+        warn!(
+            tenant = target.label(),
+            left_alone_for = ?LOCKED_FOR,
+            "the outbox table is locked (a VACUUM FULL, a migration's ALTER TABLE, a LOCK \
+             TABLE): its due sweep and maintenance wait; nothing is claimed from it until the \
+             lock goes (find the holder in pg_locks)"
+        );
+        true
     }
 
     /// Runs `work` holding the permit, or without it once `patience` has passed: a statement of
@@ -123,7 +176,7 @@ impl Background {
         patience: Duration,
         work: impl Future<Output = T>,
     ) -> T {
-        let _permit = tokio::time::timeout(patience, self.0.acquire())
+        let _permit = tokio::time::timeout(patience, self.permit.acquire())
             .await
             .ok()
             .and_then(|p| p.ok());

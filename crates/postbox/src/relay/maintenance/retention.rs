@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::{Background, Rotation};
+use super::{Background, LOCK_WAIT, Rotation};
 use crate::metrics as metric;
 use crate::metrics::TenantLabels;
 use crate::schema::Target;
@@ -91,7 +91,11 @@ impl Retention {
         let labels = Arc::clone(&self.labels);
         self.task = Some(tokio::spawn(async move {
             for target in &targets {
-                background.run(retain(&*store, target, ages, &labels)).await;
+                if !background.is_locked(target) {
+                    background
+                        .run(retain(&*store, target, ages, &labels, &background))
+                        .await;
+                }
             }
         }));
     }
@@ -105,7 +109,13 @@ impl Retention {
     }
 }
 
-async fn retain(store: &dyn Store, target: &Target, ages: Ages, labels: &TenantLabels) {
+async fn retain(
+    store: &dyn Store,
+    target: &Target,
+    ages: Ages,
+    labels: &TenantLabels,
+    background: &Background,
+) {
     let tenant = target.label();
     let label = labels.label(tenant);
     if let Some(older_than) = ages.retention {
@@ -115,6 +125,7 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages, labels: &TenantL
             after_id: 0,
             batch_size: RETENTION_BATCH,
             dry_run: false,
+            lock_wait: Some(LOCK_WAIT),
         };
         let started = Instant::now();
         match archive_all(store, params, false, |n| {
@@ -126,6 +137,7 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages, labels: &TenantL
             Ok(Some(moved)) => info!(tenant, moved, elapsed = ?started.elapsed(),
                 "archived processed events past their retention"),
             Ok(None) => debug!(tenant, "another relay is archiving; skipped"),
+            Err(e) if background.found_locked(target, &e) => return,
             Err(e) => warn!(tenant, error = %e,
                 "archiving failed; processed events stay in the outbox table until the next run"),
         }
@@ -140,6 +152,7 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages, labels: &TenantL
                 tenant,
                 purged, "purged archived events past archive_retention"
             ),
+            Err(e) if background.found_locked(target, &e) => return,
             Err(e) => {
                 warn!(tenant, error = %e, "purging the archive failed; trying again at the next run")
             }
@@ -155,6 +168,7 @@ async fn retain(store: &dyn Store, target: &Target, ages: Ages, labels: &TenantL
                 tenant,
                 purged, "purged inbox records past inbox_retention (the dedup window)"
             ),
+            Err(e) if background.found_locked(target, &e) => {}
             Err(e) => {
                 warn!(tenant, error = %e, "purging the inbox failed; trying again at the next run")
             }
@@ -177,6 +191,7 @@ async fn purge_past(
         older_than,
         batch_size: RETENTION_BATCH,
         dry_run: false,
+        lock_wait: Some(LOCK_WAIT),
     };
     purge_all(store, params, false, progress).await
 }

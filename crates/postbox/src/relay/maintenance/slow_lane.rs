@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
-use super::{Background, Rotation};
+use super::{Background, LOCK_WAIT, Rotation};
 use crate::error::Error;
 use crate::metrics as metric;
 use crate::metrics::TenantLabels;
@@ -83,12 +83,16 @@ impl SlowLane {
         let rounds = Arc::clone(&self.rounds);
         self.task = Some(tokio::spawn(async move {
             for target in &targets {
+                if background.is_locked(target) {
+                    continue;
+                }
                 let params = SlowLaneParams {
                     target,
                     after: interval,
                     max_tries,
                     batch_size: SLOW_LANE_BATCH,
                     exclude: &exclude,
+                    lock_wait: Some(LOCK_WAIT),
                 };
                 match background.run(store.events_retry_slow_lane(&params)).await {
                     Ok(0) | Err(Error::Unsupported(_)) => {}
@@ -102,7 +106,9 @@ impl SlowLane {
                             .increment(n);
                     }
                     Err(e) => {
-                        debug!(tenant = target.label(), error = %e, "slow lane skipped this round")
+                        if !background.found_locked(target, &e) {
+                            debug!(tenant = target.label(), error = %e, "slow lane skipped this round");
+                        }
                     }
                 }
             }

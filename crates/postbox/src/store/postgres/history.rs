@@ -73,6 +73,23 @@ pub(super) async fn retention_lock(
     .await?)
 }
 
+/// Bounds how long the rest of `tx` waits for a lock (`None`: as long as it is held), with
+/// `set_config` rather than `SET LOCAL`, which takes no parameter.
+pub(super) async fn lock_wait(
+    tx: &mut sqlx::PgConnection,
+    wait: Option<std::time::Duration>,
+) -> Result<()> {
+    if let Some(wait) = wait {
+        // At least a millisecond: 0 would mean no limit.
+        let ms = wait.as_millis().max(1);
+        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+            .bind(format!("{ms}ms"))
+            .execute(tx)
+            .await?;
+    }
+    Ok(())
+}
+
 impl PgStore {
     /// [`StoreOps::events_list`](crate::ops::StoreOps::events_list).
     pub(super) async fn list(&self, p: &ListParams<'_>) -> Result<Vec<StoredEvent>> {
@@ -96,6 +113,7 @@ impl PgStore {
         if !p.dry_run && !retention_lock(&mut tx, schema).await? {
             return Ok(None);
         }
+        lock_wait(&mut tx, p.lock_wait).await?;
         let statement = if p.dry_run {
             &sql.archive_count
         } else {
@@ -124,6 +142,7 @@ impl PgStore {
         if !p.dry_run && !retention_lock(&mut tx, schema).await? {
             return Ok(None);
         }
+        lock_wait(&mut tx, p.lock_wait).await?;
         let age = p.older_than.as_secs_f64();
         let batch = match sql.row_purge(p.kind) {
             None => {

@@ -109,15 +109,18 @@ impl PgStore {
     pub(super) async fn retry_slow_lane(&self, p: &SlowLaneParams<'_>) -> Result<u64> {
         let sql = self.sql.get(&p.target.schema);
         let exclude: Vec<String> = p.exclude.iter().map(|g| g.to_like()).collect();
+        let mut tx = self.pool.begin().await?;
+        super::history::lock_wait(&mut tx, p.lock_wait).await?;
         let done = sqlx::query(safe(&sql.retry_slow_lane))
             .bind(p.after.as_secs_f64())
             .bind(i32::try_from(p.max_tries).unwrap_or(i32::MAX))
             .bind(i64::from(p.batch_size))
             .bind(&exclude)
             .bind(crate::store::server::RETRIED_BY_SLOW_LANE)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(|e| map_missing_table(e, &p.target.schema))?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 
