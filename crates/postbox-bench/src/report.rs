@@ -455,6 +455,8 @@ pub struct TenantLatency {
     pub percentiles: Percentiles,
     /// Each relay's CPU while the producers ran, in percent of one core.
     pub relay_cpu_pct: f64,
+    /// Beside a backlog: the backlog's events published per second meanwhile.
+    pub backlog_per_s: Option<f64>,
 }
 
 /// One relay draining the same plain-SQL backlog (`ANALYZE TABLE` while it is pending) on a
@@ -734,6 +736,12 @@ impl BenchReport {
                     "  {:<64}  {:>8.1}  {:>8.1}  {:>8.1}  {:>8.1}  {:>8.1}",
                     l.what, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms, l.relay_cpu_pct
                 );
+                if let Some(rate) = l.backlog_per_s {
+                    let _ = writeln!(
+                        out,
+                        "    (the backlog's tenant meanwhile: {rate:.0} events/s published)"
+                    );
+                }
             }
         }
         out

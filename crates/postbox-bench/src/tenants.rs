@@ -384,7 +384,15 @@ async fn run_latency(
     bar.set_message(format!("tenants: {what}"));
     let cpu = cpu_time();
     let started = Instant::now();
+    let published = sink.count.load(Ordering::Relaxed);
     let committed = produce(pool, schemas, skip, rate, plan.duration, bar).await?;
+    // What the backlog's tenant got meanwhile: everything published while the producers ran,
+    // but their own events (counted as if all were out by the end).
+    let produced = started.elapsed();
+    let backlog_per_s = skip.map(|_| {
+        let during = sink.count.load(Ordering::Relaxed).saturating_sub(published);
+        during.saturating_sub(committed.len() as u64) as f64 / produced.as_secs_f64()
+    });
     let percentiles = latency_of(&sink, &committed, rate, plan.duration).await?;
     let load_cpu = core_pct(cpu_time().saturating_sub(cpu), started.elapsed()) / relays as f64;
     running.stop().await?;
@@ -393,6 +401,7 @@ async fn run_latency(
         relays,
         percentiles,
         relay_cpu_pct: load_cpu,
+        backlog_per_s,
     })
 }
 

@@ -536,7 +536,8 @@ impl Relay {
                 // A backlog's claims are taken in when they return: the relay goes on
                 // publishing, and claiming what other targets commit, meanwhile.
                 for target in &batch {
-                    pipeline.claim_later(target, pipeline.pairs(target, alone));
+                    let modest = targets.others_busy(target);
+                    pipeline.claim_later(target, pipeline.pairs(target, alone), modest);
                     served += 1;
                 }
                 continue;

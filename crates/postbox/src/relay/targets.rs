@@ -277,6 +277,16 @@ impl Targets {
             .is_some_and(|&i| self.watch[i].backlog)
     }
 
+    /// Whether a target other than `target` and without a backlog had events lately (is busy):
+    /// a backlog's claims then stay small (see `Pipeline::claim_later`).
+    pub(super) fn others_busy(&self, target: &Target) -> bool {
+        let now = Instant::now();
+        self.active.iter().any(|&i| {
+            let w = &self.watch[i];
+            !w.backlog && w.busy(now) && self.list[i].schema != target.schema
+        })
+    }
+
     /// Whether `schema` names a served target.
     pub(super) fn serves(&self, schema: &SchemaName) -> bool {
         self.index.contains_key(schema)
@@ -599,6 +609,28 @@ mod tests {
             t.round(|_| false).len() == 0,
             "settled: no claim at the busy pace"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backlog_counts_others_busy_only_while_a_target_without_one_had_events() {
+        let mut t = targets(3);
+        let all = t.list.clone();
+        let full = ClaimSeen {
+            full: true,
+            ..seen(true, 0)
+        };
+        t.due(&all[0].schema, true);
+        t.claimed(&all[0], full);
+        assert!(!t.others_busy(&all[0]), "alone with its backlog");
+        t.due(&all[1].schema, true);
+        t.claimed(&all[1], full);
+        assert!(!t.others_busy(&all[0]), "another backlog does not count");
+        t.due(&all[2].schema, true);
+        t.claimed(&all[2], seen(true, 0));
+        assert!(t.others_busy(&all[0]), "a target with a few new events");
+        assert!(!t.others_busy(&all[2]), "not for itself");
+        tokio::time::advance(pace().busy_period).await;
+        assert!(!t.others_busy(&all[0]), "quiet again");
     }
 
     #[tokio::test(start_paused = true)]

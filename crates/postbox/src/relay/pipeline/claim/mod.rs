@@ -349,7 +349,7 @@ impl Pipeline {
     ) -> Vec<(Target, Result<Claimed>)> {
         let mut asking: FuturesUnordered<Asking> = targets
             .iter()
-            .map(|target| self.asking(target, false))
+            .map(|target| self.asking(target, false, false))
             .collect();
         let mut cutoff = Instant::now() + CLAIM_PATIENCE;
         let mut results = Vec::with_capacity(targets.len());
@@ -364,9 +364,13 @@ impl Pipeline {
     /// Starts a claim of `target` (see [`Self::claim_each`]), or with `pair` two side by side
     /// (see [`Self::claim_pair`]): what the pipeline keeps of its claims goes with it until
     /// [`Self::take_asked`] puts it back.
-    fn asking(&mut self, target: &Target, pair: bool) -> Asking {
+    fn asking(&mut self, target: &Target, pair: bool, modest: bool) -> Asking {
         let claims = self.take_claims(target);
-        let size = self.size_of(target);
+        let size = if modest {
+            self.size_of(target).min(self.inner.config.batch_size)
+        } else {
+            self.size_of(target)
+        };
         let inner = Arc::clone(&self.inner);
         let target = target.clone();
         let events = size as usize * if pair { 2 } else { 1 };
@@ -414,8 +418,12 @@ impl Pipeline {
     /// its result waits for the relay's loop ([`Pipeline::take_late`]). A backlog's claims go
     /// this way, so that while one is under way (up to two of `max_batch_size`) the relay goes
     /// on publishing, and claims the events others have just committed.
-    pub(in crate::relay) fn claim_later(&mut self, target: &Target, pair: bool) {
-        let asking = self.asking(target, pair);
+    ///
+    /// With `modest` (other targets have events now), the claim is of `batch_size` at most:
+    /// a backlog's large claims and their marks take the database's cores from the other
+    /// targets' short claims, whose latency is what they wait for.
+    pub(in crate::relay) fn claim_later(&mut self, target: &Target, pair: bool, modest: bool) {
+        let asking = self.asking(target, pair && !modest, modest);
         self.claiming.push(asking);
     }
 
@@ -444,7 +452,7 @@ impl Pipeline {
     /// marks. The first error is returned once what the other claimed is queued (an error
     /// taking in one claim's rows included).
     pub(in crate::relay) async fn claim_pair(&mut self, target: &Target) -> Result<Claimed> {
-        let asked = self.asking(target, true).await;
+        let asked = self.asking(target, true, false).await;
         self.take_asked(asked).await.1
     }
 
