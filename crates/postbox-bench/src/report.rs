@@ -716,7 +716,7 @@ impl BenchReport {
                 out,
                 "tenants: {} schemas (added in {:.0} s; a relay's start-up sweep {:.1} s), \
                  plain-SQL producers into random tenants, relays with defaults, measured after \
-                 {:.0} s of the same load",
+                 {:.1} s of the same load",
                 t.tenants, t.add_seconds, t.settle_seconds, t.warmup_seconds
             );
             let _ = writeln!(

@@ -340,69 +340,103 @@ async fn fill_backlog(
     Ok(())
 }
 
-/// One latency run: relays started fresh (and settled), producers at `rate` for `warmup`
-/// unmeasured and then for the plan's duration, the percentiles and the relays' CPU share of
-/// the measured part.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one run's settings, each its own"
-)]
-async fn run_latency(
-    scratch: &Scratch,
-    pool: &PgPool,
-    schemas: &[SchemaName],
+/// What every latency run of one tenant count shares.
+struct Setting<'a> {
+    scratch: &'a Scratch,
+    pool: &'a PgPool,
+    /// The tenants' schemas.
+    schemas: &'a [SchemaName],
+    plan: &'a TenantsPlan,
+    bar: &'a ProgressBar,
+}
+
+/// One latency run of [`Setting::measure`].
+struct LatencyRun<'a> {
+    what: String,
     relays: usize,
+    /// Events per second from the producers.
     rate: u64,
-    plan: &TenantsPlan,
     sink: Arc<TenantSink>,
-    skip: Option<&SchemaName>,
+    /// How long the producers run, unmeasured, before the measured part.
     warmup: Duration,
-    what: &str,
-    bar: &ProgressBar,
-) -> Result<TenantLatency, BenchError> {
-    let mut running = Relays::start(scratch, relays, Arc::clone(&sink)).await?;
-    running.settle(bar).await?;
-    if !warmup.is_zero() {
-        // Unmeasured: the relays' connections meet the tenants' tables (each connection
-        // prepares a schema's statements and compiles its functions the first time it claims
-        // or marks there), as those of a relay that has run a while have.
-        bar.set_message(format!("tenants: {what} (warming up)"));
-        let warm = produce(pool, schemas, skip, rate, warmup, bar).await?;
-        latency_of(&sink, &warm, rate, warmup).await?;
-    }
-    if let Some(busy) = skip {
-        let before = sink.count.load(Ordering::Relaxed);
-        fill_backlog(pool, busy, plan.backlog, bar).await?;
-        // The run starts once the drain is under way (a tenth of the backlog published, at
-        // most 10,000 events).
-        let started_at = before + (plan.backlog / 10).clamp(1, 10_000);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while sink.count.load(Ordering::Relaxed) < started_at && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    /// The tenant whose backlog the run is measured beside (written once the relays are warm);
+    /// the producers leave it out.
+    backlog: Option<&'a SchemaName>,
+}
+
+impl<'a> LatencyRun<'a> {
+    /// One relay at the plan's first rate, after the plan's warm-up, publishing at once.
+    fn light(plan: &TenantsPlan, what: impl Into<String>) -> Self {
+        LatencyRun {
+            what: what.into(),
+            relays: 1,
+            rate: plan.rates.first().copied().unwrap_or(50),
+            sink: TenantSink::new(0, Duration::ZERO),
+            warmup: plan.warmup,
+            backlog: None,
         }
     }
-    bar.set_message(format!("tenants: {what}"));
-    let cpu = cpu_time();
-    let started = Instant::now();
-    let published = sink.count.load(Ordering::Relaxed);
-    let committed = produce(pool, schemas, skip, rate, plan.duration, bar).await?;
-    // What the backlog's tenant got meanwhile: everything published while the producers ran,
-    // but their own events (counted as if all were out by the end).
-    let produced = started.elapsed();
-    let backlog_per_s = skip.map(|_| {
-        let during = sink.count.load(Ordering::Relaxed).saturating_sub(published);
-        during.saturating_sub(committed.len() as u64) as f64 / produced.as_secs_f64()
-    });
-    let percentiles = latency_of(&sink, &committed, rate, plan.duration).await?;
-    let load_cpu = core_pct(cpu_time().saturating_sub(cpu), started.elapsed()) / relays as f64;
-    running.stop().await?;
-    Ok(TenantLatency {
-        what: what.to_owned(),
-        relays,
-        percentiles,
-        relay_cpu_pct: load_cpu,
-        backlog_per_s,
-    })
+}
+
+impl Setting<'_> {
+    /// One latency run: relays started fresh (and settled), producers at `run.rate` for
+    /// `run.warmup` unmeasured and then for the plan's duration, the percentiles and the relays'
+    /// CPU share of the measured part.
+    async fn measure(&self, run: LatencyRun<'_>) -> Result<TenantLatency, BenchError> {
+        let (plan, bar, pool) = (self.plan, self.bar, self.pool);
+        let LatencyRun {
+            what,
+            relays,
+            rate,
+            sink,
+            warmup,
+            backlog,
+        } = run;
+        let producing = |duration| produce(pool, self.schemas, backlog, rate, duration, bar);
+        let mut running = Relays::start(self.scratch, relays, Arc::clone(&sink)).await?;
+        running.settle(bar).await?;
+        if !warmup.is_zero() {
+            // Unmeasured: the relays' connections meet the tenants' tables (each connection
+            // prepares a schema's statements and compiles its functions the first time it
+            // claims or marks there), as those of a relay that has run a while have.
+            bar.set_message(format!("tenants: {what} (warming up)"));
+            let warm = producing(warmup).await?;
+            latency_of(&sink, &warm, rate, warmup).await?;
+        }
+        if let Some(busy) = backlog {
+            let before = sink.count.load(Ordering::Relaxed);
+            fill_backlog(pool, busy, plan.backlog, bar).await?;
+            // The run starts once the drain is under way (a tenth of the backlog published, at
+            // most 10,000 events).
+            let started_at = before + (plan.backlog / 10).clamp(1, 10_000);
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while sink.count.load(Ordering::Relaxed) < started_at && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        bar.set_message(format!("tenants: {what}"));
+        let cpu = cpu_time();
+        let started = Instant::now();
+        let published = sink.count.load(Ordering::Relaxed);
+        let committed = producing(plan.duration).await?;
+        // What the backlog's tenant got meanwhile: everything published while the producers
+        // ran, but their own events (counted as if all were out by the end).
+        let produced = started.elapsed();
+        let backlog_per_s = backlog.map(|_| {
+            let during = sink.count.load(Ordering::Relaxed).saturating_sub(published);
+            during.saturating_sub(committed.len() as u64) as f64 / produced.as_secs_f64()
+        });
+        let percentiles = latency_of(&sink, &committed, rate, plan.duration).await?;
+        let load_cpu = core_pct(cpu_time().saturating_sub(cpu), started.elapsed()) / relays as f64;
+        running.stop().await?;
+        Ok(TenantLatency {
+            what,
+            relays,
+            percentiles,
+            relay_cpu_pct: load_cpu,
+            backlog_per_s,
+        })
+    }
 }
 
 /// The tenants phase for `tenants` tenants.
@@ -440,45 +474,42 @@ pub(crate) async fn run(
     let connections = relay_connections(pool).await?;
     idle.stop().await?;
 
-    let mut latency = Vec::new();
+    let setting = Setting {
+        scratch,
+        pool,
+        schemas: &schemas,
+        plan,
+        bar: &bar,
+    };
     let light = plan.rates.first().copied().unwrap_or(50);
+    let mut latency = Vec::new();
     // The same producers into the default schema alone: what a tenant's event is measured
     // against, in the same run.
     let default = [SchemaName::new("public")?];
     latency.push(
-        run_latency(
-            scratch,
-            pool,
-            &default,
-            1,
-            light,
+        Setting {
+            schemas: &default,
+            ..setting
+        }
+        .measure(LatencyRun::light(
             plan,
-            TenantSink::new(0, Duration::ZERO),
-            None,
-            plan.warmup,
-            &format!("{light}/s, 1 relay, into the default schema only"),
-            &bar,
-        )
+            format!("{light}/s, 1 relay, into the default schema only"),
+        ))
         .await?,
     );
     if !plan.warmup.is_zero() {
         // A relay restarted (a deploy): its connections meet each tenant's table for the first
         // time while they serve its events.
         latency.push(
-            run_latency(
-                scratch,
-                pool,
-                &schemas,
-                1,
-                light,
-                plan,
-                TenantSink::new(0, Duration::ZERO),
-                None,
-                Duration::ZERO,
-                &format!("{light}/s, 1 relay, from its start (no warm-up)"),
-                &bar,
-            )
-            .await?,
+            setting
+                .measure(LatencyRun {
+                    warmup: Duration::ZERO,
+                    ..LatencyRun::light(
+                        plan,
+                        format!("{light}/s, 1 relay, from its start (no warm-up)"),
+                    )
+                })
+                .await?,
         );
     }
     for &relays in &plan.relays {
@@ -488,60 +519,43 @@ pub(crate) async fn run(
                 if relays == 1 { "" } else { "s" }
             );
             latency.push(
-                run_latency(
-                    scratch,
-                    pool,
-                    &schemas,
-                    relays,
-                    rate,
-                    plan,
-                    TenantSink::new(0, Duration::ZERO),
-                    None,
-                    plan.warmup,
-                    &what,
-                    &bar,
-                )
-                .await?,
+                setting
+                    .measure(LatencyRun {
+                        relays,
+                        rate,
+                        ..LatencyRun::light(plan, what)
+                    })
+                    .await?,
             );
         }
     }
     latency.push(
-        run_latency(
-            scratch,
-            pool,
-            &schemas,
-            1,
-            light,
-            plan,
-            TenantSink::new(50, Duration::from_secs(2)),
-            None,
-            plan.warmup,
-            &format!("{light}/s, 1 relay, every 50th publish takes 2 s (the others)"),
-            &bar,
-        )
-        .await?,
+        setting
+            .measure(LatencyRun {
+                sink: TenantSink::new(50, Duration::from_secs(2)),
+                ..LatencyRun::light(
+                    plan,
+                    format!("{light}/s, 1 relay, every 50th publish takes 2 s (the others)"),
+                )
+            })
+            .await?,
     );
     if plan.backlog > 0
         && let Some(busy) = schemas.first()
     {
         latency.push(
-            run_latency(
-                scratch,
-                pool,
-                &schemas,
-                1,
-                light,
-                plan,
-                TenantSink::new(0, Duration::ZERO),
-                Some(busy),
-                plan.warmup,
-                &format!(
-                    "{light}/s, 1 relay, beside one tenant's backlog of {} (the others)",
-                    plan.backlog
-                ),
-                &bar,
-            )
-            .await?,
+            setting
+                .measure(LatencyRun {
+                    backlog: Some(busy),
+                    ..LatencyRun::light(
+                        plan,
+                        format!(
+                            "{light}/s, 1 relay, beside one tenant's backlog of {} (the others)",
+                            plan.backlog
+                        ),
+                    )
+                })
+                .await?,
         );
         // What the run left of the backlog would be the next count's.
         sqlx::query(AssertSqlSafe(format!(

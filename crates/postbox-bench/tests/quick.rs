@@ -105,8 +105,21 @@ async fn quick_bench_runs_on_postgres() {
                 .unwrap();
         assert_eq!(left, 0, "slot {} left behind", cdc.slot);
     }
+    // The tenants phase: the default schema, a relay from its start, the rate, a slow
+    // destination, and the others beside one tenant's backlog, whose rate is reported.
+    let tenants = &report.tenants[0];
+    assert_eq!(tenants.latency.len(), 5, "{tenants:?}");
+    assert!(
+        tenants.latency[..4]
+            .iter()
+            .all(|l| l.backlog_per_s.is_none())
+    );
+    assert!(tenants.latency[4].backlog_per_s.is_some(), "{tenants:?}");
     let table = report.table();
     for part in [
+        "measured after 0.5 s of the same load",
+        "from its start (no warm-up)",
+        "the backlog's tenant meanwhile",
         "ceiling",
         "2nd row",
         "in stmt",
