@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
-use super::pipeline::{CLAIMS_AT_ONCE, Pipeline};
+use super::pipeline::{CLAIMS_AT_ONCE, Pipeline, Shape};
 use super::stats::Stall;
 use super::targets::{ClaimSeen, HEADS_PER_READ, Pace, Targets};
 use super::waker::{Heard, Listener, wait_or_stop};
@@ -536,8 +536,14 @@ impl Relay {
                 // A backlog's claims are taken in when they return: the relay goes on
                 // publishing, and claiming what other targets commit, meanwhile.
                 for target in &batch {
-                    let modest = targets.others_busy(target);
-                    pipeline.claim_later(target, pipeline.pairs(target, alone), modest);
+                    let shape = if targets.others_busy(target) {
+                        Shape::Small
+                    } else if pipeline.pairs(target, alone) {
+                        Shape::Pair
+                    } else {
+                        Shape::One
+                    };
+                    pipeline.claim_later(target, shape);
                     served += 1;
                 }
                 continue;

@@ -15,7 +15,7 @@
 //! results written, fenced by the claim's token).
 
 mod claim;
-pub(super) use claim::CLAIMS_AT_ONCE;
+pub(super) use claim::{CLAIMS_AT_ONCE, Shape};
 mod flush;
 mod outcomes;
 mod queue;

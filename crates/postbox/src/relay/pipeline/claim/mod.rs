@@ -217,6 +217,19 @@ const CLAIM_PATIENCE: Duration = Duration::from_millis(500);
 /// waits for something the others do not.
 const LATE_AFTER: Duration = Duration::from_millis(50);
 
+/// What a claim under way asks for (see [`Pipeline::claim_later`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::relay) enum Shape {
+    /// One claim of the target's size.
+    One,
+    /// Two side by side (see [`Pipeline::claim_pair`]).
+    Pair,
+    /// One of `batch_size` at most: other targets have events now, and a backlog's large
+    /// claims and their marks would take the database's cores from their short claims, whose
+    /// latency is what they wait for.
+    Small,
+}
+
 /// A claim's task, aborted when the claim is dropped (the relay stopped or was dropped).
 struct Running(tokio::task::JoinHandle<Asked>);
 
@@ -349,7 +362,7 @@ impl Pipeline {
     ) -> Vec<(Target, Result<Claimed>)> {
         let mut asking: FuturesUnordered<Asking> = targets
             .iter()
-            .map(|target| self.asking(target, false, false))
+            .map(|target| self.asking(target, Shape::One))
             .collect();
         let mut cutoff = Instant::now() + CLAIM_PATIENCE;
         let mut results = Vec::with_capacity(targets.len());
@@ -361,15 +374,15 @@ impl Pipeline {
         results
     }
 
-    /// Starts a claim of `target` (see [`Self::claim_each`]), or with `pair` two side by side
-    /// (see [`Self::claim_pair`]): what the pipeline keeps of its claims goes with it until
-    /// [`Self::take_asked`] puts it back.
-    fn asking(&mut self, target: &Target, pair: bool, modest: bool) -> Asking {
+    /// Starts a claim of `target` of `shape` (see [`Self::claim_each`], [`Self::claim_pair`]):
+    /// what the pipeline keeps of its claims goes with it until [`Self::take_asked`] puts it
+    /// back.
+    fn asking(&mut self, target: &Target, shape: Shape) -> Asking {
         let claims = self.take_claims(target);
-        let size = if modest {
-            self.size_of(target).min(self.inner.config.batch_size)
-        } else {
-            self.size_of(target)
+        let pair = shape == Shape::Pair;
+        let size = match shape {
+            Shape::Small => self.size_of(target).min(self.inner.config.batch_size),
+            Shape::One | Shape::Pair => self.size_of(target),
         };
         let inner = Arc::clone(&self.inner);
         let target = target.clone();
@@ -413,17 +426,12 @@ impl Pipeline {
         })
     }
 
-    /// Starts a claim of `target` (with `pair`, two side by side) that the relay does not wait
-    /// for: it is taken in when it returns, beside the publishes ([`Pipeline::ready`]), and
+    /// Starts a claim of `target` of `shape` that the relay does not wait for: it is taken in when it returns, beside the publishes ([`Pipeline::ready`]), and
     /// its result waits for the relay's loop ([`Pipeline::take_late`]). A backlog's claims go
     /// this way, so that while one is under way (up to two of `max_batch_size`) the relay goes
     /// on publishing, and claims the events others have just committed.
-    ///
-    /// With `modest` (other targets have events now), the claim is of `batch_size` at most:
-    /// a backlog's large claims and their marks take the database's cores from the other
-    /// targets' short claims, whose latency is what they wait for.
-    pub(in crate::relay) fn claim_later(&mut self, target: &Target, pair: bool, modest: bool) {
-        let asking = self.asking(target, pair && !modest, modest);
+    pub(in crate::relay) fn claim_later(&mut self, target: &Target, shape: Shape) {
+        let asking = self.asking(target, shape);
         self.claiming.push(asking);
     }
 
@@ -452,7 +460,7 @@ impl Pipeline {
     /// marks. The first error is returned once what the other claimed is queued (an error
     /// taking in one claim's rows included).
     pub(in crate::relay) async fn claim_pair(&mut self, target: &Target) -> Result<Claimed> {
-        let asked = self.asking(target, true, false).await;
+        let asked = self.asking(target, Shape::Pair).await;
         self.take_asked(asked).await.1
     }
 
