@@ -16,7 +16,11 @@ use tokio::sync::Notify;
 /// One delivered transaction whose events are not all recorded.
 struct Txn {
     seq: u64,
-    end_lsn: u64,
+    /// The end of its commit, once the commit arrived. Without streaming, the server sends a
+    /// transaction only once it has committed, so its ids are claimable as they arrive: a
+    /// transaction of a million events starts publishing before its last insert is decoded,
+    /// and is confirmed only from its commit on.
+    end_lsn: Option<u64>,
     remaining: usize,
 }
 
@@ -129,31 +133,37 @@ impl Progress {
         self.state().streaming
     }
 
-    /// A transaction committed with these outbox ids, in the order it wrote them.
-    pub(crate) fn committed(&self, end_lsn: u64, ids: Vec<i64>) {
-        let mut s = self.state();
+    /// A committed transaction's changes begin to arrive: its ids follow
+    /// ([`Progress::delivered`]), then its commit ([`Progress::committed`]).
+    pub(crate) fn begin(&self) {
+        open(&mut self.state());
+    }
+
+    /// Outbox ids of the transaction whose changes are arriving, in the order it wrote them:
+    /// claimable now (the transaction has committed), confirmed once its commit arrives.
+    pub(crate) fn delivered(&self, ids: Vec<i64>) {
         if ids.is_empty() {
-            s.received = s.received.max(end_lsn);
-            advance(&mut s);
             return;
         }
-        let seq = s.next_seq;
-        s.next_seq += 1;
-        let mut remaining = 0;
-        for &id in &ids {
-            if s.owner.insert(id, seq).is_none() {
-                remaining += 1;
-            }
-        }
-        s.txns.push_back(Txn {
-            seq,
-            end_lsn,
-            remaining,
-        });
-        s.received = s.received.max(end_lsn);
-        s.queue.extend(ids);
-        drop(s);
+        add(&mut self.state(), ids);
         self.arrived.notify_one();
+    }
+
+    /// The transaction whose changes arrived committed at `end_lsn`, with these last outbox ids
+    /// (all of them, when no [`Progress::begin`] came first).
+    pub(crate) fn committed(&self, end_lsn: u64, ids: Vec<i64>) {
+        let any = !ids.is_empty();
+        let mut s = self.state();
+        add(&mut s, ids);
+        if let Some(txn) = s.txns.back_mut() {
+            txn.end_lsn = Some(end_lsn);
+        }
+        s.received = s.received.max(end_lsn);
+        advance(&mut s);
+        drop(s);
+        if any {
+            self.arrived.notify_one();
+        }
     }
 
     /// A heartbeat, or any position past which nothing of the outbox was delivered.
@@ -278,6 +288,38 @@ impl Progress {
     }
 }
 
+/// Opens a transaction at the back of `s.txns`, its commit not arrived yet.
+fn open(s: &mut State) {
+    let seq = s.next_seq;
+    s.next_seq += 1;
+    s.txns.push_back(Txn {
+        seq,
+        end_lsn: None,
+        remaining: 0,
+    });
+}
+
+/// Adds `ids` to the transaction whose changes are arriving (opened first if no begin was
+/// seen), and to the queue.
+fn add(s: &mut State, ids: Vec<i64>) {
+    if s.txns.back().is_none_or(|t| t.end_lsn.is_some()) {
+        open(s);
+    }
+    let Some(seq) = s.txns.back().map(|t| t.seq) else {
+        return;
+    };
+    let mut added = 0;
+    for &id in &ids {
+        if s.owner.insert(id, seq).is_none() {
+            added += 1;
+        }
+    }
+    if let Some(txn) = s.txns.back_mut() {
+        txn.remaining += added;
+    }
+    s.queue.extend(ids);
+}
+
 /// Forgets what a stream delivered: the next reader of the slot delivers it again.
 fn forget(s: &mut State) {
     s.queue.clear();
@@ -290,10 +332,14 @@ fn forget(s: &mut State) {
 /// Confirms every finished transaction at the front, and what was delivered past the last one
 /// when none is left.
 fn advance(s: &mut State) {
-    while s.txns.front().is_some_and(|t| t.remaining == 0) {
-        if let Some(t) = s.txns.pop_front() {
-            s.confirmed = s.confirmed.max(t.end_lsn);
-        }
+    while let Some(end_lsn) = s
+        .txns
+        .front()
+        .filter(|t| t.remaining == 0)
+        .and_then(|t| t.end_lsn)
+    {
+        s.txns.pop_front();
+        s.confirmed = s.confirmed.max(end_lsn);
     }
     if s.txns.is_empty() {
         s.confirmed = s.confirmed.max(s.received);
@@ -325,6 +371,38 @@ mod tests {
         assert_eq!(p.positions().0, 0);
         p.done([2]);
         assert_eq!(p.positions(), (200, 200));
+    }
+
+    #[test]
+    fn a_transactions_ids_are_claimable_as_they_arrive_and_confirmed_only_from_its_commit() {
+        let p = Progress::default();
+        p.restart(SharedLsnFeedback::new_shared());
+        p.committed(100, vec![1]);
+        p.begin();
+        p.delivered(vec![2, 3]);
+        assert!(p.waiting(), "the first ids of a transaction still arriving");
+        assert_eq!(p.take(10), vec![1, 2, 3]);
+        p.done([1, 2, 3]);
+        p.passed(150);
+        assert_eq!(
+            p.positions().0,
+            100,
+            "every id arrived so far is recorded, but its commit has not come"
+        );
+        p.delivered(vec![4]);
+        p.committed(300, vec![5]);
+        assert_eq!(p.take(10), vec![4, 5]);
+        p.done([5]);
+        assert_eq!(p.positions().0, 100, "4 is not recorded");
+        p.done([4]);
+        assert_eq!(p.positions(), (300, 300));
+        p.begin();
+        p.committed(400, Vec::new());
+        assert_eq!(
+            p.positions(),
+            (400, 400),
+            "a transaction without outbox ids"
+        );
     }
 
     #[test]

@@ -26,6 +26,12 @@ use crate::progress::Progress;
 /// The prefix of the relay's heartbeat messages in the WAL.
 const HEARTBEAT: &str = "postbox-heartbeat";
 
+/// How many ids of a transaction the reader hands to claims before its commit arrives. The
+/// server sends a transaction only once it has committed, so its rows may be taken at once: a
+/// transaction of a million inserts starts publishing as soon as its first ids are decoded,
+/// not once all of them are.
+const HAND_OVER: usize = 1_000;
+
 /// Metric names (documented in docs/cdc.md).
 pub(crate) mod metric {
     /// 1 while the slot is read, 0 while the polling claim carries the load.
@@ -205,7 +211,10 @@ async fn read_once(
             Err(e) => return Err(e),
         };
         match event.event_type {
-            EventType::Begin { .. } => ids.clear(),
+            EventType::Begin { .. } => {
+                ids.clear();
+                s.progress.begin();
+            }
             EventType::Insert {
                 schema: ref in_schema,
                 ref table,
@@ -217,7 +226,13 @@ async fn read_once(
                     .and_then(|v| v.as_str())
                     .and_then(|v| v.parse::<i64>().ok())
                 {
-                    Some(id) => ids.push(id),
+                    Some(id) => {
+                        ids.push(id);
+                        if ids.len() >= HAND_OVER {
+                            events.increment(ids.len() as u64);
+                            s.progress.delivered(std::mem::take(&mut ids));
+                        }
+                    }
                     None => warn!(
                         slot,
                         "an outbox insert without a readable id; the polling claim takes it"

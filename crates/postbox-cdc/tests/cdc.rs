@@ -779,6 +779,120 @@ async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_
     handle.stop().await.unwrap();
 }
 
+/// A slot invalidated by `max_slot_wal_keep_size` under a running relay (a producer
+/// transaction held open while other tables write more WAL than the slot may keep): the server
+/// ends the relay's reading, the relay finds the slot lost, drops it and reads a new one within
+/// 10 s of the transaction's end; what was committed meanwhile is polled. Every event goes out
+/// once, through the default read path.
+#[tokio::test]
+async fn a_slot_invalidated_under_a_running_relay_is_rebuilt_and_nothing_is_lost() {
+    use postbox_testkit::cluster::{Cluster, find_bin_dir};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Cluster::start(
+        dir.path(),
+        find_bin_dir().unwrap(),
+        "postgres",
+        &[("wal_level", "logical"), ("max_slot_wal_keep_size", "1MB")],
+    )
+    .await
+    .unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let pg = PgStore::new(pool.clone());
+    postbox::migrate(&pg).await.unwrap();
+    let store = Arc::new(
+        CdcStore::start(pg, &server.url(), CdcConfig::default())
+            .await
+            .unwrap(),
+    );
+    let sink = RecordingSink::new();
+    let handle = unordered(&store, &sink, RelayConfig::default()).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    insert(&pool, "Before", "o-1").await;
+    wait_until("the first event is out", PATIENCE, || async {
+        sink.published().len() == 1
+    })
+    .await;
+
+    // A producer transaction left open: the slot's restart_lsn cannot pass it.
+    let mut held = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ('Held', 'Order', 'o-2', '{}')",
+    )
+    .execute(&mut *held)
+    .await
+    .unwrap();
+    pool.execute(
+        "CREATE TABLE churn (x text); \
+         INSERT INTO churn SELECT repeat('x', 1000) FROM generate_series(1, 50000); \
+         SELECT pg_switch_wal(); CHECKPOINT;",
+    )
+    .await
+    .unwrap();
+    // The checkpoint invalidated the slot and ended its reader's connection.
+    wait_until(
+        "the relay stops reading the lost slot",
+        PATIENCE,
+        || async { !store.status().streaming },
+    )
+    .await;
+    insert(&pool, "Meanwhile", "o-3").await;
+    held.commit().await.unwrap();
+    let ended = std::time::Instant::now();
+    wait_until("a new slot is read", PATIENCE, || async {
+        store.status().streaming
+            && sqlx::query_scalar::<_, Option<String>>(
+                "SELECT wal_status FROM pg_replication_slots \
+                 WHERE slot_name = 'postbox' AND active",
+            )
+            .fetch_optional(&pool)
+            .await
+            .is_ok_and(|s| s.flatten().is_some_and(|s| s != "lost"))
+    })
+    .await;
+    let rebuilt = ended.elapsed();
+    let log = std::fs::read_to_string(server.log()).unwrap();
+    assert!(
+        log.contains("invalidating") && log.contains("max_slot_wal_keep_size"),
+        "the server invalidated the slot:\n{log}"
+    );
+    insert(&pool, "After", "o-4").await;
+    wait_until("every event is out", PATIENCE, || async {
+        sink.published().len() >= 4
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut published: Vec<String> = sink
+        .published()
+        .iter()
+        .map(|e| e.event_type.clone())
+        .collect();
+    published.sort();
+    assert_eq!(
+        published,
+        ["After", "Before", "Held", "Meanwhile"],
+        "each once"
+    );
+    assert!(
+        rebuilt < Duration::from_secs(10),
+        "the new slot was read {rebuilt:?} after the transaction that held the old one ended"
+    );
+    let processed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(processed, 4);
+    handle.stop().await.unwrap();
+}
+
 /// Inserts `n` events of `event_type` in one transaction, as a producer in another language
 /// would; returns their ids.
 async fn insert_many(pool: &PgPool, event_type: &str, n: i64) -> Vec<i64> {

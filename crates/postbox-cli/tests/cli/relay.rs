@@ -263,6 +263,234 @@ async fn relay_with_source_cdc_publishes_from_its_slot_and_stops_cleanly() {
     assert!(out.stderr.contains("source = \"poll\""), "{}", out.stderr);
 }
 
+/// One statement of 10,000 events — one transaction, one commit position for all — read from
+/// the slot by a CDC relay SIGKILLed after a random number of publishes, 20 times, then run to
+/// the end: every event published, and each run repeats at most what the run before it had in
+/// flight (the slot delivers the whole transaction again after each kill; the table says which
+/// events are done).
+#[tokio::test]
+async fn a_cdc_relay_killed_twenty_times_in_one_large_transaction_repeats_only_what_was_in_flight()
+{
+    use rand::{Rng, SeedableRng};
+    const EVENTS: usize = 10_000;
+    const KILLS: usize = 20;
+    const BATCH: usize = 50;
+    const CONCURRENCY: usize = 8;
+    // The most events a relay holds claimed (or read) and unrecorded: its room
+    // (`concurrency.max(batch) + batch`) and a claim of up to two batches under way.
+    const IN_FLIGHT: usize = if CONCURRENCY > BATCH {
+        CONCURRENCY
+    } else {
+        BATCH
+    } + 3 * BATCH;
+    let seed: u64 = std::env::var("POSTBOX_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("seed {seed} (POSTBOX_TEST_SEED={seed} replays these kill times)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    let slot = pg
+        .db
+        .url()
+        .rsplit('/')
+        .next()
+        .expect("a database name")
+        .to_owned();
+    let (batch, concurrency) = (BATCH.to_string(), CONCURRENCY.to_string());
+    let relay = || {
+        let mut cmd = pg.cmd(&[
+            "relay",
+            "--source",
+            "cdc",
+            "--cdc-slot",
+            &slot,
+            "--batch-size",
+            &batch,
+            "--concurrency",
+            &concurrency,
+        ]);
+        cmd.env("POSTBOX_MAX_BATCH_SIZE", &batch);
+        Running::spawn(cmd)
+    };
+    // The slot exists before the statement commits, so the statement is the slot's to deliver.
+    let mut first = relay();
+    first.wait_for_stderr("CDC relay reading the slot", DEADLINE);
+    let mut printed: HashMap<i64, usize> = HashMap::new();
+    let mut runs = vec![first];
+    pg.insert_events("outbox_events", "Bulk", EVENTS, true)
+        .await;
+    let mut kills = Vec::new();
+    let mut repeats = Vec::new();
+    for kill in 0..=KILLS {
+        let mut running = match runs.pop() {
+            Some(r) => r,
+            None => {
+                let mut r = relay();
+                r.wait_for_stderr("CDC relay reading the slot", DEADLINE);
+                r
+            }
+        };
+        let remaining = EVENTS - pg.ids("outbox_events", Some("PROCESSED")).await.len();
+        let last = kill == KILLS || remaining == 0;
+        let lines = if !last {
+            // Killed after a random number of events published in this run.
+            running.wait_for_lines(rng.random_range(1..=remaining.min(400)), DEADLINE);
+            kills.push(pg.ids("outbox_events", Some("PROCESSED")).await.len());
+            running.kill().json_lines()
+        } else {
+            wait_for_processed(&pg, EVENTS).await;
+            running.signal("TERM");
+            let out = running.finish(Duration::from_secs(30));
+            assert!(out.status.success(), "{}", out.stderr);
+            out.json_lines()
+        };
+        let repeated = ids_of(&lines)
+            .into_iter()
+            .filter(|id| {
+                let n = printed.entry(*id).or_default();
+                *n += 1;
+                *n > 1
+            })
+            .count();
+        assert!(
+            repeated <= IN_FLIGHT,
+            "run {} published {repeated} events an earlier run had published (at most \
+             {IN_FLIGHT} were in flight at a kill; seed {seed})",
+            kill + 1
+        );
+        repeats.push(repeated);
+        if last {
+            break;
+        }
+    }
+    eprintln!("processed at each kill: {kills:?}; repeats in each run: {repeats:?}");
+    assert_eq!(
+        printed.len(),
+        EVENTS,
+        "every event published (processed at each kill: {kills:?}; seed {seed})"
+    );
+    assert!(
+        kills.iter().any(|&done| done > 0 && done < EVENTS),
+        "no kill came mid-transaction (processed at each kill: {kills:?}; seed {seed})"
+    );
+}
+
+/// Waits until `n` events of the default outbox are `PROCESSED` (10 minutes at most).
+async fn wait_for_processed(pg: &Pg, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        let processed: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = 'PROCESSED'")
+                .fetch_one(pg.db.pool())
+                .await
+                .expect("count");
+        if processed == n as i64 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{processed} of {n} processed after 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One producer transaction of a million events, through the binary's CDC relay with its
+/// defaults: rolled back, nothing is published and the relay's memory stays flat; committed,
+/// the first event is out within 2 s of the commit (the transaction's ids are taken as they
+/// arrive, not once the last one is decoded), every event once, the relay within 256 MiB.
+#[tokio::test]
+async fn a_transaction_of_a_million_events_through_cdc_starts_at_once_in_bounded_memory() {
+    const EVENTS: usize = 1_000_000;
+    const MIB: u64 = 1024 * 1024;
+    let pg = Pg::new().await;
+    pg.ok(&["migrate"]);
+    let slot = pg
+        .db
+        .url()
+        .rsplit('/')
+        .next()
+        .expect("a database name")
+        .to_owned();
+    let out_path = pg.dir.path().join("published.jsonl");
+    let out = std::fs::File::create(&out_path).expect("create the output file");
+    let mut relay = Running::spawn_to_file(
+        pg.cmd(&["relay", "--source", "cdc", "--cdc-slot", &slot]),
+        out,
+    );
+    relay.wait_for_stderr("CDC relay reading the slot", DEADLINE);
+    let (before, _) = relay.memory();
+
+    pg.insert_events("outbox_events", "Undone", EVENTS, false)
+        .await;
+    // The slot has nothing to deliver for a rolled-back transaction; a heartbeat or two pass.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (after_rollback, _) = relay.memory();
+    assert_eq!(
+        std::fs::metadata(&out_path).expect("output").len(),
+        0,
+        "nothing of a rolled-back transaction is published"
+    );
+    assert!(
+        after_rollback < before + 32 * MIB,
+        "a rolled-back million took the relay from {} to {} MiB",
+        before / MIB,
+        after_rollback / MIB
+    );
+
+    pg.insert_events("outbox_events", "Bulk", EVENTS, true)
+        .await;
+    let committed = std::time::Instant::now();
+    while std::fs::metadata(&out_path).expect("output").len() == 0 {
+        assert!(
+            committed.elapsed() < DEADLINE,
+            "nothing published within {DEADLINE:?} of the commit"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let first = committed.elapsed();
+    wait_for_processed(&pg, EVENTS).await;
+    let (_, peak) = relay.memory();
+    relay.signal("TERM");
+    let finished = relay.finish(Duration::from_secs(30));
+    assert!(finished.status.success(), "{}", finished.stderr);
+    let text = std::fs::read_to_string(&out_path).expect("read the output");
+    let mut ids: Vec<i64> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            assert_eq!(v["event_type"], "Bulk", "{l}");
+            v["id"].as_i64().expect("id")
+        })
+        .collect();
+    let published = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (published, ids.len()),
+        (EVENTS, EVENTS),
+        "each committed event published once (lines, distinct ids)"
+    );
+    eprintln!(
+        "first event {first:?} after the commit; relay memory {} MiB before, {} MiB after the \
+         rollback, {} MiB at its peak",
+        before / MIB,
+        after_rollback / MIB,
+        peak / MIB
+    );
+    assert!(
+        first < Duration::from_secs(2),
+        "the first event of a committed million went out {first:?} after the commit"
+    );
+    assert!(
+        peak <= 256 * MIB,
+        "the relay took {} MiB at its peak publishing a transaction of a million",
+        peak / MIB
+    );
+}
+
 #[tokio::test]
 async fn relay_refuses_an_unmigrated_database_unless_asked_to_migrate() {
     let pg = Pg::new().await;

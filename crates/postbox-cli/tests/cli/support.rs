@@ -201,19 +201,36 @@ pub(crate) struct Running {
 
 impl Running {
     /// Starts `cmd` with stdout and stderr captured.
-    pub(crate) fn spawn(mut cmd: Command) -> Running {
+    pub(crate) fn spawn(cmd: Command) -> Running {
+        Running::start(cmd, None)
+    }
+
+    /// Starts `cmd` with stdout written to `file` (output too large to keep in memory) and
+    /// stderr captured.
+    pub(crate) fn spawn_to_file(cmd: Command, file: std::fs::File) -> Running {
+        Running::start(cmd, Some(file))
+    }
+
+    fn start(mut cmd: Command, stdout_file: Option<std::fs::File>) -> Running {
+        let to_file = stdout_file.is_some();
         let mut child = cmd
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+            .stdout(stdout_file.map_or_else(Stdio::piped, Stdio::from))
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn postbox");
         let stdout = Shared::default();
         let stderr = Shared::default();
-        let readers = vec![
-            read_lines(child.stdout.take().expect("stdout"), Arc::clone(&stdout)),
-            read_lines(child.stderr.take().expect("stderr"), Arc::clone(&stderr)),
-        ];
+        let mut readers = vec![read_lines(
+            child.stderr.take().expect("stderr"),
+            Arc::clone(&stderr),
+        )];
+        if !to_file {
+            readers.push(read_lines(
+                child.stdout.take().expect("stdout"),
+                Arc::clone(&stdout),
+            ));
+        }
         Running {
             child,
             stdout,
@@ -225,6 +242,21 @@ impl Running {
     /// The process id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The process's resident memory now and at its peak (`VmRSS`, `VmHWM`), in bytes.
+    pub(crate) fn memory(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc/<pid>/status");
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no {name} in {status}"))
+                * 1024
+        };
+        (field("VmRSS:"), field("VmHWM:"))
     }
 
     /// Waits until stdout has at least `n` lines; panics after `within`, or if the process
