@@ -3,7 +3,7 @@
 
 use postbox::SchemaName;
 use sqlx::PgPool;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::CdcConfig;
 use crate::error::{Error, Result};
@@ -61,5 +61,22 @@ pub(crate) async fn prepare(pool: &PgPool, schema: &SchemaName, cfg: &CdcConfig)
         // Another relay created it meanwhile.
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42710") => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Records the slot in the schema's `postbox_cdc_slots`, where polling relays look for a CDC
+/// relay reading (`PgStore::leave_to_cdc_relay`). Without it they poll beside this relay and may
+/// publish what it reads a second time: said in a warning, not fatal.
+pub(crate) async fn record_slot(pool: &PgPool, schema: &SchemaName, slot: &str) {
+    // The schema's name is validated by `SchemaName`, and quoted.
+    let sql = include_str!("../sql/slot_record.sql").replace("{schema}", &schema.quoted());
+    if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(slot)
+        .execute(pool)
+        .await
+    {
+        warn!(slot, error = %e,
+            "cannot record the CDC slot in postbox_cdc_slots (run `postbox migrate`): polling \
+             relays beside this one will not leave it the events, and may publish some twice");
     }
 }

@@ -125,8 +125,12 @@ impl CdcStore {
     /// retried in the background while the polling claim serves.
     pub async fn start(store: PgStore, database_url: &str, config: CdcConfig) -> Result<Self> {
         config.validate()?;
+        // This relay's own poll is the safety net beside its slot: it never leaves the events
+        // to a CDC relay (itself, or the reader a standby waits for: see `poll_due`).
+        let store = store.leave_to_cdc_relay(false);
         let schema = store.default_schema();
         setup::prepare(store.pool(), &schema, &config).await?;
+        setup::record_slot(store.pool(), &schema, &config.slot).await;
         // What was committed before this start is the slot's to name first (see `poll_due`).
         let started_at: i64 = sqlx::query_scalar(include_str!("../sql/wal_position.sql"))
             .fetch_one(store.pool())

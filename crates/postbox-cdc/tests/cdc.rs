@@ -29,7 +29,8 @@ fn slot_name(db: &TestDb) -> String {
     db.url().rsplit('/').next().unwrap().to_owned()
 }
 
-/// A CDC store on a migrated database and a relay on it, started, once the slot is read.
+/// A CDC store on a migrated database and a relay on it as the binary starts it (the slot's
+/// events read and published unclaimed), started, once the slot is read.
 async fn running(db: &TestDb, config: CdcConfig) -> (Arc<CdcStore>, RecordingSink, RelayHandle) {
     let store = cdc(db, config).await;
     let sink = RecordingSink::new();
@@ -41,22 +42,25 @@ async fn running(db: &TestDb, config: CdcConfig) -> (Arc<CdcStore>, RecordingSin
     (store, sink, handle)
 }
 
-/// The relay as the binary starts it, with ordering on for every aggregate.
+/// The relay as the binary starts it: without ordered aggregate types, the slot's events are
+/// read and published unclaimed.
 fn relay(store: &Arc<CdcStore>, sink: &RecordingSink) -> Relay {
     relay_with(store, sink, RelayConfig::default())
 }
 
-fn relay_with(store: &Arc<CdcStore>, sink: &RecordingSink, config: RelayConfig) -> Relay {
-    unordered(
+/// A relay with ordering on for every aggregate: the slot's events are claimed by id, so that
+/// an event waits while an earlier one of its aggregate is in flight.
+fn ordered(store: &Arc<CdcStore>, sink: &RecordingSink) -> Relay {
+    relay_with(
         store,
         sink,
-        config.ordered_aggregate_types(vec!["*".to_owned()]),
+        RelayConfig::default().ordered_aggregate_types(vec!["*".to_owned()]),
     )
 }
 
 /// A relay with `config` as given: without ordered aggregate types, the slot's events are read
 /// and published unclaimed (`CdcConfig::claim`).
-fn unordered(store: &Arc<CdcStore>, sink: &RecordingSink, config: RelayConfig) -> Relay {
+fn relay_with(store: &Arc<CdcStore>, sink: &RecordingSink, config: RelayConfig) -> Relay {
     Relay::from_parts(
         Arc::clone(store) as Arc<dyn Store>,
         Arc::new(sink.clone()),
@@ -184,10 +188,16 @@ async fn an_ordered_event_behind_one_in_flight_goes_out_by_the_slot_when_that_on
     .fetch_one(db.pool())
     .await
     .unwrap();
-    let (store, sink, handle) = running(
+    let store = cdc(
         &db,
         CdcConfig::default().poll_interval(Duration::from_secs(3600)),
     )
+    .await;
+    let sink = RecordingSink::new();
+    let handle = ordered(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
     .await;
     let second = insert(db.pool(), "Second", "o-1").await;
     // The slot delivered it and the relay's claim found its aggregate busy: it waits to be
@@ -268,11 +278,20 @@ async fn a_relay_that_reads_unclaimed_restarted_on_the_slot_loses_nothing_and_re
 /// A relay killed mid-stream and started again on its slot: claiming each event (`ordered`:
 /// every aggregate ordered) or reading them unclaimed.
 async fn restarted_on_the_slot(ordered: bool) {
+    // The relay's room (`concurrency.max(batch_size) + batch_size`) and a claim of up to two
+    // batches under way: the most it holds claimed or read and unrecorded.
+    const BATCH: usize = 10;
+    const IN_FLIGHT: usize = 2 * BATCH + 2 * BATCH;
     let db = TestDb::new().await;
     let sink = RecordingSink::new();
     // Leases of 2 s: what the killed relay held is taken over by the polling claim soon after.
+    // Small batches, so that what may be repeated (what the killed relay had in flight) is a
+    // small share of the 400 events.
     let config = || {
         let config = RelayConfig::default()
+            .batch_size(BATCH as u32)
+            .max_batch_size(BATCH as u32)
+            .concurrency(BATCH)
             .lease(Duration::from_secs(2))
             .publish_timeout(Duration::from_secs(1));
         if ordered {
@@ -283,7 +302,7 @@ async fn restarted_on_the_slot(ordered: bool) {
     };
     let cdc_config = || CdcConfig::default().poll_interval(Duration::from_millis(500));
     let store = cdc(&db, cdc_config()).await;
-    let killed = unordered(&store, &sink, config());
+    let killed = relay_with(&store, &sink, config());
     let task = tokio::spawn(async move { killed.run(std::future::pending()).await });
     wait_until("the slot is read", PATIENCE, || async {
         store.status().streaming
@@ -302,7 +321,7 @@ async fn restarted_on_the_slot(ordered: bool) {
     drop(store);
 
     let store = cdc(&db, cdc_config()).await;
-    let handle = unordered(&store, &sink, config()).start();
+    let handle = relay_with(&store, &sink, config()).start();
     for i in 300..400 {
         insert(db.pool(), "Placed", &format!("o-{}", i % 7)).await;
     }
@@ -318,10 +337,10 @@ async fn restarted_on_the_slot(ordered: bool) {
     }
     assert_eq!(times.len(), 400, "each event published");
     let repeated = times.values().filter(|&&n| n > 1).count();
-    let in_flight = RelayConfig::default().max_batch_size as usize * 2;
+    eprintln!("{repeated} of 400 repeated after the kill");
     assert!(
-        repeated <= in_flight,
-        "{repeated} repeated, more than in flight"
+        repeated <= IN_FLIGHT,
+        "{repeated} repeated, more than the {IN_FLIGHT} the killed relay could have in flight"
     );
     handle.stop().await.unwrap();
 }
@@ -426,10 +445,13 @@ async fn a_polling_relay_beside_a_cdc_relay_that_claims_publishes_each_event_onc
     assert_eq!(published, ids, "each event once, by one relay or the other");
 }
 
-/// Without `claim`, the poller may take an event the CDC relay is publishing from a read: every
-/// event goes out, none more than twice, and no more repeat than the CDC relay has in flight.
+/// A polling relay beside a CDC relay that reads (the defaults of both): the poller leaves the
+/// default schema's events to the CDC relay while it reads, so none goes out twice (both took
+/// each new event at the same moment before: about half of them were published twice), and
+/// it claims them again once the CDC relay stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_polling_relay_beside_a_cdc_relay_that_reads_repeats_at_most_what_was_in_flight() {
+async fn a_polling_relay_beside_a_cdc_relay_that_reads_leaves_it_the_events_and_takes_over_when_it_stops()
+ {
     let (ids, published) = beside_a_poller(false).await;
     let mut times: HashMap<i64, u32> = HashMap::new();
     for id in published {
@@ -438,14 +460,13 @@ async fn a_polling_relay_beside_a_cdc_relay_that_reads_repeats_at_most_what_was_
     let mut seen: Vec<i64> = times.keys().copied().collect();
     seen.sort_unstable();
     assert_eq!(seen, ids, "every event published");
-    assert!(times.values().all(|&n| n <= 2), "none more than twice");
     let repeated = times.values().filter(|&&n| n > 1).count();
-    let in_flight = RelayConfig::default().max_batch_size as usize;
-    assert!(repeated <= in_flight, "{repeated} repeated");
+    assert_eq!(repeated, 0, "{repeated} of {} published twice", ids.len());
 }
 
 /// 500 events committed one by one while a CDC relay (claiming each event or not) and a polling
-/// relay run on the table; returns their ids and every publish of either relay, sorted.
+/// relay run on the table, then 20 more once the CDC relay has stopped; returns their ids and
+/// every publish of either relay, sorted.
 async fn beside_a_poller(claim: bool) -> (Vec<i64>, Vec<i64>) {
     let db = TestDb::new().await;
     let store = cdc(
@@ -456,7 +477,7 @@ async fn beside_a_poller(claim: bool) -> (Vec<i64>, Vec<i64>) {
     )
     .await;
     let cdc_sink = RecordingSink::new();
-    let cdc_handle = unordered(&store, &cdc_sink, RelayConfig::default()).start();
+    let cdc_handle = relay_with(&store, &cdc_sink, RelayConfig::default()).start();
     wait_until("the slot is read", PATIENCE, || async {
         store.status().streaming
     })
@@ -478,6 +499,16 @@ async fn beside_a_poller(claim: bool) -> (Vec<i64>, Vec<i64>) {
     })
     .await;
     cdc_handle.stop().await.unwrap();
+    drop(store);
+    for i in 500..520 {
+        ids.push(insert(db.pool(), "Placed", &format!("o-{}", i % 13)).await);
+    }
+    wait_until(
+        "the poller publishes what is committed once the CDC relay has stopped",
+        PATIENCE,
+        || async { processed(db.pool()).await == 520 },
+    )
+    .await;
     poller.stop().await.unwrap();
     let mut published = cdc_sink.published_ids();
     published.extend(poll_sink.published_ids());
@@ -809,7 +840,7 @@ async fn a_slot_invalidated_under_a_running_relay_is_rebuilt_and_nothing_is_lost
             .unwrap(),
     );
     let sink = RecordingSink::new();
-    let handle = unordered(&store, &sink, RelayConfig::default()).start();
+    let handle = relay_with(&store, &sink, RelayConfig::default()).start();
     wait_until("the slot is read", PATIENCE, || async {
         store.status().streaming
     })
@@ -962,7 +993,7 @@ async fn a_relay_without_ordered_types_publishes_what_the_slot_delivers_without_
     let db = TestDb::new().await;
     let store = cdc(&db, CdcConfig::default()).await;
     let sink = RecordingSink::new();
-    let handle = unordered(&store, &sink, RelayConfig::default()).start();
+    let handle = relay_with(&store, &sink, RelayConfig::default()).start();
     wait_until("the slot is read", PATIENCE, || async {
         store.status().streaming
     })
@@ -1013,7 +1044,7 @@ async fn a_read_event_that_fails_is_retried_and_its_try_counted_as_a_claimed_one
         Duration::from_millis(20),
         Duration::from_millis(50),
     ));
-    let handle = unordered(&store, &sink, config).start();
+    let handle = relay_with(&store, &sink, config).start();
     wait_until("the slot is read", PATIENCE, || async {
         store.status().streaming
     })
@@ -1320,7 +1351,7 @@ async fn a_slot_whose_confirmation_stands_still_while_wal_grows_is_reported_stal
     let check = store.stall_check();
     refuse_marks(db.pool()).await;
     let sink = RecordingSink::new();
-    let relay = unordered(&store, &sink, RelayConfig::default());
+    let relay = relay_with(&store, &sink, RelayConfig::default());
     let mut rounds = relay.rounds();
     let handle = relay.start();
     postbox_testkit::settled(&mut rounds, "the relay's first poll", PATIENCE).await;
@@ -1357,7 +1388,7 @@ async fn a_second_cdc_relay_on_the_slot_waits_as_a_standby_and_takes_over() {
     })
     .await;
     let first_sink = RecordingSink::new();
-    let first_relay = unordered(&first, &first_sink, RelayConfig::default()).start();
+    let first_relay = relay_with(&first, &first_sink, RelayConfig::default()).start();
     let second = Arc::new(
         CdcStore::start(
             PgStore::new(db.pool().clone()),
@@ -1372,7 +1403,7 @@ async fn a_second_cdc_relay_on_the_slot_waits_as_a_standby_and_takes_over() {
     })
     .await;
     let second_sink = RecordingSink::new();
-    let second_relay = unordered(&second, &second_sink, RelayConfig::default()).start();
+    let second_relay = relay_with(&second, &second_sink, RelayConfig::default()).start();
     let first_ids = insert_one_by_one(db.pool(), 300).await;
     wait_until("every event is published", PATIENCE, || async {
         processed(db.pool()).await == 300

@@ -226,10 +226,11 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         flag: Some("--cdc-claim"),
         about: "Whether source = cdc claims each event before publishing it, as polling does. \
                 By default the relay reads the rows the slot names, publishes them and marks \
-                them: one write per event instead of two. Set it when a polling relay runs \
-                beside the CDC relay on the same table, or that poller may publish an event the \
-                CDC relay is publishing (at most the events in flight). Ordered aggregate types \
-                are always claimed.",
+                them: one write per event instead of two. Polling relays beside it leave the \
+                default schema's events to it while it reads the slot (postbox_cdc_slots); set \
+                this for pollers that do not (a library's PgStore::leave_to_cdc_relay(false)), or \
+                they may publish an event the CDC relay is publishing (at most the events in \
+                flight). Ordered aggregate types are always claimed.",
     },
     KeyDoc {
         key: "cdc_publication",

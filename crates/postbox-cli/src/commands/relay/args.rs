@@ -49,10 +49,10 @@ pub(crate) struct RelayArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) cdc_slot: Option<String>,
 
-    /// With --source cdc, claim each event before publishing it, as polling does: for a
-    /// polling relay running beside it on the same table. By default the events the slot names
-    /// are read, published and marked: one write per event instead of two [config: cdc_claim;
-    /// default: false]
+    /// With --source cdc, claim each event before publishing it, as polling does: for pollers
+    /// beside it that do not leave it the events (postbox relays do, while it reads the slot).
+    /// By default the events the slot names are read, published and marked: one write per
+    /// event instead of two [config: cdc_claim; default: false]
     #[arg(long)]
     pub(crate) cdc_claim: bool,
 }

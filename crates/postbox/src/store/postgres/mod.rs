@@ -4,9 +4,10 @@
 //! hand each call to the file of its concern: migrations (`migrate.rs`), the claim
 //! (`claim.rs`), the marks a relay and an operator make (`marks.rs`), the commit horizon and the
 //! table heads (`horizon.rs`), wake-ups (`wakeups.rs`), listing and retention (`history.rs`),
-//! tenants (`tenants.rs`), status and upkeep (`status.rs`), sink health (`health.rs`) and the
-//! inbox (`inbox.rs`).
+//! tenants (`tenants.rs`), status and upkeep (`status.rs`), sink health (`health.rs`), the
+//! inbox (`inbox.rs`), and a CDC relay beside the polling claim (`cdc_reader.rs`).
 
+mod cdc_reader;
 mod claim;
 mod connect;
 mod functions;
@@ -260,6 +261,9 @@ pub struct PgStore {
     pool: PgPool,
     default_schema: SchemaName,
     sql: PerSchema<PgSql>,
+    /// Whether claims of the default schema leave its events to a CDC relay that reads them
+    /// ([`PgStore::leave_to_cdc_relay`]); `None` when they do not.
+    cdc_reader: Option<cdc_reader::CdcReader>,
 }
 
 /// A duration as milliseconds, the unit the SQL takes leases and backoffs in.
@@ -311,9 +315,33 @@ impl PgStore {
     pub fn with_schema(pool: PgPool, schema: SchemaName) -> Self {
         PgStore {
             pool,
-            default_schema: schema,
             sql: PerSchema::new(PgSql::build),
+            cdc_reader: Some(cdc_reader::CdcReader::new(&schema)),
+            default_schema: schema,
         }
+    }
+
+    /// Whether this store's claims of its default schema leave the events to a CDC relay
+    /// (`postbox-cdc`) that reads that outbox from a replication slot (default: they do). A
+    /// CDC relay publishes what it reads without a claim, which a polling relay cannot see:
+    /// side by side, both would take each new event and publish a share of all traffic twice.
+    /// So while such a relay reads and keeps confirming, a polling relay claims only its
+    /// tenants' events; it claims the default schema's again within a second of that relay
+    /// stopping, or once its confirmation has stood still for a minute while the server's WAL
+    /// grew. Retries, expired leases and what the slot does not deliver are the CDC relay's
+    /// own poll's. A CDC relay records its slot in `postbox_cdc_slots` (migration
+    /// `0020_registry_cdc_slots`); a slot there that a reader holds is what a poller looks for,
+    /// once a second. The CDC relay's own store sets this off.
+    ///
+    /// ```no_run
+    /// # async fn example(pool: sqlx::PgPool) {
+    /// // A poller that claims every event whatever else reads the table.
+    /// let store = postbox::PgStore::new(pool).leave_to_cdc_relay(false);
+    /// # }
+    /// ```
+    pub fn leave_to_cdc_relay(mut self, leave: bool) -> Self {
+        self.cdc_reader = leave.then(|| cdc_reader::CdcReader::new(&self.default_schema));
+        self
     }
 
     /// The connection pool.
@@ -341,6 +369,13 @@ impl Store for PgStore {
     }
 
     async fn events_claim(&self, p: &ClaimParams<'_>) -> Result<Claimed> {
+        if let Some(reader) = &self.cdc_reader
+            && p.target.tenant.is_none()
+            && p.target.schema == self.default_schema
+            && reader.reads(&self.pool).await
+        {
+            return Ok(Claimed::default());
+        }
         self.claim(p).await
     }
 
