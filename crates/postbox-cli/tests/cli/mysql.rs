@@ -35,7 +35,7 @@ async fn migrate_relay_status_and_retry_on_mysql() {
         db: TestMySql::new().await,
         dir: tempfile::tempdir().expect("tempdir"),
     };
-    assert!(my.ok(&["migrate"]).contains("4 migration(s) applied"));
+    assert!(my.ok(&["migrate"]).contains("5 migration(s) applied"));
     assert!(my.ok(&["migrate"]).contains("up to date"));
     let store = my.db.store().await;
     // Producers in other languages write plain SQL; one of the rows is a poison pill.

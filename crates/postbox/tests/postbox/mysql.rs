@@ -598,3 +598,43 @@ async fn a_transaction_held_open_is_passed_by_the_claims_and_published_when_it_c
     );
     assert_eq!(processed(&store).await, 20_001);
 }
+
+/// A dedup id is never handed out twice on MySQL/MariaDB either: `TRUNCATE TABLE outbox_events`
+/// would restart the AUTO_INCREMENT counter, so that new events took the ids (the dedup ids) of
+/// events already relayed; it is refused, the error naming the guard. Emptied by `DELETE`, the
+/// table goes on from the ids it handed out.
+#[tokio::test]
+async fn a_truncate_that_would_hand_out_ids_again_is_refused_on_mysql() {
+    let (_db, store) = migrated().await;
+    insert_thousand(&store).await;
+    let before: i64 = sqlx::query_scalar("SELECT max(id) FROM outbox_events")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    let err = sqlx::query("TRUNCATE TABLE outbox_events")
+        .execute(store.pool())
+        .await
+        .expect_err("TRUNCATE refused");
+    assert!(
+        err.to_string().contains("postbox_truncate_guard"),
+        "the error names what refuses it: {err}"
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 1000, "nothing was removed");
+    sqlx::query("DELETE FROM outbox_events")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    insert_thousand(&store).await;
+    let after: i64 = sqlx::query_scalar("SELECT min(id) FROM outbox_events")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(
+        after > before,
+        "ids after the table was emptied ({after}…) follow the ones before ({before})"
+    );
+}

@@ -11,6 +11,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     migration!("mysql", "0002_retry_due", was "outbox_0002_retry_due"),
     migration!("mysql", "0003_retry_index", was "outbox_0003_retry_index"),
     migration!("mysql", "0004_inbox", was "outbox_0004_inbox"),
+    migration!("mysql", "0005_truncate_guard"),
 ];
 
 impl MySqlStore {
