@@ -726,25 +726,18 @@ async fn a_role_that_may_not_replicate_is_told_the_statement_that_fixes_it() {
     );
 }
 
-/// A fast shutdown of PostgreSQL waits until every logical reader has confirmed all the WAL sent
-/// to it, which a relay holding an event in flight cannot do; the relay lets go of the slot as
-/// soon as its other connections find the server going away. Here: `pg_ctl stop -m fast` (60 s
-/// timeout) finishes with an event in flight, and after the restart the relay reads the slot
-/// again and publishes everything. (The chaos kit's CDC run, with producers busy and three
-/// relays, is where a held-up shutdown showed before the relay let go.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_the_slot_is_read_again()
- {
+/// A PostgreSQL cluster of the test's own in `dir` (`wal_level = logical` and `settings`), a
+/// pool on it, and a CDC store on the migrated database, started.
+async fn private_cluster(
+    dir: &tempfile::TempDir,
+    settings: &[(&str, &str)],
+) -> (postbox_testkit::cluster::Cluster, PgPool, Arc<CdcStore>) {
     use postbox_testkit::cluster::{Cluster, find_bin_dir};
-    let dir = tempfile::tempdir().unwrap();
-    let server = Cluster::start(
-        dir.path(),
-        find_bin_dir().unwrap(),
-        "postgres",
-        &[("wal_level", "logical")],
-    )
-    .await
-    .unwrap();
+    let mut all = vec![("wal_level", "logical")];
+    all.extend_from_slice(settings);
+    let server = Cluster::start(dir.path(), find_bin_dir().unwrap(), "postgres", &all)
+        .await
+        .unwrap();
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
         .connect(&server.url())
@@ -757,6 +750,20 @@ async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_
             .await
             .unwrap(),
     );
+    (server, pool, store)
+}
+
+/// A fast shutdown of PostgreSQL waits until every logical reader has confirmed all the WAL sent
+/// to it, which a relay holding an event in flight cannot do; the relay lets go of the slot as
+/// soon as its other connections find the server going away. Here: `pg_ctl stop -m fast` (60 s
+/// timeout) finishes with an event in flight, and after the restart the relay reads the slot
+/// again and publishes everything. (The chaos kit's CDC run, with producers busy and three
+/// relays, is where a held-up shutdown showed before the relay let go.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_the_slot_is_read_again()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, pool, store) = private_cluster(&dir, &[]).await;
     let sink = RecordingSink::new();
     let handle = relay(&store, &sink).start();
     wait_until("the slot is read", PATIENCE, || async {
@@ -817,28 +824,8 @@ async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_
 /// once, through the default read path.
 #[tokio::test]
 async fn a_slot_invalidated_under_a_running_relay_is_rebuilt_and_nothing_is_lost() {
-    use postbox_testkit::cluster::{Cluster, find_bin_dir};
     let dir = tempfile::tempdir().unwrap();
-    let server = Cluster::start(
-        dir.path(),
-        find_bin_dir().unwrap(),
-        "postgres",
-        &[("wal_level", "logical"), ("max_slot_wal_keep_size", "1MB")],
-    )
-    .await
-    .unwrap();
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&server.url())
-        .await
-        .unwrap();
-    let pg = PgStore::new(pool.clone());
-    postbox::migrate(&pg).await.unwrap();
-    let store = Arc::new(
-        CdcStore::start(pg, &server.url(), CdcConfig::default())
-            .await
-            .unwrap(),
-    );
+    let (server, pool, store) = private_cluster(&dir, &[("max_slot_wal_keep_size", "1MB")]).await;
     let sink = RecordingSink::new();
     let handle = relay_with(&store, &sink, RelayConfig::default()).start();
     wait_until("the slot is read", PATIENCE, || async {

@@ -202,13 +202,7 @@ async fn sigterm_stops_a_running_relay_with_exit_0() {
 async fn relay_with_source_cdc_publishes_from_its_slot_and_stops_cleanly() {
     let pg = Pg::new().await;
     pg.ok(&["migrate"]);
-    let slot = pg
-        .db
-        .url()
-        .rsplit('/')
-        .next()
-        .expect("a database name")
-        .to_owned();
+    let slot = pg.slot_name();
     let mut relay = Running::spawn(pg.cmd(&["relay", "--source", "cdc", "--cdc-slot", &slot]));
     relay.wait_for_stderr("CDC relay reading the slot", DEADLINE);
     pg.insert_events("outbox_events", "Placed", 5, true).await;
@@ -291,13 +285,7 @@ async fn a_cdc_relay_killed_twenty_times_in_one_large_transaction_repeats_only_w
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let pg = Pg::new().await;
     pg.ok(&["migrate"]);
-    let slot = pg
-        .db
-        .url()
-        .rsplit('/')
-        .next()
-        .expect("a database name")
-        .to_owned();
+    let slot = pg.slot_name();
     let (batch, concurrency) = (BATCH.to_string(), CONCURRENCY.to_string());
     let relay = || {
         let mut cmd = pg.cmd(&[
@@ -432,13 +420,7 @@ async fn a_transaction_of_a_million_events_through_cdc_starts_at_once_in_bounded
     const MIB: u64 = 1024 * 1024;
     let pg = Pg::new().await;
     pg.ok(&["migrate"]);
-    let slot = pg
-        .db
-        .url()
-        .rsplit('/')
-        .next()
-        .expect("a database name")
-        .to_owned();
+    let slot = pg.slot_name();
     let out_path = pg.dir.path().join("published.jsonl");
     let out = std::fs::File::create(&out_path).expect("create the output file");
     let mut relay = Running::spawn_to_file(

@@ -1081,13 +1081,7 @@ async fn a_cdc_relay_publishes_to_every_broker_sink_what_the_poller_does() {
         mqtt = topics.prefix,
     );
     std::fs::write(pg.dir.path().join("postbox.toml"), toml).expect("write postbox.toml");
-    let slot = pg
-        .db
-        .url()
-        .rsplit('/')
-        .next()
-        .expect("a database name")
-        .to_owned();
+    let slot = pg.slot_name();
     let admin = crate::admin::free_port().to_string();
     let mut relay = Running::spawn(pg.cmd(&[
         "relay",

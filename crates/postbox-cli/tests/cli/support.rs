@@ -51,6 +51,13 @@ impl Pg {
         cmd
     }
 
+    /// A replication slot name of this test's own: its database's name.
+    pub(crate) fn slot_name(&self) -> String {
+        (self.db.url().rsplit('/').next())
+            .expect("a database name")
+            .to_owned()
+    }
+
     /// Runs a command to completion and asserts it succeeded.
     pub(crate) fn ok(&self, args: &[&str]) -> Finished {
         let out = run(self.cmd(args));
