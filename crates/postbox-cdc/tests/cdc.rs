@@ -817,6 +817,149 @@ async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_
     handle.stop().await.unwrap();
 }
 
+/// Checks that every transaction the CDC slot's confirmed position has passed (its commit's
+/// end, from the `oracle` test_decoding slot) has each of its outbox events recorded: none
+/// still pending and untouched. Returns how many events it checked.
+async fn behind_the_slot_all_recorded(pool: &PgPool, round: u64) -> usize {
+    let confirmed: i64 = sqlx::query_scalar(
+        "SELECT pg_wal_lsn_diff(confirmed_flush_lsn, '0/0')::bigint \
+         FROM pg_replication_slots WHERE slot_name = 'postbox'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    // Read after the position: whatever it passed was recorded before it was confirmed.
+    let untouched: std::collections::HashSet<i64> = sqlx::query_scalar(
+        "SELECT id FROM outbox_events WHERE status = 'PENDING' AND retry_count = 0 \
+         AND last_error IS NULL AND (locked_until IS NULL OR locked_until < now())",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let changes: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT pg_wal_lsn_diff(lsn, '0/0')::bigint, data \
+         FROM pg_logical_slot_peek_changes('oracle', NULL, NULL)",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let mut checked = 0;
+    let mut ids = Vec::new();
+    for (lsn, data) in changes {
+        if data.starts_with("BEGIN") {
+            ids.clear();
+        } else if let Some(rest) =
+            data.strip_prefix("table public.outbox_events: INSERT: id[bigint]:")
+        {
+            ids.push(rest.split(' ').next().unwrap().parse::<i64>().unwrap());
+        } else if data.starts_with("COMMIT") && lsn <= confirmed {
+            checked += ids.len();
+            let unrecorded: Vec<&i64> = ids.iter().filter(|id| untouched.contains(id)).collect();
+            assert!(
+                unrecorded.is_empty(),
+                "round {round}: the slot is confirmed at {confirmed}, past the commit at {lsn} \
+                 of events {unrecorded:?}, which are not recorded"
+            );
+        }
+    }
+    checked
+}
+
+/// PostgreSQL stopped `-m immediate` 20 times while a producer commits one event per transaction
+/// and a CDC relay reads them through publishes of 100 ms: just before each stop (the position
+/// the relay last reported) and just after it (the position the server saved), every
+/// transaction the slot's confirmed position has passed (its commit's end, from an independent
+/// `test_decoding` slot) has each of its events recorded in the table — never one still pending
+/// and untouched — and in the end every committed event is published. (A relay that confirmed
+/// each commit on arrival fails it in the first rounds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_confirmed_position_never_passes_an_unrecorded_event_across_immediate_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, pool, store) = private_cluster(&dir, &[]).await;
+    sqlx::query("SELECT pg_create_logical_replication_slot('oracle', 'test_decoding')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let sink = RecordingSink::new();
+    // Publishes that take a while: events are in flight, unrecorded, whenever the position is
+    // looked at.
+    sink.script("Placed", Behaviour::Slow(Duration::from_millis(100)));
+    let handle = relay(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = tokio::spawn({
+        let (pool, stop) = (pool.clone(), Arc::clone(&stop));
+        async move {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                // A failed insert (the server is down) is tried again with the next number.
+                let _ = sqlx::query(
+                    "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+                     VALUES ('Placed', 'Order', $1, '{}')",
+                )
+                .bind(format!("o-{n}"))
+                .execute(&pool)
+                .await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    });
+    let mut passed_checked = 0;
+    for round in 0..20_u64 {
+        // Within a status update's interval (200 ms) of the last one, at a different point
+        // each round.
+        tokio::time::sleep(Duration::from_millis(300 + (round * 37) % 200)).await;
+        passed_checked += behind_the_slot_all_recorded(&pool, round).await;
+        server
+            .restart(true, Duration::from_millis(100))
+            .await
+            .unwrap();
+        // After the crash the slot is back at the position last saved; it must be safe too.
+        wait_until("the server answers", PATIENCE, || async {
+            sqlx::query("SELECT 1").execute(&pool).await.is_ok()
+        })
+        .await;
+        passed_checked += behind_the_slot_all_recorded(&pool, round).await;
+        wait_until("the slot is read again", PATIENCE, || async {
+            store.status().streaming
+        })
+        .await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    producer.await.unwrap();
+    let committed: Vec<i64> = sqlx::query_scalar("SELECT id FROM outbox_events ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    wait_until(
+        "every event is processed",
+        Duration::from_secs(120),
+        || async { processed(&pool).await == committed.len() as i64 },
+    )
+    .await;
+    let published: std::collections::HashSet<i64> = sink.published_ids().into_iter().collect();
+    assert!(
+        committed.iter().all(|id| published.contains(id)),
+        "every committed event published"
+    );
+    assert!(
+        passed_checked > 0,
+        "no transaction was behind the confirmed position"
+    );
+    eprintln!(
+        "{} events committed across 20 immediate stops; {passed_checked} checked behind the \
+         confirmed position",
+        committed.len()
+    );
+    handle.stop().await.unwrap();
+}
+
 /// A slot invalidated by `max_slot_wal_keep_size` under a running relay (a producer
 /// transaction held open while other tables write more WAL than the slot may keep): the server
 /// ends the relay's reading, the relay finds the slot lost, drops it and reads a new one within
