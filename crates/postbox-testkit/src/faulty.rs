@@ -49,6 +49,8 @@ struct Faults {
     /// How many ids present each `claim_gaps` call read past the horizon (its `limit`), 0s left
     /// out, in call order.
     gap_limits: Mutex<Vec<u32>>,
+    /// How many claims had been made when each of those reads came.
+    claims_before_gap_reads: Mutex<Vec<u64>>,
     /// Claims (`events_claim`) per schema.
     claims_of: Mutex<HashMap<postbox::SchemaName, u64>>,
 }
@@ -69,6 +71,7 @@ impl FaultyStore {
                 claims_beside: AtomicU64::new(0),
                 passed_read: Mutex::default(),
                 gap_limits: Mutex::default(),
+                claims_before_gap_reads: Mutex::default(),
                 claims_of: Mutex::default(),
             }),
         }
@@ -131,6 +134,16 @@ impl FaultyStore {
     /// (`claim_gaps`' `limit`; calls that read none left out), in call order.
     pub fn gap_limits(&self) -> Vec<u32> {
         self.faults.gap_limits.lock().expect("lock").clone()
+    }
+
+    /// How many claims (`events_claim`) had been made when each of those reads came, in the
+    /// same order.
+    pub fn claims_before_gap_reads(&self) -> Vec<u64> {
+        self.faults
+            .claims_before_gap_reads
+            .lock()
+            .expect("lock")
+            .clone()
     }
 
     fn enter(&self, op: StoreOp) -> postbox::Result<()> {
@@ -245,6 +258,11 @@ impl postbox::Store for FaultyStore {
             .extend(p.passed.iter().cloned());
         if p.limit > 0 {
             self.faults.gap_limits.lock().expect("lock").push(p.limit);
+            self.faults
+                .claims_before_gap_reads
+                .lock()
+                .expect("lock")
+                .push(self.calls(StoreOp::Claim));
         }
         self.inner.claim_gaps(p).await
     }
@@ -295,6 +313,14 @@ impl postbox::Store for FaultyStore {
         probe: Option<&postbox::store::HorizonProbe>,
     ) -> postbox::Result<postbox::store::Horizon> {
         self.inner.commit_horizon(target, probe).await
+    }
+
+    async fn horizon_writers_age(
+        &self,
+        target: &postbox::Target,
+        probe: &postbox::store::HorizonProbe,
+    ) -> postbox::Result<Option<std::time::Duration>> {
+        self.inner.horizon_writers_age(target, probe).await
     }
 
     async fn wakeups(&self) -> postbox::Result<Option<Box<dyn Wakeups>>> {

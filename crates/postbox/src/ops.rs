@@ -117,6 +117,14 @@ pub trait StoreOps: Send + Sync {
     /// The logical replication slots of the database (PostgreSQL; none elsewhere): the CDC
     /// relay's, each with the WAL it holds back.
     async fn replication_slots(&self) -> Result<Vec<ReplicationSlot>>;
+
+    /// What holds vacuum back in the database, where the database can tell (PostgreSQL: the
+    /// oldest transaction id whose snapshot or writes keep dead row versions; `None` elsewhere,
+    /// or when nothing does). While it stays what it was at a table's last
+    /// [`outbox_vacuum`](StoreOps::outbox_vacuum), another vacuum of that table removes nothing.
+    async fn vacuum_horizon(&self) -> Result<Option<String>> {
+        Ok(None)
+    }
 }
 
 /// Implements [`StoreOps`] for a type by handing every call to the store `$inner` gives (an
@@ -239,6 +247,9 @@ macro_rules! forward_store_ops {
                 &$s,
             ) -> $crate::Result<Vec<$crate::store::ReplicationSlot>> {
                 $crate::ops::StoreOps::replication_slots($inner).await
+            }
+            async fn vacuum_horizon(&$s) -> $crate::Result<Option<String>> {
+                $crate::ops::StoreOps::vacuum_horizon($inner).await
             }
         }
     };

@@ -310,6 +310,14 @@ impl Store for CdcStore {
         self.watch(self.inner.commit_horizon(target, probe).await)
     }
 
+    async fn horizon_writers_age(
+        &self,
+        target: &Target,
+        probe: &HorizonProbe,
+    ) -> postbox::Result<Option<std::time::Duration>> {
+        self.watch(self.inner.horizon_writers_age(target, probe).await)
+    }
+
     async fn wakeups(&self) -> postbox::Result<Option<Box<dyn Wakeups>>> {
         Ok(Some(Box::new(arrivals::Arrivals {
             progress: Arc::clone(&self.progress),

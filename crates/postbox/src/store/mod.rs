@@ -267,6 +267,19 @@ pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
         probe: Option<&HorizonProbe>,
     ) -> Result<Horizon>;
 
+    /// How long the oldest writer of `probe` (see [`Store::commit_horizon`]) has been in its
+    /// transaction, where the store can tell (PostgreSQL; `None` elsewhere, or when none of
+    /// them is still open). A relay that starts beside a transaction held open learns so at
+    /// once, rather than by watching its probe not settle.
+    async fn horizon_writers_age(
+        &self,
+        target: &Target,
+        probe: &HorizonProbe,
+    ) -> Result<Option<Duration>> {
+        let _ = (target, probe);
+        Ok(None)
+    }
+
     /// A source of wake-up hints, where the database has one.
     async fn wakeups(&self) -> Result<Option<Box<dyn Wakeups>>>;
 
@@ -417,6 +430,13 @@ macro_rules! forward_store {
                 probe: Option<&$crate::store::HorizonProbe>,
             ) -> $crate::Result<$crate::store::Horizon> {
                 $crate::Store::commit_horizon($inner, target, probe).await
+            }
+            async fn horizon_writers_age(
+                &$s,
+                target: &$crate::Target,
+                probe: &$crate::store::HorizonProbe,
+            ) -> $crate::Result<Option<std::time::Duration>> {
+                $crate::Store::horizon_writers_age($inner, target, probe).await
             }
             async fn wakeups(
                 &$s,

@@ -645,10 +645,12 @@ async fn a_long_passed_range_is_read_again_rarely_and_at_once_when_the_horizon_r
 }
 
 /// A relay that starts behind a transaction held open, on a table with a history past it
-/// (150,000 processed events committed after the held one): it reads the ids present past the
-/// horizon 20,000 at first, twice as many after each read that came back full, so that it is
-/// past the history in four reads, not eight; after a read that came back short, 20,000 again.
-/// The events waiting past the history are published, and the held one when it commits.
+/// (150,000 processed events committed after the held one): it asks how long that transaction
+/// has been open and reads past it before its first claim (which would otherwise walk the
+/// history's index entries the transaction keeps); it reads the ids present past the horizon
+/// 20,000 at first, twice as many after each read that came back full, so that it is past the
+/// history in four reads, not eight; after a read that came back short, 20,000 again. The
+/// events waiting past the history are published, and the held one when it commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_past_a_held_transaction_double_while_they_come_back_full() {
     let (db, store) = pg().await;
@@ -672,14 +674,19 @@ async fn reads_past_a_held_transaction_double_while_they_come_back_full() {
         || async { sink.published_ids().len() >= 1_000 },
     )
     .await;
-    // The horizon is found stalled 100 ms after it stopped moving: the reads start then, in
-    // the rounds that follow (idle or not).
+    // The held transaction was open before the relay started: the reads start at its first
+    // claim, one per round (idle or not).
     wait_until(
         "the relay is past the history",
         Duration::from_secs(30),
         || async { faulty.gap_limits().len() >= 6 },
     )
     .await;
+    assert_eq!(
+        faulty.claims_before_gap_reads().first(),
+        Some(&0),
+        "the first read past the held transaction comes before the first claim"
+    );
     let limits = faulty.gap_limits();
     assert!(
         limits.starts_with(&[20_000, 40_000, 80_000, 160_000]),
@@ -732,4 +739,40 @@ async fn claims_that_take_every_id_in_their_range_need_no_read_past_the_horizon(
     )
     .await;
     relay.stop().await;
+}
+
+/// How long the writers of a commit-horizon probe have been open, as PostgreSQL tells it: at
+/// least as long as the test held its transaction; nothing once it has ended.
+#[tokio::test]
+async fn the_age_of_a_probes_writers_is_how_long_they_have_been_open() {
+    let (db, store) = pg().await;
+    let outbox = PgStore::new(db.pool().clone()).outbox();
+    let (held, _) = hold_one(&outbox, &db).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let horizon = store
+        .commit_horizon(&default_target(), None)
+        .await
+        .expect("horizon");
+    let probe = horizon
+        .probe
+        .expect("a probe waits for the held transaction");
+    assert_eq!(probe.writers.len(), 1, "{probe:?}");
+    let age = store
+        .horizon_writers_age(&default_target(), &probe)
+        .await
+        .expect("age")
+        .expect("the writer is open");
+    assert!(
+        age >= Duration::from_millis(300) && age < Duration::from_secs(60),
+        "{age:?}"
+    );
+    held.rollback().await.expect("rollback");
+    assert_eq!(
+        store
+            .horizon_writers_age(&default_target(), &probe)
+            .await
+            .expect("age"),
+        None,
+        "no writer of the probe is open"
+    );
 }

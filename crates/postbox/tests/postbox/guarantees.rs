@@ -672,6 +672,70 @@ async fn a_relay_vacuums_its_outbox_table_past_the_dead_row_threshold() {
     running.stop().await;
 }
 
+/// A vacuum removes nothing a snapshot still sees: while the transaction that held back the
+/// relay's first vacuum stays open, the relay does not vacuum the table again (it would read it
+/// whole after every pause, for nothing); once it ends, the next vacuum removes the dead rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_does_not_vacuum_again_while_the_same_snapshot_holds_vacuum_back() {
+    let (db, store) = pg().await;
+    let stat = |column: &'static str| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                "SELECT {column} FROM pg_stat_user_tables
+                 WHERE schemaname = 'public' AND relname = 'outbox_events'"
+            )))
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // A report's snapshot, taken before any event is marked.
+    let mut report = db.pool().begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *report)
+        .await
+        .unwrap();
+    sqlx::query("SELECT count(*) FROM outbox_events")
+        .execute(&mut *report)
+        .await
+        .unwrap();
+    enqueue(&db, &db.outbox(), events("E", 300)).await;
+    let sink = RecordingSink::new();
+    let cfg = config().vacuum_threshold(Some(100));
+    let running = Running::start(Relay::new(store, sink.clone(), cfg).unwrap());
+    wait_until("300 events published", Duration::from_secs(10), || async {
+        sink.published().len() == 300
+    })
+    .await;
+    wait_until(
+        "the relay vacuumed once",
+        Duration::from_secs(30),
+        || async { stat("vacuum_count").await >= 1 },
+    )
+    .await;
+    // Checks come every second and a vacuum of this table takes milliseconds: without the
+    // snapshot's memory the relay would have vacuumed it a few times more by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        stat("vacuum_count").await,
+        1,
+        "no second vacuum while the same snapshot holds vacuum back"
+    );
+    assert!(
+        stat("n_dead_tup").await >= 100,
+        "the dead rows are still there"
+    );
+    report.rollback().await.unwrap();
+    wait_until(
+        "the relay vacuumed again once the snapshot ended, and the dead rows are gone",
+        Duration::from_secs(45),
+        || async { stat("vacuum_count").await >= 2 && stat("n_dead_tup").await < 100 },
+    )
+    .await;
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn a_table_another_relay_is_vacuuming_is_skipped() {
     let (db, store) = pg().await;

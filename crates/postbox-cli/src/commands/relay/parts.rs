@@ -106,7 +106,7 @@ pub(super) async fn stop_admin(
 pub(super) async fn wait_migrated(db: &Database, shutdown: &Shutdown) -> anyhow::Result<bool> {
     let mut said = None::<tokio::time::Instant>;
     loop {
-        match db.store.status_counts(&db.default_target()).await {
+        match db.migrated().await {
             Ok(_) => return Ok(true),
             Err(postbox::Error::NotMigrated { schema }) => {
                 if said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(30)) {

@@ -34,6 +34,8 @@ pub(super) struct Vacuum {
     /// Tables to leave alone until a moment: just vacuumed, or their vacuum failed for a reason
     /// the operator must fix.
     skip: Arc<Mutex<HashMap<SchemaName, Instant>>>,
+    /// What held vacuum back when each table was last vacuumed ([`StoreOps::vacuum_horizon`]).
+    held_at: Arc<Mutex<HashMap<SchemaName, String>>>,
     background: Background,
     labels: Arc<TenantLabels>,
 }
@@ -49,6 +51,7 @@ impl Vacuum {
             last_check: None,
             task: None,
             skip: Arc::default(),
+            held_at: Arc::default(),
             background,
             labels,
         }
@@ -69,11 +72,14 @@ impl Vacuum {
         self.last_check = Some(Instant::now());
         let store = Arc::clone(store);
         let targets = targets.to_vec();
-        let skip = Arc::clone(&self.skip);
+        let tables = Tables {
+            skip: Arc::clone(&self.skip),
+            held_at: Arc::clone(&self.held_at),
+        };
         let background = self.background.clone();
         let labels = Arc::clone(&self.labels);
         self.task = Some(tokio::spawn(async move {
-            check(&*store, &targets, threshold, &skip, &background, &labels).await;
+            check(&*store, &targets, threshold, &tables, &background, &labels).await;
         }));
     }
 
@@ -85,14 +91,23 @@ impl Vacuum {
     }
 }
 
-pub(super) async fn check(
+/// What a relay remembers of the tables it vacuums.
+struct Tables {
+    /// Tables to leave alone until a moment (see [`Vacuum`]).
+    skip: Arc<Mutex<HashMap<SchemaName, Instant>>>,
+    /// What held vacuum back at each table's last vacuum.
+    held_at: Arc<Mutex<HashMap<SchemaName, String>>>,
+}
+
+async fn check(
     store: &dyn Store,
     targets: &[Target],
     threshold: u64,
-    skip: &Mutex<HashMap<SchemaName, Instant>>,
+    tables: &Tables,
     background: &Background,
     labels: &TenantLabels,
 ) {
+    let skip = &tables.skip;
     let dead = match background.run(store.outbox_dead_rows(targets)).await {
         Ok(dead) => dead,
         Err(e) => {
@@ -114,9 +129,37 @@ pub(super) async fn check(
                 None => {}
             }
         }
+        // A transaction that has held vacuum back since this table's last vacuum (a producer's
+        // left open, a long report) keeps every row version that vacuum left: another would
+        // read the whole table for nothing, and again after each pause.
+        let held = store.vacuum_horizon().await.ok().flatten();
+        if held.is_some()
+            && tables
+                .held_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&target.schema)
+                == held.as_ref()
+        {
+            debug!(
+                tenant = target.label(),
+                dead_rows = dead,
+                "vacuum skipped: what held back the last one still does"
+            );
+            continue;
+        }
         let started = Instant::now();
         match store.outbox_vacuum(target).await {
             Ok(()) => {
+                let mut held_at = tables
+                    .held_at
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match held {
+                    Some(held) => held_at.insert(target.schema.clone(), held),
+                    None => held_at.remove(&target.schema),
+                };
+                drop(held_at);
                 let elapsed = started.elapsed();
                 info!(
                     tenant = target.label(),

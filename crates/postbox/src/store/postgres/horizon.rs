@@ -1,5 +1,7 @@
 //! The PostgreSQL commit horizon (probes of the table's writers) and the outbox tables' heads.
 
+use std::time::Duration;
+
 use super::sql::safe;
 use super::{PgStore, map_missing_table};
 use crate::error::Result;
@@ -28,6 +30,20 @@ impl PgStore {
                 writers: writers.unwrap_or_default(),
             }),
         })
+    }
+
+    /// [`Store::horizon_writers_age`](crate::Store::horizon_writers_age).
+    pub(super) async fn writers_age(&self, probe: &HorizonProbe) -> Result<Option<Duration>> {
+        if probe.writers.is_empty() {
+            return Ok(None);
+        }
+        let age: Option<f64> = sqlx::query_scalar(include_str!(
+            "../../../sql/postgres/queries/horizon_writers_age.sql"
+        ))
+        .bind(&probe.writers)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(crate::store::secs(age))
     }
 
     /// [`Store::outbox_heads`](crate::Store::outbox_heads).

@@ -415,6 +415,14 @@ impl Store for PgStore {
         self.horizon(target, probe).await
     }
 
+    async fn horizon_writers_age(
+        &self,
+        _target: &Target,
+        probe: &HorizonProbe,
+    ) -> Result<Option<Duration>> {
+        self.writers_age(probe).await
+    }
+
     async fn outbox_heads(
         &self,
         targets: &[Target],
@@ -511,6 +519,15 @@ impl StoreOps for PgStore {
 
     async fn outbox_vacuum(&self, target: &Target) -> Result<()> {
         self.vacuum(target).await
+    }
+
+    async fn vacuum_horizon(&self) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(include_str!(
+            "../../../sql/postgres/queries/vacuum_horizon.sql"
+        ))
+        .fetch_optional(&self.pool)
+        .await?
+        .flatten())
     }
 }
 

@@ -71,6 +71,7 @@ impl TargetClaims {
         target: &Target,
         ordered: bool,
     ) -> Result<(i64, bool)> {
+        let first = self.horizon.is_none();
         let state = self.horizon.get_or_insert_with(Default::default);
         let horizon = inner
             .store
@@ -115,6 +116,18 @@ impl TargetClaims {
                 state.probe_since = Some(Instant::now());
                 state.warned = false;
             }
+        }
+        // A relay that starts beside a transaction held open asks how long it has been open:
+        // waiting HORIZON_STALL to see for itself, its first claims would each walk everything
+        // done since that transaction began (the index entries it keeps). The answer only
+        // saves time: without one, the relay waits and sees.
+        if first
+            && let Some(probe) = &horizon.probe
+            && !probe.writers.is_empty()
+            && let Ok(Some(age)) = inner.store.horizon_writers_age(target, probe).await
+            && age >= HORIZON_STALL
+        {
+            state.probe_since = Instant::now().checked_sub(age).or(state.probe_since);
         }
         state.probe = horizon.probe;
         let stalled = state.probe.is_some()
