@@ -19,9 +19,15 @@ use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::metrics as metric;
 use crate::schema::{SchemaName, Target};
+use crate::store::BacklogFrom;
 
 /// Targets whose backlog one read of the due sweep takes (one statement on PostgreSQL).
 const DUE_PER_READ: usize = 100;
+
+/// Up to how many targets a drain reads each one's backlog from where its claims start
+/// ([`Store::backlog_from`](crate::Store::backlog_from)), one statement each; with more it reads
+/// them [`DUE_PER_READ`] to a statement, from the start of each table.
+const FROM_FLOOR_TARGETS: usize = 16;
 
 /// How long a read of the due sweep waits for maintenance's statement under way (background
 /// work holds one connection at a time) before it takes a connection of its own: a statement of
@@ -186,7 +192,8 @@ impl Relay {
                 {
                     continue;
                 }
-                let wait = match self.drain_wait(targets.list()).await? {
+                let from = self.backlog_from(targets.list(), &pipeline);
+                let wait = match self.drain_wait(targets.list(), &from).await? {
                     None => break,
                     Some(wait) => wait,
                 };
@@ -410,9 +417,13 @@ impl Relay {
     /// How long a drain waits before its next round: until the next retry or expired lease is
     /// due (any relay's), or `None` when nothing is left. Draining must know both, so it asks
     /// the database; a read that fails for a passing reason is retried within a second.
-    async fn drain_wait(&self, targets: &[Target]) -> Result<Option<Duration>> {
+    async fn drain_wait(
+        &self,
+        targets: &[Target],
+        from: &[Option<BacklogFrom>],
+    ) -> Result<Option<Duration>> {
         let poll = self.inner.config.poll_interval;
-        match self.next_due(targets).await {
+        match self.next_due(targets, from).await {
             Ok(due) => Ok(due.map(|due| due.clamp(Duration::from_millis(5), poll))),
             Err(e) if e.needs_operator() => {
                 error!(relay = %self.inner.id, error = %e,
@@ -619,11 +630,41 @@ impl Relay {
         }
     }
 
-    /// How long until the earliest outstanding event is due, or `None` when nothing is left.
-    async fn next_due(&self, targets: &[Target]) -> Result<Option<Duration>> {
+    /// Where the backlog of each of `targets` is read from (see [`Self::next_due`]): for a few
+    /// targets, of a relay without ordered aggregate types, where its claims start; below lies
+    /// what a transaction held open keeps of the events done since it began, which a read from
+    /// the start of the table would walk at the end of every drain.
+    fn backlog_from(&self, targets: &[Target], pipeline: &Pipeline) -> Vec<Option<BacklogFrom>> {
+        let from = self.inner.config.ordered_aggregate_types.is_empty()
+            && targets.len() <= FROM_FLOOR_TARGETS;
+        targets
+            .iter()
+            .map(|t| if from { pipeline.backlog_from(t) } else { None })
+            .collect()
+    }
+
+    /// How long until the earliest outstanding event is due, or `None` when nothing is left;
+    /// each target read from `from` where it has one ([`Self::backlog_from`]).
+    async fn next_due(
+        &self,
+        targets: &[Target],
+        from: &[Option<BacklogFrom>],
+    ) -> Result<Option<Duration>> {
         let ordered = &self.inner.config.ordered_aggregate_types;
         let mut due: Option<Duration> = None;
-        for chunk in targets.chunks(DUE_PER_READ) {
+        let mut rest: Vec<Target> = Vec::new();
+        for (n, target) in targets.iter().enumerate() {
+            match from.get(n).and_then(Option::as_ref) {
+                Some(from) => {
+                    let backlog = self.inner.store.backlog_from(target, from).await?;
+                    if let Some(d) = backlog.next_due_in {
+                        due = Some(due.map_or(d, |cur| cur.min(d)));
+                    }
+                }
+                None => rest.push(target.clone()),
+            }
+        }
+        for chunk in rest.chunks(DUE_PER_READ) {
             for d in self
                 .inner
                 .store

@@ -143,6 +143,18 @@ pub struct Horizon {
     pub probe: Option<HorizonProbe>,
 }
 
+/// Where a relay without ordered aggregate types knows its claims of a target start, for
+/// [`Store::backlog_from`]: its floor (every event below it that never went wrong is finished,
+/// but in `passed` or put back by hand), and the ranges of ids it passed while a transaction
+/// held the commit horizon back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BacklogFrom {
+    /// The relay's floor.
+    pub floor: i64,
+    /// The ranges of ids the relay passed that it reads again.
+    pub passed: Vec<std::ops::RangeInclusive<i64>>,
+}
+
 /// The result of [`Store::events_claim`].
 #[derive(Debug, Default)]
 pub struct Claimed {

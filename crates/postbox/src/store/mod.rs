@@ -52,9 +52,9 @@ pub(crate) mod stores {
 pub use crate::schema::{Tenant, TenantStatus};
 pub(crate) use claims::storable_error;
 pub use claims::{
-    ClaimOrder, ClaimParams, Claimed, ExhaustedEvent, FailedMark, FailedTry, GapParams, Gaps,
-    Horizon, HorizonProbe, MAX_ERROR_BYTES, MarkFailedParams, MarkProcessedParams, PassedEvent,
-    Release, ReleaseParams, RenewParams,
+    BacklogFrom, ClaimOrder, ClaimParams, Claimed, ExhaustedEvent, FailedMark, FailedTry,
+    GapParams, Gaps, Horizon, HorizonProbe, MAX_ERROR_BYTES, MarkFailedParams, MarkProcessedParams,
+    PassedEvent, Release, ReleaseParams, RenewParams,
 };
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) use operator::outstanding_each;
@@ -243,6 +243,15 @@ pub trait Store: crate::ops::StoreOps + Send + Sync + 'static {
     /// [`ClaimOrder`]), an event held back by an earlier event of its aggregate that is `FAILED`
     /// (a parked aggregate) or in flight is not counted as claimable.
     async fn backlog(&self, target: &Target, ordered: &[String]) -> Result<Backlog>;
+
+    /// [`Store::backlog`] of a target (no ordered aggregate types) read from where a relay's
+    /// claims start ([`BacklogFrom`]), not from the start of the table: what a transaction
+    /// held open keeps of the events done since it began lies below. The default reads the
+    /// whole backlog.
+    async fn backlog_from(&self, target: &Target, from: &BacklogFrom) -> Result<Backlog> {
+        let _ = from;
+        self.backlog(target, &[]).await
+    }
 
     /// [`Store::backlog`]'s `next_due_in` of each of `targets`, in the same order, in as few
     /// statements as the database allows (one per few hundred tenant schemas on PostgreSQL):

@@ -776,3 +776,128 @@ async fn the_age_of_a_probes_writers_is_how_long_they_have_been_open() {
         "no writer of the probe is open"
     );
 }
+
+/// A drain beside a producer transaction held open, after an earlier drain marked 20,000
+/// events the transaction keeps (their polling index entries stay): the relay reads its
+/// backlog at the end of the drain from its floor and the ids it passed, not from the start of
+/// the table through every one of those entries (twice, when nothing is claimable). What it
+/// still reads of them is its start: the first sweep of its floor and the first look at the
+/// backlog, both from the start (about 44,000 entries; 124,000 when the drain's ends read from
+/// the start too). Every event is published, the held one once it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_past_a_transaction_held_open_reads_its_backlog_from_its_floor() {
+    let (db, _) = pg().await;
+    let outbox = PgStore::new(db.pool().clone()).outbox();
+    let (held, held_id) = hold_one(&outbox, &db).await;
+    let history = 20_000;
+    insert_pending(&db, history).await;
+    let sink = RecordingSink::new();
+    let first_pool = named_pool(&db, "postbox-drain-history").await;
+    Relay::new(PgStore::new(first_pool.clone()), sink.clone(), config())
+        .expect("relay")
+        .drain(std::future::pending())
+        .await
+        .expect("first drain");
+    assert_eq!(sink.published_ids().len() as i64, history);
+    let before = reads_of(&db, first_pool, "postbox-drain-history").await;
+    insert_pending(&db, 500).await;
+    let relay_pool = named_pool(&db, "postbox-drain-floor").await;
+    // Polling every 50 ms, the due sweep would read the backlog from the start now and then
+    // beside the claims: once a minute, only the drain's own reads are counted.
+    let cfg = config().poll_interval(Duration::from_secs(60));
+    Relay::new(PgStore::new(relay_pool.clone()), sink.clone(), cfg)
+        .expect("relay")
+        .drain(std::future::pending())
+        .await
+        .expect("second drain");
+    let reads = reads_of(&db, relay_pool, "postbox-drain-floor").await - before;
+    eprintln!("polling index entries read by a drain of 500 past {history} kept: {reads}");
+    assert_eq!(sink.published_ids().len() as i64, history + 500);
+    assert!(
+        reads < 3 * history,
+        "the drain read {reads} polling index entries; {history} are kept by the held transaction"
+    );
+    held.commit().await.expect("commit");
+    Relay::new(PgStore::new(db.pool().clone()), sink.clone(), config())
+        .expect("relay")
+        .drain(std::future::pending())
+        .await
+        .expect("third drain");
+    assert!(sink.published_ids().contains(&held_id), "the held event");
+    assert_eq!(
+        sink.published_ids().len() as i64,
+        history + 501,
+        "every event once"
+    );
+}
+
+/// A backlog read from a relay's floor sees past the floor every event still to do, below it
+/// the ids the relay passed (looked up by id) and what went wrong (the retry index), and
+/// nothing else below it.
+#[tokio::test]
+async fn a_backlog_read_from_the_floor_sees_the_passed_ids_and_the_retries_below_it() {
+    let (db, store) = pg().await;
+    insert_pending(&db, 3).await;
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM outbox_events ORDER BY id")
+        .fetch_all(db.pool())
+        .await
+        .expect("ids");
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+    let store = &store;
+    let due = |floor: i64, passed: Vec<std::ops::RangeInclusive<i64>>| async move {
+        store
+            .backlog_from(
+                &default_target(),
+                &postbox::store::BacklogFrom { floor, passed },
+            )
+            .await
+            .expect("backlog")
+            .next_due_in
+    };
+    assert_eq!(due(0, vec![]).await, Some(Duration::ZERO), "from the start");
+    assert_eq!(due(c, vec![]).await, Some(Duration::ZERO), "at the floor");
+    assert_eq!(
+        due(c + 1, vec![]).await,
+        None,
+        "below the floor: not looked at"
+    );
+    assert_eq!(
+        due(c + 1, vec![a..=a]).await,
+        Some(Duration::ZERO),
+        "a passed id that is to do"
+    );
+    // b goes wrong and waits an hour for its retry; a and c are done.
+    sqlx::query(
+        "UPDATE outbox_events SET last_error = 'down', retry_count = 1,
+                locked_until = now() + interval '1 hour'
+         WHERE id = $1",
+    )
+    .bind(b)
+    .execute(db.pool())
+    .await
+    .expect("retry");
+    sqlx::query("UPDATE outbox_events SET status = 'PROCESSED' WHERE id = ANY($1)")
+        .bind(vec![a, c])
+        .execute(db.pool())
+        .await
+        .expect("processed");
+    let retry = due(c + 1, vec![a..=a])
+        .await
+        .expect("the retry is outstanding");
+    assert!(
+        retry > Duration::from_secs(3500) && retry <= Duration::from_secs(3600),
+        "{retry:?}"
+    );
+    sqlx::query(
+        "UPDATE outbox_events SET locked_until = now() - interval '1 second' WHERE id = $1",
+    )
+    .bind(b)
+    .execute(db.pool())
+    .await
+    .expect("due");
+    assert_eq!(
+        due(c + 1, vec![]).await,
+        Some(Duration::ZERO),
+        "the retry is due"
+    );
+}

@@ -90,3 +90,57 @@ SELECT CASE
           WHERE status IN ('PENDING', 'PROCESSING') AND locked_until >= now())
 END
 $backlog$;
+
+-- postbox_backlog() of a relay that knows where its claims start (no ordered aggregate types):
+-- from its floor `from_id` on through the polling index, below it what went wrong (the retry
+-- index: a failed try backing off, an event put back, a lease taken over) and the ranges of
+-- ids it passed while a transaction held the commit horizon back (`passed_lo`, `passed_hi`:
+-- their first and last ids), each looked up by id. Below the floor nothing else waits but an
+-- event put back by hand, which the relay's floor sweep finds. What a transaction held open
+-- keeps of the events done since it began (their index entries, below the floor) is not read:
+-- postbox_backlog() reads them all, twice when nothing is claimable.
+CREATE OR REPLACE FUNCTION {schema}.postbox_backlog(from_id bigint, passed_lo bigint[],
+                                                    passed_hi bigint[])
+RETURNS double precision
+LANGUAGE plpgsql
+STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+SET lock_timeout = '500ms'
+AS $backlog$
+DECLARE
+    next_at timestamptz;
+BEGIN
+    IF EXISTS (SELECT 1 FROM {schema}.outbox_events e
+               WHERE e.status IN ('PENDING', 'PROCESSING') AND e.id >= from_id
+                 AND (e.locked_until IS NULL OR e.locked_until < now()))
+       OR EXISTS (SELECT 1 FROM {schema}.outbox_events e
+                  WHERE e.last_error IS NOT NULL AND e.status <> 'PROCESSED'
+                    AND e.status <> 'FAILED'
+                    AND coalesce(e.locked_until, '-infinity'::timestamptz) < now())
+       OR EXISTS (SELECT 1
+                  FROM unnest(passed_lo, passed_hi) AS r(lo, hi)
+                  JOIN {schema}.outbox_events e ON e.id BETWEEN r.lo AND r.hi
+                  WHERE e.status IN ('PENDING', 'PROCESSING')
+                    AND (e.locked_until IS NULL OR e.locked_until < now()))
+    THEN
+        RETURN 0.0::float8;
+    END IF;
+    -- Nothing claimable: when the first lease or backoff runs out (NULL: nothing outstanding).
+    SELECT min(m.at) INTO next_at
+    FROM (SELECT min(e.locked_until) AS at
+          FROM {schema}.outbox_events e
+          WHERE e.status IN ('PENDING', 'PROCESSING') AND e.id >= from_id
+          UNION ALL
+          SELECT min(coalesce(e.locked_until, '-infinity'::timestamptz))
+          FROM {schema}.outbox_events e
+          WHERE e.last_error IS NOT NULL AND e.status <> 'PROCESSED' AND e.status <> 'FAILED'
+          UNION ALL
+          SELECT min(e.locked_until)
+          FROM unnest(passed_lo, passed_hi) AS r(lo, hi)
+          JOIN {schema}.outbox_events e ON e.id BETWEEN r.lo AND r.hi
+          WHERE e.status IN ('PENDING', 'PROCESSING')) m;
+    RETURN EXTRACT(EPOCH FROM next_at - now())::float8;
+END
+$backlog$;

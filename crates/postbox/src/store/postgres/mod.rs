@@ -29,11 +29,11 @@ use async_trait::async_trait;
 use sqlx::postgres::PgPool;
 
 use super::{
-    ArchiveBatch, ArchiveParams, Backlog, Capabilities, ClaimParams, Claimed, FailedMark,
-    GapParams, Gaps, Horizon, HorizonProbe, ListParams, MarkFailedParams, MarkProcessedParams,
-    PurgeBatch, PurgeKind, PurgeParams, RejectedTenant, ReleaseParams, RenewParams, ReportedSink,
-    RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent, Tenant, TenantAddParams,
-    TenantStatus, Wakeups,
+    ArchiveBatch, ArchiveParams, Backlog, BacklogFrom, Capabilities, ClaimParams, Claimed,
+    FailedMark, GapParams, Gaps, Horizon, HorizonProbe, ListParams, MarkFailedParams,
+    MarkProcessedParams, PurgeBatch, PurgeKind, PurgeParams, RejectedTenant, ReleaseParams,
+    RenewParams, ReportedSink, RetryFailedParams, SlowLaneParams, StatusCounts, Store, StoredEvent,
+    Tenant, TenantAddParams, TenantStatus, Wakeups,
 };
 use crate::error::{Error, Result};
 use crate::inbox::InboxStats;
@@ -77,6 +77,7 @@ struct PgSql {
     release: std::sync::Arc<str>,
     status_counts: std::sync::Arc<str>,
     backlog: std::sync::Arc<str>,
+    backlog_from: std::sync::Arc<str>,
     backlog_ordered: std::sync::Arc<str>,
     retry_failed: std::sync::Arc<str>,
     retry_slow_lane: std::sync::Arc<str>,
@@ -158,6 +159,10 @@ impl PgSql {
             ),
             backlog: render(
                 include_str!("../../../sql/postgres/queries/backlog.sql"),
+                schema,
+            ),
+            backlog_from: render(
+                include_str!("../../../sql/postgres/queries/backlog_from.sql"),
                 schema,
             ),
             backlog_ordered: render(
@@ -413,6 +418,10 @@ impl Store for PgStore {
         probe: Option<&HorizonProbe>,
     ) -> Result<Horizon> {
         self.horizon(target, probe).await
+    }
+
+    async fn backlog_from(&self, target: &Target, from: &BacklogFrom) -> Result<Backlog> {
+        self.read_backlog_from(target, from).await
     }
 
     async fn horizon_writers_age(

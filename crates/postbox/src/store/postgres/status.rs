@@ -11,7 +11,7 @@ use super::sql::{render, safe};
 use super::{PgStore, map_missing_table, pg_locks};
 use crate::error::{Error, Result};
 use crate::schema::Target;
-use crate::store::{Backlog, EXACT_PROCESSED_COUNT, Outstanding, StatusCounts, secs};
+use crate::store::{Backlog, BacklogFrom, EXACT_PROCESSED_COUNT, Outstanding, StatusCounts, secs};
 
 impl PgStore {
     /// [`StoreOps::status_counts`](crate::ops::StoreOps::status_counts).
@@ -52,6 +52,27 @@ impl PgStore {
             .map_err(|e| map_missing_table(e, &target.schema))?;
         Ok(Backlog {
             next_due_in: secs(row.try_get(0)?),
+        })
+    }
+
+    /// [`Store::backlog_from`](crate::Store::backlog_from).
+    pub(super) async fn read_backlog_from(
+        &self,
+        target: &Target,
+        from: &BacklogFrom,
+    ) -> Result<Backlog> {
+        let sql = self.sql.get(&target.schema);
+        let lo: Vec<i64> = from.passed.iter().map(|r| *r.start()).collect();
+        let hi: Vec<i64> = from.passed.iter().map(|r| *r.end()).collect();
+        let secs_due: Option<f64> = sqlx::query_scalar(safe(&sql.backlog_from))
+            .bind(from.floor)
+            .bind(&lo)
+            .bind(&hi)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))?;
+        Ok(Backlog {
+            next_due_in: secs(secs_due),
         })
     }
 

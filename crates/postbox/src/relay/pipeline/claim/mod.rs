@@ -276,6 +276,17 @@ impl Pipeline {
         }
     }
 
+    /// Where this relay's claims of `target` start, for a read of its backlog that does not
+    /// walk what lies below ([`Store::backlog_from`](crate::Store::backlog_from)): `None` until
+    /// it has a floor there, or while a claim of it is under way.
+    pub(in crate::relay) fn backlog_from(&self, target: &Target) -> Option<store::BacklogFrom> {
+        let state = self.floors.get(&target.schema)?;
+        (state.floor > 0).then(|| store::BacklogFrom {
+            floor: state.floor,
+            passed: state.passed.iter().map(|r| r.ids.clone()).collect(),
+        })
+    }
+
     /// Takes in where a claim of `target` took ids (see [`horizon::claimed`]).
     fn claimed(&mut self, target: &Target, spread: &Spread) {
         if let Some(floor) = self.floors.get_mut(&target.schema) {
