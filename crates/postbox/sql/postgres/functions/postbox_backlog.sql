@@ -1,8 +1,9 @@
 -- What a draining relay still has to wait for: 0 when an event can be claimed now, else the
--- seconds until the earliest lease or backoff runs out, NULL when nothing is outstanding. The
--- first probe walks the polling index from the head of the queue and stops at the first
--- claimable event (past the batches other relays hold); the minimum over every outstanding event
--- is taken only when none is claimable, when all of them are in flight or waiting for a retry.
+-- seconds until the earliest lease or backoff runs out, NULL when nothing is outstanding. It
+-- walks the polling index from the head of the queue to the first event still to do, then
+-- stops at the first claimable one (past the batches other relays hold); the minimum over every
+-- outstanding event is taken only when none is claimable, when all of them are in flight or
+-- waiting for a retry.
 -- Sequential and bitmap scans are off so that statistics saying "most rows are due" cannot turn
 -- the probe into a scan of the whole table from its oldest, processed, rows.
 -- A probe gives up on a lock after half a second (SQLSTATE 55P03, lock_not_available): a table
@@ -21,17 +22,26 @@ SET enable_bitmapscan = off
 SET jit = off
 SET lock_timeout = '500ms'
 AS $backlog$
+DECLARE
+    first_id bigint;
 BEGIN
-RETURN (SELECT CASE
-    WHEN EXISTS (SELECT 1 FROM {schema}.outbox_events
-                 WHERE status IN ('PENDING', 'PROCESSING')
-                   AND (locked_until IS NULL OR locked_until < now()))
-    THEN 0.0::float8
-    -- NULL when nothing is outstanding (greatest() would turn it into 0).
-    ELSE (SELECT EXTRACT(EPOCH FROM min(locked_until) - now())::float8
-          FROM {schema}.outbox_events
-          WHERE status IN ('PENDING', 'PROCESSING'))
-END);
+    SELECT e.id INTO first_id
+    FROM {schema}.outbox_events e
+    WHERE e.status IN ('PENDING', 'PROCESSING')
+    ORDER BY e.id
+    LIMIT 1;
+    IF first_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN (SELECT CASE
+        WHEN EXISTS (SELECT 1 FROM {schema}.outbox_events e
+                     WHERE e.status IN ('PENDING', 'PROCESSING') AND e.id >= first_id
+                       AND (e.locked_until IS NULL OR e.locked_until < now()))
+        THEN 0.0::float8
+        ELSE (SELECT EXTRACT(EPOCH FROM min(e.locked_until) - now())::float8
+              FROM {schema}.outbox_events e
+              WHERE e.status IN ('PENDING', 'PROCESSING') AND e.id >= first_id)
+    END);
 END
 $backlog$;
 
@@ -97,8 +107,9 @@ $backlog$;
 -- ids it passed while a transaction held the commit horizon back (`passed_lo`, `passed_hi`:
 -- their first and last ids), each looked up by id. Below the floor nothing else waits but an
 -- event put back by hand, which the relay's floor sweep finds. What a transaction held open
--- keeps of the events done since it began (their index entries, below the floor) is not read:
--- postbox_backlog() reads them all, twice when nothing is claimable.
+-- keeps of the events done since it began (the index entries of their old versions) is walked
+-- once, to the first event still to do, not once to find none claimable and again for the
+-- earliest lease.
 CREATE OR REPLACE FUNCTION {schema}.postbox_backlog(from_id bigint, passed_lo bigint[],
                                                     passed_hi bigint[])
 RETURNS double precision
@@ -110,11 +121,18 @@ SET jit = off
 SET lock_timeout = '500ms'
 AS $backlog$
 DECLARE
+    first_id bigint;
     next_at timestamptz;
 BEGIN
-    IF EXISTS (SELECT 1 FROM {schema}.outbox_events e
-               WHERE e.status IN ('PENDING', 'PROCESSING') AND e.id >= from_id
-                 AND (e.locked_until IS NULL OR e.locked_until < now()))
+    SELECT e.id INTO first_id
+    FROM {schema}.outbox_events e
+    WHERE e.status IN ('PENDING', 'PROCESSING') AND e.id >= from_id
+    ORDER BY e.id
+    LIMIT 1;
+    IF (first_id IS NOT NULL
+        AND EXISTS (SELECT 1 FROM {schema}.outbox_events e
+                    WHERE e.status IN ('PENDING', 'PROCESSING') AND e.id >= first_id
+                      AND (e.locked_until IS NULL OR e.locked_until < now())))
        OR EXISTS (SELECT 1 FROM {schema}.outbox_events e
                   WHERE e.last_error IS NOT NULL AND e.status <> 'PROCESSED'
                     AND e.status <> 'FAILED'
@@ -131,7 +149,8 @@ BEGIN
     SELECT min(m.at) INTO next_at
     FROM (SELECT min(e.locked_until) AS at
           FROM {schema}.outbox_events e
-          WHERE e.status IN ('PENDING', 'PROCESSING') AND e.id >= from_id
+          WHERE first_id IS NOT NULL
+            AND e.status IN ('PENDING', 'PROCESSING') AND e.id >= first_id
           UNION ALL
           SELECT min(coalesce(e.locked_until, '-infinity'::timestamptz))
           FROM {schema}.outbox_events e

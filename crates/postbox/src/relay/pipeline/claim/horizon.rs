@@ -119,8 +119,11 @@ impl TargetClaims {
         }
         // A relay that starts beside a transaction held open asks how long it has been open:
         // waiting HORIZON_STALL to see for itself, its first claims would each walk everything
-        // done since that transaction began (the index entries it keeps). The answer only
-        // saves time: without one, the relay waits and sees.
+        // done since that transaction began (the index entries it keeps). Its first read past
+        // the horizon goes to the head of the id sequence (up to GAP_SPAN_MAX ids): what lies
+        // there was most likely committed while it stayed open, and reads that double from
+        // GAP_SPAN would leave the claims between them walking it. The answer only saves time:
+        // without one, the relay waits and sees.
         if first
             && let Some(probe) = &horizon.probe
             && !probe.writers.is_empty()
@@ -128,7 +131,12 @@ impl TargetClaims {
             && age >= HORIZON_STALL
         {
             state.probe_since = Instant::now().checked_sub(age).or(state.probe_since);
+            let ahead = u32::try_from(probe.last_id.saturating_sub(state.settled).max(0))
+                .unwrap_or(u32::MAX);
+            self.floor.get_or_insert_with(Default::default).span =
+                ahead.clamp(GAP_SPAN, GAP_SPAN_MAX);
         }
+        let state = self.horizon.get_or_insert_with(Default::default);
         state.probe = horizon.probe;
         let stalled = state.probe.is_some()
             && state
