@@ -656,6 +656,19 @@ async fn history_past_the_held(db: &TestDb) {
     .expect("history");
 }
 
+/// The held transaction commits: its event is published, and every one of the 1,001 once.
+async fn past_the_held_and_every_event_once(
+    held: sqlx::Transaction<'static, sqlx::Postgres>,
+    held_id: i64,
+    sink: &RecordingSink,
+    relay: Running,
+) {
+    held.commit().await.expect("commit");
+    published(sink, held_id, "the held event is published once it commits").await;
+    relay.stop().await;
+    assert_eq!(sink.published_ids().len(), 1_001, "every event once");
+}
+
 /// A relay running when a transaction is held open, and a history written past it (150,000
 /// processed events) with 1,000 events waiting after: the relay reads the ids present past the
 /// horizon 20,000 at first, twice as many after each read that came back full, so that it is
@@ -709,15 +722,7 @@ async fn reads_past_a_held_transaction_double_while_they_come_back_full() {
             .all(|&limit| limit == 20_000),
         "20,000 before the history and after a short read: {limits:?}"
     );
-    held.commit().await.expect("commit");
-    published(
-        &sink,
-        held_id,
-        "the held event is published once it commits",
-    )
-    .await;
-    relay.stop().await;
-    assert_eq!(sink.published_ids().len(), 1_001, "every event once");
+    past_the_held_and_every_event_once(held, held_id, &sink, relay).await;
 }
 
 /// A relay that starts behind a transaction held open, on a table with a history past it
@@ -752,15 +757,7 @@ async fn a_relay_started_beside_a_transaction_open_for_long_reads_past_it_before
         limits.first().is_some_and(|&first| first >= 151_000),
         "the first read goes to the head of the sequence: {limits:?}"
     );
-    held.commit().await.expect("commit");
-    published(
-        &sink,
-        held_id,
-        "the held event is published once it commits",
-    )
-    .await;
-    relay.stop().await;
-    assert_eq!(sink.published_ids().len(), 1_001, "every event once");
+    past_the_held_and_every_event_once(held, held_id, &sink, relay).await;
 }
 
 /// A relay draining a backlog alone past a transaction held open knows the ids its claims took
