@@ -835,7 +835,7 @@ async fn the_age_of_a_probes_writers_is_how_long_they_have_been_open() {
 /// backlog at the end of the drain from its floor and the ids it passed, not from the start of
 /// the table through every one of those entries (twice, when nothing is claimable). What it
 /// still reads of them is its start: the first sweep of its floor and the first look at the
-/// backlog, both from the start (about 44,000 entries; 124,000 when the drain's ends read from
+/// backlog, both from the start (about 43,000 entries; 124,000 when the drain's ends read from
 /// the start too). Every event is published, the held one once it commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_past_a_transaction_held_open_reads_its_backlog_from_its_floor() {
