@@ -4,7 +4,8 @@
 -- take it now; then how far the first $4 ids present after $3 go (through the primary key;
 -- none when $4 is 0): the last one, with how many were read (n); and, only when they are
 -- fewer than the ids they span, each id that ends a gap with the id present before it (prev,
--- or $3). The gaps are in flight, rolled back or removed: the relay keeps them, and its floor
+-- or $3). A gap before the first id read alone (the ids of a transaction held open since
+-- before them, most often) is answered from the first read: the second lists gaps among them. The gaps are in flight, rolled back or removed: the relay keeps them, and its floor
 -- and cursor go on past them. Answering the gaps, not every id present, keeps a read of
 -- hundreds of thousands of ids to a few rows; and a read without a gap (most of them: a
 -- history is dense) counts the ids, which costs a fraction of listing where the gaps are.
@@ -12,7 +13,7 @@
 -- a CTE would be kept in memory, where the ids' order is lost and the gaps' window sorts them;
 -- the second read runs only when the first found a gap.
 WITH seen AS (
-    SELECT count(*) AS n, max(p.id) AS last
+    SELECT count(*) AS n, min(p.id) AS first, max(p.id) AS last
     FROM (SELECT e.id
           FROM {schema}.outbox_events e
           WHERE $4::integer > 0 AND e.id > $3::bigint
@@ -33,6 +34,10 @@ SELECT seen.last, false, false, false, NULL, seen.n
 FROM seen
 WHERE seen.last IS NOT NULL
 UNION ALL
+SELECT seen.first, false, false, false, $3::bigint, NULL
+FROM seen
+WHERE seen.first > $3::bigint + 1 AND seen.n = seen.last - seen.first + 1
+UNION ALL
 SELECT s.id, false, false, false, s.prev, NULL
 FROM (SELECT p.id, lag(p.id, 1, $3::bigint) OVER (ORDER BY p.id) AS prev
       FROM (SELECT e.id
@@ -40,5 +45,5 @@ FROM (SELECT p.id, lag(p.id, 1, $3::bigint) OVER (ORDER BY p.id) AS prev
             WHERE $4::integer > 0 AND e.id > $3::bigint
             ORDER BY e.id
             LIMIT $4::integer) p) s
-WHERE (SELECT seen.n < seen.last - $3::bigint FROM seen)
+WHERE (SELECT seen.n < seen.last - seen.first + 1 FROM seen)
   AND s.id > s.prev + 1
