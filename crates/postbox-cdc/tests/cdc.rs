@@ -1146,9 +1146,11 @@ async fn a_relay_without_ordered_types_publishes_what_the_slot_delivers_without_
     .fetch_one(db.pool())
     .await
     .unwrap();
-    // The relay's first claim polls, and may find the first transaction before the slot does.
+    // The relay's polls (its first claim, then one each poll interval) may find transactions
+    // before the slot names them: one or two here, more on a machine loaded by other tests
+    // (160 seen there). A relay whose slot's events were claimed would mark none without one.
     assert!(
-        never_claimed >= 180,
+        never_claimed >= 120,
         "{never_claimed} of 200 marked without a claim"
     );
 }
