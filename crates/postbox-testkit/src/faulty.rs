@@ -299,6 +299,14 @@ impl postbox::Store for FaultyStore {
         self.inner.backlog(target, ordered).await
     }
 
+    async fn backlog_from(
+        &self,
+        target: &postbox::Target,
+        from: &postbox::store::BacklogFrom,
+    ) -> postbox::Result<Backlog> {
+        self.inner.backlog_from(target, from).await
+    }
+
     async fn outbox_due(
         &self,
         targets: &[postbox::Target],

@@ -294,6 +294,14 @@ impl Store for CdcStore {
         self.inner.backlog(target, ordered).await
     }
 
+    async fn backlog_from(
+        &self,
+        target: &Target,
+        from: &postbox::store::BacklogFrom,
+    ) -> postbox::Result<Backlog> {
+        self.inner.backlog_from(target, from).await
+    }
+
     async fn outbox_due(
         &self,
         targets: &[Target],

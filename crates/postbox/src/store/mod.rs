@@ -426,6 +426,13 @@ macro_rules! forward_store {
             ) -> $crate::Result<$crate::store::Backlog> {
                 $crate::Store::backlog($inner, target, ordered).await
             }
+            async fn backlog_from(
+                &$s,
+                target: &$crate::Target,
+                from: &$crate::store::BacklogFrom,
+            ) -> $crate::Result<$crate::store::Backlog> {
+                $crate::Store::backlog_from($inner, target, from).await
+            }
             async fn outbox_due(
                 &$s,
                 targets: &[$crate::Target],
