@@ -225,6 +225,111 @@ async fn an_ordered_event_behind_one_in_flight_goes_out_by_the_slot_when_that_on
     handle.stop().await.unwrap();
 }
 
+/// Producers that commit out of id order: event A (the lower id) commits while B1, committed
+/// before it, is being published, and B2 commits after A. The slot delivers A while B1 is in
+/// flight; an id-order check alone finds nothing before A and takes it: two events of one
+/// aggregate in flight, A acknowledged first. Neither the claim by id nor the polling claim
+/// beside it (A is left to it after its rechecks, B1 taking longer) may take A before B1 is
+/// done; B2 waits for both. Published in commit order, one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_event_committed_behind_a_later_id_in_flight_waits_for_it() {
+    let db = TestDb::new().await;
+    let store = cdc(&db, CdcConfig::default()).await;
+    let sink = RecordingSink::new();
+    sink.script("B1", Behaviour::Slow(Duration::from_secs(3)));
+    let handle = ordered(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let mut late = db.pool().begin().await.unwrap();
+    let a: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ('A', 'Order', 'o-1', '{}') RETURNING id",
+    )
+    .fetch_one(&mut *late)
+    .await
+    .unwrap();
+    let b1 = insert(db.pool(), "B1", "o-1").await;
+    assert!(a < b1);
+    wait_until("B1 is being published", PATIENCE, || async {
+        sink.calls() == 1
+    })
+    .await;
+    late.commit().await.unwrap();
+    let b2 = insert(db.pool(), "B2", "o-1").await;
+    wait_until("all three are published", PATIENCE, || async {
+        sink.published_ids().len() == 3
+    })
+    .await;
+    assert_eq!(
+        sink.published_ids(),
+        vec![b1, a, b2],
+        "commit order, one at a time"
+    );
+    assert_eq!(sink.calls(), 3, "each published once");
+    handle.stop().await.unwrap();
+}
+
+/// The same with the later event held by another relay (a second host, a poller beside): the
+/// lower id that commits meanwhile waits through the claim by id, its rechecks and the polling
+/// claim beside the slot, whose id order finds nothing before it, until that relay is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_event_with_a_lower_id_waits_while_another_relay_publishes_a_later_one() {
+    let db = TestDb::new().await;
+    let store = cdc(&db, CdcConfig::default()).await;
+    let sink = RecordingSink::new();
+    let handle = ordered(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let mut late = db.pool().begin().await.unwrap();
+    let a: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ('A', 'Order', 'o-1', '{}') RETURNING id",
+    )
+    .fetch_one(&mut *late)
+    .await
+    .unwrap();
+    // Committed before A, and being published by another relay.
+    let b1: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload, status, \
+         locked_until, locked_by, claim_token) \
+         VALUES ('B1', 'Order', 'o-1', '{}', 'PROCESSING', now() + interval '1 hour', \
+         'other', gen_random_uuid()) RETURNING id",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert!(a < b1);
+    late.commit().await.unwrap();
+    // Past its rechecks and the polls of the claim beside the slot (a second apart; without
+    // the put-back, one took A about 4.5 s after its commit).
+    let seen = std::time::Instant::now();
+    while seen.elapsed() < Duration::from_millis(8_000) {
+        assert!(
+            sink.published_ids().is_empty(),
+            "A went out while B1 was in flight"
+        );
+        // The subject is a period: nothing is published while B1 is in flight.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sqlx::query(
+        "UPDATE outbox_events SET status = 'PROCESSED', processed_at = now() WHERE id = $1",
+    )
+    .bind(b1)
+    .execute(db.pool())
+    .await
+    .unwrap();
+    wait_until("A is published", PATIENCE, || async {
+        sink.published_ids() == vec![a]
+    })
+    .await;
+    assert_eq!(sink.calls(), 1);
+    handle.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_slot_is_confirmed_only_once_the_events_are_recorded() {
     let db = TestDb::new().await;

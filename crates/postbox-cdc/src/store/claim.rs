@@ -202,6 +202,9 @@ impl CdcStore {
         let mut claimed = self.watch(self.inner.events_claim(p).await)?;
         let full = claimed.events.len() + claimed.exhausted.len()
             >= usize::try_from(p.batch_size).unwrap_or(usize::MAX);
+        if !p.order.aggregate_types.is_empty() {
+            self.put_back_busy_aggregates(p, &mut claimed).await?;
+        }
         // Events this relay is publishing from a read are left to the read, under this claim's
         // token; those a read published whose mark found them claimed are marked now.
         let before = claimed.events.len();
@@ -225,5 +228,38 @@ impl CdcStore {
             polled.taken.pop_first();
         }
         Ok(claimed)
+    }
+
+    /// Puts back, untouched, the ordered events this poll took whose aggregate has another
+    /// event in flight or `FAILED` (`sql/ordered_put_back.sql`): the poll goes by id, the slot
+    /// by commit order, and with producers committing out of id order an event with a lower id
+    /// can be due while a later one of its aggregate is being published. They are taken again
+    /// once their aggregate is free.
+    async fn put_back_busy_aggregates(
+        &self,
+        p: &ClaimParams<'_>,
+        claimed: &mut Claimed,
+    ) -> postbox::Result<()> {
+        if claimed.events.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
+        let back: postbox::Result<Vec<i64>> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(self.ordered_put_back_sql.as_str()))
+                .bind(&ids)
+                .bind(claimed.claim_token)
+                .bind(p.order.aggregate_types)
+                .fetch_all(self.inner.pool())
+                .await
+                .map_err(postbox::Error::Database);
+        let back: HashSet<i64> = self.watch(back)?.into_iter().collect();
+        if !back.is_empty() {
+            tracing::debug!(
+                events = back.len(),
+                "ordered events a poll took put back: another event of their aggregate is in flight or FAILED"
+            );
+            claimed.events.retain(|e| !back.contains(&e.id));
+        }
+        Ok(())
     }
 }

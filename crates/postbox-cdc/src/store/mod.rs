@@ -66,6 +66,8 @@ pub struct CdcStore {
     polled: Mutex<claim::Polled>,
     /// `sql/ids_taken.sql` for this schema.
     ids_taken_sql: String,
+    /// `sql/ordered_put_back.sql` for this schema.
+    ordered_put_back_sql: String,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     slot: String,
@@ -137,6 +139,8 @@ impl CdcStore {
         // The schema's name is validated by `SchemaName`, and quoted.
         let ids_taken_sql =
             include_str!("../../sql/ids_taken.sql").replace("{schema}", &schema.quoted());
+        let ordered_put_back_sql =
+            include_str!("../../sql/ordered_put_back.sql").replace("{schema}", &schema.quoted());
         Ok(CdcStore {
             inner: store,
             schema,
@@ -144,6 +148,7 @@ impl CdcStore {
             poll_every: config.poll_interval,
             polled: Mutex::default(),
             ids_taken_sql,
+            ordered_put_back_sql,
             cancel,
             tasks,
             slot: config.slot,

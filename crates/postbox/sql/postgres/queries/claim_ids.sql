@@ -2,7 +2,11 @@
 -- them from the WAL, in commit order): those of `$1` still PENDING and never tried, leased as
 -- claim.sql leases them. An event of an ordered aggregate type is taken only when no earlier
 -- event of its aggregate is unfinished (or when those are taken by this claim, which then
--- holds them in id order): what waits, and every retry, stays to the polling claim.
+-- holds them in id order), and no other event of its aggregate, whatever its id, is in flight
+-- (PROCESSING, under a running lease or a stale one the polling claim takes over) or FAILED
+-- and not skipped: the slot delivers in commit order, which is not id order when producers
+-- commit out of it, so an event with a lower id can arrive while a later one of its aggregate
+-- is being published. What waits, and every retry, stays to the polling claim.
 -- $1 ids, $2 lease in ms, $3 relay id, $4 claim token, $5 the ordered aggregate types ('*' for
 -- all, empty for none). Columns as claim.sql returns them.
 WITH cand AS MATERIALIZED (
@@ -20,17 +24,36 @@ WITH cand AS MATERIALIZED (
                PARTITION BY c.aggregate_type, c.aggregate_id ORDER BY c.id
                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS taken_before
     FROM cand c
+), busy AS (
+    -- Ordered aggregates with an event in flight or FAILED past the first of them here (one
+    -- walk of the aggregate's unfinished entries per claim, not one per event): an event
+    -- before it is counted below.
+    SELECT a.aggregate_type, a.aggregate_id
+    FROM (SELECT c.aggregate_type, c.aggregate_id, min(c.id) AS first
+          FROM cand c WHERE c.ordered
+          GROUP BY c.aggregate_type, c.aggregate_id) a
+    WHERE EXISTS (
+        SELECT 1 FROM {schema}.outbox_events b
+        WHERE b.aggregate_type = a.aggregate_type
+          AND b.aggregate_id = a.aggregate_id
+          AND b.id > a.first
+          AND b.status IN ('PROCESSING', 'FAILED')
+          AND b.skipped_at IS NULL
+          AND b.aggregate_id IS NOT NULL)
 ), picked AS (
     SELECT c.id
     FROM counted c
     WHERE NOT c.ordered
-       OR c.taken_before = (
-           SELECT count(*) FROM {schema}.outbox_events b
-           WHERE b.aggregate_type = c.aggregate_type
-             AND b.aggregate_id = c.aggregate_id
-             AND b.id < c.id
-             AND b.status IN ('PENDING', 'PROCESSING', 'FAILED')
-             AND b.skipped_at IS NULL)
+       OR (c.taken_before = (
+               SELECT count(*) FROM {schema}.outbox_events b
+               WHERE b.aggregate_type = c.aggregate_type
+                 AND b.aggregate_id = c.aggregate_id
+                 AND b.id < c.id
+                 AND b.status IN ('PENDING', 'PROCESSING', 'FAILED')
+                 AND b.skipped_at IS NULL)
+           AND NOT EXISTS (SELECT 1 FROM busy u
+                           WHERE u.aggregate_type = c.aggregate_type
+                             AND u.aggregate_id = c.aggregate_id))
 )
 UPDATE {schema}.outbox_events AS e
 SET status       = 'PROCESSING',
