@@ -120,8 +120,22 @@ pub(crate) async fn run(
     )
     .await;
     bar.finish_and_clear();
+    // The same producers into a tenant's outbox, through the same slot.
+    let latency_cdc_tenant = match &latency_cdc {
+        Ok(_) => {
+            let bar = bars(expected, "cdc: latency, CDC relay, a tenant's outbox");
+            let tenant = tenant_latency(&cdc, &store, db, &relay, opts, &bar).await;
+            bar.finish_and_clear();
+            Some(tenant)
+        }
+        Err(_) => None,
+    };
     cdc.stop(store).await?;
     let latency_cdc = latency_cdc?;
+    // Measured whenever the default schema's run was (which returned above otherwise).
+    let latency_cdc_tenant = latency_cdc_tenant
+        .transpose()?
+        .ok_or_else(|| BenchError::Check("the tenant's latency was not measured".into()))?;
 
     // Drains of the same plain-SQL backlog.
     let events = opts.cdc_events;
@@ -183,6 +197,7 @@ pub(crate) async fn run(
         rate: opts.cdc_rate,
         latency_poll,
         latency_cdc,
+        latency_cdc_tenant,
         events,
         ceiling,
         poll,
@@ -195,6 +210,68 @@ pub(crate) async fn run(
         poll_held_over_quiet: poll_held.per_second / poll.per_second,
         wal,
     })))
+}
+
+/// Commit-to-publish latency of plain-SQL producers writing into a tenant's outbox (tenant
+/// `cdc`, added now), read from the slot by the running CDC relay once its table is in the
+/// publication.
+async fn tenant_latency(
+    cdc: &Cdc,
+    store: &Arc<CdcStore>,
+    db: &Db,
+    relay: &RelayConfig,
+    opts: &BenchOptions,
+    bar: &ProgressBar,
+) -> Result<crate::report::Percentiles, BenchError> {
+    use postbox::ops::StoreOps;
+    let registry = PgStore::new(cdc.pool.clone());
+    let id = postbox::schema::TenantId::new("cdc").map_err(|e| BenchError::Setup(e.to_string()))?;
+    let tenant = registry
+        .tenant_add(&postbox::store::TenantAddParams {
+            id: &id,
+            schema: None,
+        })
+        .await
+        .map_err(|e| BenchError::Setup(format!("tenant for the CDC latency run: {e}")))?;
+    let deadline = Instant::now() + SLOT_WAIT;
+    loop {
+        let published: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_publication_tables \
+             WHERE pubname = $1 AND schemaname = $2 AND tablename = 'outbox_events')",
+        )
+        .bind(&cdc.config.publication)
+        .bind(tenant.schema.as_str())
+        .fetch_one(&cdc.pool)
+        .await
+        .map_err(BenchError::db)?;
+        if published {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Check(format!(
+                "the CDC relay did not add tenant {}'s outbox to its publication within {} s",
+                tenant.id,
+                SLOT_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let outbox = db
+        .store()
+        .outbox_builder()
+        .tenant(&tenant)
+        .notify(false)
+        .build();
+    phases::latency(
+        db,
+        Arc::clone(store) as Arc<dyn Store>,
+        &outbox,
+        relay,
+        opts.cdc_rate,
+        opts.latency_duration,
+        bar,
+    )
+    .await
 }
 
 fn cdc_setup(e: postbox_cdc::Error) -> BenchError {

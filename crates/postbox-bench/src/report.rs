@@ -330,6 +330,9 @@ pub struct CdcRun {
     pub latency_poll: Percentiles,
     /// The same producers, CDC relay.
     pub latency_cdc: Percentiles,
+    /// The same producers writing into a tenant's outbox, the same CDC relay (the slot serves
+    /// every active tenant's outbox).
+    pub latency_cdc_tenant: Percentiles,
     /// Events in each drained backlog.
     pub events: u64,
     /// The relay's own claim + mark statements, 4 clients at once.
@@ -766,7 +769,11 @@ impl CdcRun {
             "    {:<10}  {:>8}  {:>8}  {:>8}  {:>8}",
             "relay", "p50", "p95", "p99", "max"
         );
-        for (what, p) in [("polling", &self.latency_poll), ("CDC", &self.latency_cdc)] {
+        for (what, p) in [
+            ("polling", &self.latency_poll),
+            ("CDC", &self.latency_cdc),
+            ("CDC tenant", &self.latency_cdc_tenant),
+        ] {
             let _ = writeln!(
                 out,
                 "    {:<10}  {:>8.2}  {:>8.2}  {:>8.2}  {:>8.2}",

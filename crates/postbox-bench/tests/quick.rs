@@ -86,7 +86,7 @@ async fn quick_bench_runs_on_postgres() {
         for drained in [cdc.poll, cdc.cdc, cdc.poll_held, cdc.cdc_held, cdc.ceiling] {
             assert_eq!(drained.count, 2_000, "{cdc:?}");
         }
-        for p in [&cdc.latency_poll, &cdc.latency_cdc] {
+        for p in [&cdc.latency_poll, &cdc.latency_cdc, &cdc.latency_cdc_tenant] {
             assert!(p.samples > 0 && p.p99_ms >= p.p50_ms, "{cdc:?}");
         }
         assert!(

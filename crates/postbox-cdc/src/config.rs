@@ -27,7 +27,7 @@ pub struct CdcConfig {
     /// the slot advances while the outbox is idle and other tables churn (10 s).
     pub heartbeat: Duration,
     /// How often the polling claim runs beside the slot, for retries, taken-over leases, tenants
-    /// and anything the slot did not deliver (1 s). While the slot cannot be read, it runs on
+    /// whose outbox is not in the publication yet and anything the slot did not deliver (1 s). While the slot cannot be read, it runs on
     /// every round.
     pub poll_interval: Duration,
     /// How often the slot's lag is read into the metrics, and checked against `lag_alert` (10 s).

@@ -23,6 +23,7 @@ mod reads;
 mod setup;
 mod store;
 mod stream;
+mod tenants;
 
 pub use config::CdcConfig;
 pub use error::{Error, Result};

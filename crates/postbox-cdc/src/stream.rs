@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::config::CdcConfig;
-use crate::progress::Progress;
+use crate::progress::{Key, Progress};
 
 /// The prefix of the relay's heartbeat messages in the WAL.
 const HEARTBEAT: &str = "postbox-heartbeat";
@@ -60,12 +60,14 @@ pub(crate) struct Stream {
     pub(crate) cancel: CancellationToken,
 }
 
-/// Starts the reader, the heartbeat and the lag check.
+/// Starts the reader, the heartbeat, the tenants' outboxes in the publication and the lag
+/// check.
 pub(crate) fn spawn(stream: Stream) -> Vec<JoinHandle<()>> {
     let stream = Arc::new(stream);
     vec![
         tokio::spawn(read(Arc::clone(&stream))),
         tokio::spawn(heartbeat(Arc::clone(&stream))),
+        tokio::spawn(crate::tenants::follow(Arc::clone(&stream))),
         tokio::spawn(lag(stream)),
     ]
 }
@@ -193,8 +195,9 @@ async fn read_once(
     retry.reset();
     info!(slot, publication = %s.config.publication, "CDC relay reading the slot");
     let events = metrics::counter!(metric::EVENTS, "slot" => slot.to_owned());
-    let schema = s.schema.as_str();
-    let mut ids: Vec<i64> = Vec::new();
+    // The outboxes served, by schema: this reader's copy, read again when they change.
+    let (mut served_version, mut served) = s.progress.served_all();
+    let mut ids: Vec<Key> = Vec::new();
     loop {
         // A `Notified` hears `notify_waiters` from the moment it is made, polled or not.
         let lost = s.progress.lost.notified();
@@ -220,14 +223,23 @@ async fn read_once(
                 ref table,
                 ref data,
                 ..
-            } if &**in_schema == schema && &**table == "outbox_events" => {
+            } if &**table == "outbox_events" => {
+                if s.progress.served_version() != served_version {
+                    (served_version, served) = s.progress.served_all();
+                }
+                // An outbox the relay does not serve (a suspended tenant's, another
+                // deployment's on a shared publication) is left to its own claims.
+                let Some(&sid) = served.get(&**in_schema) else {
+                    stream.maybe_send_feedback().await;
+                    continue;
+                };
                 match data
                     .get("id")
                     .and_then(|v| v.as_str())
                     .and_then(|v| v.parse::<i64>().ok())
                 {
                     Some(id) => {
-                        ids.push(id);
+                        ids.push((sid, id));
                         if ids.len() >= HAND_OVER {
                             events.increment(ids.len() as u64);
                             s.progress.delivered(std::mem::take(&mut ids));

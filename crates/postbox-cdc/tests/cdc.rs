@@ -1682,3 +1682,210 @@ async fn insert_one_by_one(pool: &PgPool, n: usize) -> Vec<i64> {
     }
     ids
 }
+
+/// Adds tenant `id` (its schema made and migrated) to the registry.
+async fn add_tenant(pool: &PgPool, id: &str) -> postbox::schema::Tenant {
+    use postbox::ops::StoreOps;
+    PgStore::new(pool.clone())
+        .tenant_add(&postbox::store::TenantAddParams {
+            id: &postbox::schema::TenantId::new(id).unwrap(),
+            schema: None,
+        })
+        .await
+        .unwrap()
+}
+
+/// One event of `event_type` committed on its own in the outbox of `schema`.
+async fn insert_into(pool: &PgPool, schema: &postbox::SchemaName, event_type: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {}.outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ($1, 'Order', 'o-1', '{{}}') RETURNING id",
+        schema.quoted()
+    )))
+    .bind(event_type)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The schemas whose outbox table the relay's publication holds.
+async fn published_schemas(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT schemaname::text FROM pg_publication_tables \
+         WHERE pubname = 'postbox_outbox' AND tablename = 'outbox_events' ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Events of `schema`'s outbox marked PROCESSED without ever being claimed (read from the slot).
+async fn read_unclaimed(pool: &PgPool, schema: &postbox::SchemaName) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {}.outbox_events WHERE status = 'PROCESSED' AND claim_token IS NULL",
+        schema.quoted()
+    )))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Every active tenant's outbox is read from the slot as the default schema's is: a tenant
+/// added before the relay starts and one added while it runs join the publication (within
+/// two seconds), and their events, committed one by one, are published without a claim, each
+/// once — ids equal across outboxes and told apart. A suspended tenant's table leaves the
+/// publication; resumed, it joins again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_active_tenants_outbox_is_read_from_the_slot() {
+    use postbox::ops::StoreOps;
+    let db = TestDb::new().await;
+    postbox::migrate(&PgStore::new(db.pool().clone()))
+        .await
+        .unwrap();
+    let acme = add_tenant(db.pool(), "acme").await;
+    let store = cdc(&db, CdcConfig::default()).await;
+    let sink = RecordingSink::new();
+    let handle = relay_with(
+        &store,
+        &sink,
+        RelayConfig::default().tenant_refresh(Duration::from_millis(200)),
+    )
+    .start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    let beta = add_tenant(db.pool(), "beta").await;
+    wait_until("both tenants are in the publication", PATIENCE, || async {
+        published_schemas(db.pool()).await == ["public", acme.schema.as_str(), beta.schema.as_str()]
+    })
+    .await;
+    let public = postbox::SchemaName::public();
+    let outboxes = [
+        (&public, "Default"),
+        (&acme.schema, "Acme"),
+        (&beta.schema, "Beta"),
+    ];
+    let mut want: HashMap<&str, Vec<i64>> = HashMap::new();
+    for _ in 0..30 {
+        for (schema, event_type) in outboxes {
+            let id = insert_into(db.pool(), schema, event_type).await;
+            want.entry(event_type).or_default().push(id);
+        }
+    }
+    assert_eq!(
+        want["Acme"], want["Beta"],
+        "each outbox numbers its own events"
+    );
+    wait_until("every event is published", PATIENCE, || async {
+        sink.published().len() >= 90
+    })
+    .await;
+    // Let a repeat, if any, show.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (schema, event_type) in outboxes {
+        let mut got: Vec<i64> = (sink.published().iter())
+            .filter(|e| e.event_type == event_type)
+            .map(|e| e.id)
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, want[event_type], "{event_type}: each once");
+        // A relay that polled the tenants' outboxes would mark none without a claim; the
+        // relay's own polls (one a second per outbox) may take a few before the slot names
+        // them.
+        let unclaimed = read_unclaimed(db.pool(), schema).await;
+        assert!(
+            unclaimed >= 20,
+            "{event_type}: {unclaimed} of 30 read from the slot"
+        );
+    }
+    wait_until(
+        "the slot is confirmed past every event",
+        PATIENCE,
+        || async {
+            let status = store.status();
+            status.unrecorded == 0 && status.confirmed_lsn == status.received_lsn
+        },
+    )
+    .await;
+
+    // Suspended: out of the publication, and its events wait in its table.
+    let pg = PgStore::new(db.pool().clone());
+    pg.tenant_set_status(&beta.id, postbox::schema::TenantStatus::Suspended)
+        .await
+        .unwrap();
+    wait_until(
+        "the suspended tenant leaves the publication",
+        PATIENCE,
+        || async { published_schemas(db.pool()).await == ["public", acme.schema.as_str()] },
+    )
+    .await;
+    let waits = insert_into(db.pool(), &beta.schema, "Beta").await;
+    pg.tenant_set_status(&beta.id, postbox::schema::TenantStatus::Active)
+        .await
+        .unwrap();
+    wait_until(
+        "the resumed tenant's event is published",
+        PATIENCE,
+        || async { sink.published_ids().contains(&waits) },
+    )
+    .await;
+    wait_until(
+        "the resumed tenant joins the publication again",
+        PATIENCE,
+        || async { published_schemas(db.pool()).await.len() == 3 },
+    )
+    .await;
+    assert_eq!(sink.published().len(), 91, "nothing twice");
+    handle.stop().await.unwrap();
+}
+
+/// A polling relay beside a CDC relay that reads a tenant's outbox from the slot leaves that
+/// tenant's events to it, as it leaves the default schema's: none goes out twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_relay_beside_a_cdc_relay_leaves_it_the_tenants_it_reads() {
+    let db = TestDb::new().await;
+    postbox::migrate(&PgStore::new(db.pool().clone()))
+        .await
+        .unwrap();
+    let acme = add_tenant(db.pool(), "acme").await;
+    let store = cdc(
+        &db,
+        CdcConfig::default().poll_interval(Duration::from_millis(100)),
+    )
+    .await;
+    let fast_tenants = RelayConfig::default().tenant_refresh(Duration::from_millis(200));
+    let cdc_sink = RecordingSink::new();
+    let cdc_handle = relay_with(&store, &cdc_sink, fast_tenants.clone()).start();
+    wait_until("the tenant is read from the slot", PATIENCE, || async {
+        store.status().streaming && published_schemas(db.pool()).await.len() == 2
+    })
+    .await;
+    let poll_sink = RecordingSink::new();
+    let poller = Relay::from_parts(
+        Arc::new(PgStore::new(db.pool().clone())) as Arc<dyn Store>,
+        Arc::new(poll_sink.clone()),
+        fast_tenants.poll_interval(Duration::from_millis(20)),
+    )
+    .unwrap()
+    .start();
+    let mut ids = Vec::new();
+    for _ in 0..300 {
+        ids.push(insert_into(db.pool(), &acme.schema, "Placed").await);
+    }
+    wait_until("every event is published", PATIENCE, || async {
+        cdc_sink.published().len() + poll_sink.published().len() >= 300
+    })
+    .await;
+    // Let a repeat, if any, show.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cdc_handle.stop().await.unwrap();
+    poller.stop().await.unwrap();
+    let mut published = cdc_sink.published_ids();
+    published.extend(poll_sink.published_ids());
+    published.sort_unstable();
+    let repeats = published.len() - 300;
+    published.dedup();
+    assert_eq!(published, ids, "every event published");
+    assert_eq!(repeats, 0, "{repeats} of 300 published twice");
+}

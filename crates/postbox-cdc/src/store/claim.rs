@@ -8,7 +8,7 @@ use postbox::Store;
 use postbox::store::{ClaimParams, Claimed, MarkProcessedParams};
 use uuid::Uuid;
 
-use super::CdcStore;
+use super::{CdcStore, Lane};
 
 /// When the polling claim last ran beside the slot, whether it came back full, when the slot
 /// last named events a claim had taken, and the events the polls took that the slot has not
@@ -27,27 +27,29 @@ const POLLED_KEPT: usize = 1_000_000;
 
 impl CdcStore {
     /// [`Store::events_claim`]: the ids the slot delivered, read or claimed by id, and the
-    /// polling claim beside them (the default schema); the polling claim alone elsewhere.
+    /// polling claim beside them (the outboxes the slot serves: the default schema's and the
+    /// active tenants' in the publication); the polling claim alone elsewhere.
     pub(super) async fn claim(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
-        if !self.cdc_target(p.target) {
+        let Some(lane) = self.serving(p.target) else {
             return self.watch(self.inner.events_claim(p).await);
-        }
+        };
+        let lane = &*lane;
         // The timed poll runs even while delivered ids wait: a relay whose slot is far behind
         // (restarted after a stop, while a polling relay did the work) reads back everything it
         // missed before it reaches new commits, and those must not wait for that.
-        if self.poll_overdue() {
-            let claimed = self.poll(p).await?;
+        if self.poll_overdue(lane) {
+            let claimed = self.poll(lane, p).await?;
             if !claimed.events.is_empty()
                 || !claimed.undecodable.is_empty()
                 || !claimed.exhausted.is_empty()
             {
-                if self.progress.waiting() {
+                if self.progress.waiting(lane.sid) {
                     self.progress.arrived.notify_one();
                 }
                 return Ok(claimed);
             }
         }
-        let ids = self.take(usize::try_from(p.batch_size).unwrap_or(usize::MAX));
+        let ids = self.take(lane, usize::try_from(p.batch_size).unwrap_or(usize::MAX));
         if !ids.is_empty() {
             // Without ordered aggregate types the rows are read and published unclaimed (one
             // write per event, the mark), unless told to claim them (a poller runs beside); an
@@ -55,7 +57,7 @@ impl CdcStore {
             // event of its aggregate.
             let read = !self.claim && p.order.aggregate_types.is_empty();
             let result = if read {
-                self.reads.begin(&ids);
+                lane.reads.begin(&ids);
                 self.inner.events_read_ids(p, &ids).await
             } else {
                 self.inner.events_claim_ids(p, &ids).await
@@ -64,9 +66,9 @@ impl CdcStore {
                 Ok(claimed) => claimed,
                 Err(e) => {
                     if read {
-                        self.reads.read(Uuid::nil(), &ids, &HashSet::new());
+                        lane.reads.read(Uuid::nil(), &ids, &HashSet::new());
                     }
-                    self.progress.put_back(&ids);
+                    self.progress.put_back(lane.sid, &ids);
                     return Err(e);
                 }
             };
@@ -80,23 +82,23 @@ impl CdcStore {
                 .chain(claimed.undecodable.iter().map(|u| u.id))
                 .collect();
             if read {
-                self.reads.read(claimed.claim_token, &ids, &got);
+                lane.reads.read(claimed.claim_token, &ids, &got);
                 *self.reader.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some((p.relay_id.to_owned(), p.lease));
             }
             let missed: Vec<i64> = ids.into_iter().filter(|id| !got.contains(id)).collect();
             if !missed.is_empty() {
-                self.missed(missed).await;
+                self.missed(lane, missed).await;
             }
-            if self.progress.waiting() {
+            if self.progress.waiting(lane.sid) {
                 self.progress.arrived.notify_one();
             }
             return Ok(claimed);
         }
-        if !self.poll_due() {
+        if !self.poll_due(lane) {
             return Ok(Claimed::default());
         }
-        self.poll(p).await
+        self.poll(lane, p).await
     }
 
     /// Whether the polling claim runs now: always while the slot is not read; else at most every
@@ -107,14 +109,14 @@ impl CdcStore {
     /// every new event and take each one twice. So would full polls of a backlog the slot is
     /// delivering: each event would be taken by a poll, then looked at again when the slot
     /// names it.
-    fn poll_due(&self) -> bool {
+    fn poll_due(&self, lane: &Lane) -> bool {
         if !self.progress.streaming() {
             // A standby (another relay reads the slot) leaves the slot's events to that relay,
             // which publishes them and polls for everything else, unless it stops confirming:
             // polling beside it would publish the events it is reading a second time.
             return !self.progress.standby() || self.progress.stalled();
         }
-        let polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+        let polled = lane.polled.lock().unwrap_or_else(|e| e.into_inner());
         let apart = polled
             .overlapped
             .is_none_or(|at| at.elapsed() >= self.poll_every);
@@ -125,8 +127,8 @@ impl CdcStore {
 
     /// The slot named events a claim had taken, or a poll claimed events being read: the
     /// polls and the slot are taking the same events.
-    fn overlapped(&self) {
-        self.polled
+    fn overlapped(lane: &Lane) {
+        lane.polled
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .overlapped = Some(Instant::now());
@@ -137,13 +139,13 @@ impl CdcStore {
     /// by another claim, finished or waiting for a retry are done here (the polling claim's);
     /// the rest — still not visible, or ordered behind an event in flight — are looked at again
     /// ([`Progress::missed`]). If the table cannot be read now, every one is looked at again.
-    async fn missed(&self, ids: Vec<i64>) {
-        let (first, ids) = self.progress.first_misses(ids);
-        self.progress.missed(first);
+    async fn missed(&self, lane: &Lane, ids: Vec<i64>) {
+        let (first, ids) = self.progress.first_misses(lane.sid, ids);
+        self.progress.missed(lane.sid, first);
         if ids.is_empty() {
             return;
         }
-        let taken: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(self.ids_taken_sql.as_str()))
+        let taken: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(lane.ids_taken_sql.as_str()))
             .bind(&ids)
             .fetch_all(self.inner.pool())
             .await
@@ -152,20 +154,20 @@ impl CdcStore {
         let (done, again): (Vec<i64>, Vec<i64>) =
             ids.into_iter().partition(|id| taken.contains(id));
         if !done.is_empty() {
-            self.overlapped();
+            Self::overlapped(lane);
         }
-        self.progress.done(done);
-        self.progress.missed(again);
+        self.progress.done(lane.sid, done);
+        self.progress.missed(lane.sid, again);
     }
 
     /// Whether the slot streams and the timed poll is due, whatever waits in the queue: also
     /// when no poll has run yet (a relay whose slot delivered before its first claim would
     /// otherwise not poll until the slot's queue ran dry).
-    fn poll_overdue(&self) -> bool {
+    fn poll_overdue(&self, lane: &Lane) -> bool {
         if !self.progress.streaming() {
             return false;
         }
-        let polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+        let polled = lane.polled.lock().unwrap_or_else(|e| e.into_inner());
         polled.at.is_none_or(|at| at.elapsed() >= self.poll_every)
     }
 
@@ -173,14 +175,14 @@ impl CdcStore {
     /// are theirs: they are left out at once, without a look at the table (a relay whose slot
     /// starts behind, or catches up on a backlog it polled meanwhile, is named every one of
     /// them).
-    fn take(&self, n: usize) -> Vec<i64> {
+    fn take(&self, lane: &Lane, n: usize) -> Vec<i64> {
         loop {
-            let ids = self.progress.take(n);
+            let ids = self.progress.take(lane.sid, n);
             if ids.is_empty() {
                 return ids;
             }
             let (polled, ids): (Vec<i64>, Vec<i64>) = {
-                let mut polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+                let mut polled = lane.polled.lock().unwrap_or_else(|e| e.into_inner());
                 if polled.taken.is_empty() {
                     return ids;
                 }
@@ -189,8 +191,8 @@ impl CdcStore {
             if polled.is_empty() {
                 return ids;
             }
-            self.overlapped();
-            self.progress.done(polled);
+            Self::overlapped(lane);
+            self.progress.done(lane.sid, polled);
             if !ids.is_empty() {
                 return ids;
             }
@@ -198,19 +200,19 @@ impl CdcStore {
     }
 
     /// The polling claim beside the slot, and when it ran and whether it came back full.
-    async fn poll(&self, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
+    async fn poll(&self, lane: &Lane, p: &ClaimParams<'_>) -> postbox::Result<Claimed> {
         let mut claimed = self.watch(self.inner.events_claim(p).await)?;
         let full = claimed.events.len() + claimed.exhausted.len()
             >= usize::try_from(p.batch_size).unwrap_or(usize::MAX);
         if !p.order.aggregate_types.is_empty() {
-            self.put_back_busy_aggregates(p, &mut claimed).await?;
+            self.put_back_busy_aggregates(lane, p, &mut claimed).await?;
         }
         // Events this relay is publishing from a read are left to the read, under this claim's
         // token; those a read published whose mark found them claimed are marked now.
         let before = claimed.events.len();
-        let settle = self.reads.poll_claimed(&mut claimed);
+        let settle = lane.reads.poll_claimed(&mut claimed);
         if claimed.events.len() < before {
-            self.overlapped();
+            Self::overlapped(lane);
         }
         if !settle.is_empty() {
             let done = MarkProcessedParams {
@@ -220,7 +222,7 @@ impl CdcStore {
             };
             self.watch(self.inner.events_mark_processed(&done).await)?;
         }
-        let mut polled = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+        let mut polled = lane.polled.lock().unwrap_or_else(|e| e.into_inner());
         polled.at = Some(Instant::now());
         polled.full = full;
         polled.taken.extend(claimed.events.iter().map(|e| e.id));
@@ -237,6 +239,7 @@ impl CdcStore {
     /// once their aggregate is free.
     async fn put_back_busy_aggregates(
         &self,
+        lane: &Lane,
         p: &ClaimParams<'_>,
         claimed: &mut Claimed,
     ) -> postbox::Result<()> {
@@ -245,7 +248,7 @@ impl CdcStore {
         }
         let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
         let back: postbox::Result<Vec<i64>> =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(self.ordered_put_back_sql.as_str()))
+            sqlx::query_scalar(sqlx::AssertSqlSafe(lane.ordered_put_back_sql.as_str()))
                 .bind(&ids)
                 .bind(claimed.claim_token)
                 .bind(p.order.aggregate_types)

@@ -3,6 +3,7 @@
 //! everything else. The claim is `claim.rs`; the outcomes of read events `outcomes.rs`; the
 //! relay's wake-ups `arrivals.rs`.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::CdcConfig;
 use crate::error::Result;
-use crate::progress::Progress;
+use crate::progress::{Progress, Sid};
 use crate::reads::Reads;
 use crate::{setup, stream};
 
@@ -33,9 +34,11 @@ mod outcomes;
 /// and the relay's next claim takes exactly those rows by primary key — no scan of the table —
 /// reading them without a claim (one write per event: the mark), or claiming them by id when
 /// aggregates are ordered or [`CdcConfig::claim`] is set.
+/// The slot serves the default schema's outbox and every active tenant's (their tables are kept
+/// in the publication as tenants are added, suspended and resumed), each keyed by schema.
 /// Everything else is the [`PgStore`]'s, unchanged: leases, fencing, marks, retries (claimed by
-/// the polling claim, at most every [`CdcConfig::poll_interval`] while the slot streams),
-/// tenants, the operator's surface. The slot's position is confirmed to the server only once
+/// the polling claim, at most every [`CdcConfig::poll_interval`] while the slot streams), the
+/// operator's surface. The slot's position is confirmed to the server only once
 /// every event committed up to it is recorded in the table, so a crash re-reads what was in
 /// flight; when the slot cannot be read (dropped, invalidated, the server failed over), the
 /// polling claim carries the load on every round until it can.
@@ -63,16 +66,11 @@ pub struct CdcStore {
     schema: SchemaName,
     progress: Arc<Progress>,
     poll_every: Duration,
-    polled: Mutex<claim::Polled>,
-    /// `sql/ids_taken.sql` for this schema.
-    ids_taken_sql: String,
-    /// `sql/ordered_put_back.sql` for this schema.
-    ordered_put_back_sql: String,
+    /// What the relay keeps for each outbox the slot serves, made at its first claim.
+    lanes: Mutex<HashMap<SchemaName, Arc<Lane>>>,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     slot: String,
-    /// The events published without a claim ([`crate::reads`]).
-    reads: Reads,
     /// The relay id and lease of the last read: what a failed read event is claimed with, so
     /// that its failed try is recorded as a claimed event's is.
     reader: Mutex<Option<(String, Duration)>>,
@@ -127,6 +125,8 @@ impl CdcStore {
             .await
             .map_err(crate::Error::Database)?;
         let progress = Arc::new(Progress::default());
+        // The default schema's outbox first; tenants' once they are in the publication.
+        progress.serve(&[schema.as_str().to_owned()]);
         let cancel = CancellationToken::new();
         let tasks = stream::spawn(stream::Stream {
             url: database_url.to_owned(),
@@ -136,23 +136,15 @@ impl CdcStore {
             progress: Arc::clone(&progress),
             cancel: cancel.clone(),
         });
-        // The schema's name is validated by `SchemaName`, and quoted.
-        let ids_taken_sql =
-            include_str!("../../sql/ids_taken.sql").replace("{schema}", &schema.quoted());
-        let ordered_put_back_sql =
-            include_str!("../../sql/ordered_put_back.sql").replace("{schema}", &schema.quoted());
         Ok(CdcStore {
             inner: store,
             schema,
             progress,
             poll_every: config.poll_interval,
-            polled: Mutex::default(),
-            ids_taken_sql,
-            ordered_put_back_sql,
+            lanes: Mutex::default(),
             cancel,
             tasks,
             slot: config.slot,
-            reads: Reads::default(),
             reader: Mutex::default(),
             claim: config.claim,
             started_at: u64::try_from(started_at).unwrap_or(0),
@@ -200,8 +192,28 @@ impl CdcStore {
         }
     }
 
-    fn cdc_target(&self, target: &Target) -> bool {
-        target.tenant.is_none() && target.schema == self.schema
+    /// The lane of `target`'s outbox while the slot serves it (the default schema's, and each
+    /// active tenant's in the publication), made at its first claim.
+    fn serving(&self, target: &Target) -> Option<Arc<Lane>> {
+        let sid = self.progress.served(target.schema.as_str())?;
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        Some(Arc::clone(
+            lanes
+                .entry(target.schema.clone())
+                .or_insert_with(|| Arc::new(Lane::new(sid, &target.schema))),
+        ))
+    }
+
+    /// The lane of `target`'s outbox, if one was made, served now or not: the outcomes of
+    /// events read before a tenant was suspended are still recorded through it.
+    fn lane(&self, target: &Target) -> Option<Arc<Lane>> {
+        let lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        lanes.get(&target.schema).map(Arc::clone)
+    }
+
+    /// `target`'s lane if `token` is one of its reads (events published without a claim).
+    fn read_lane(&self, target: &Target, token: &uuid::Uuid) -> Option<Arc<Lane>> {
+        self.lane(target).filter(|l| l.reads.is_read(token))
     }
 
     /// Passes `result` on; an error that says the database is going away also makes the reader
@@ -213,6 +225,32 @@ impl CdcStore {
             self.progress.server_lost();
         }
         result
+    }
+}
+
+/// What a CDC relay keeps for one outbox the slot serves.
+pub(super) struct Lane {
+    sid: Sid,
+    polled: Mutex<claim::Polled>,
+    /// The events published without a claim ([`crate::reads`]).
+    reads: Reads,
+    /// `sql/ids_taken.sql` for this schema.
+    ids_taken_sql: String,
+    /// `sql/ordered_put_back.sql` for this schema.
+    ordered_put_back_sql: String,
+}
+
+impl Lane {
+    fn new(sid: Sid, schema: &SchemaName) -> Self {
+        // The schema's name is validated by `SchemaName`, and quoted.
+        let sql = |template: &str| template.replace("{schema}", &schema.quoted());
+        Lane {
+            sid,
+            polled: Mutex::default(),
+            reads: Reads::default(),
+            ids_taken_sql: sql(include_str!("../../sql/ids_taken.sql")),
+            ordered_put_back_sql: sql(include_str!("../../sql/ordered_put_back.sql")),
+        }
     }
 }
 
@@ -245,11 +283,11 @@ impl Store for CdcStore {
     }
 
     async fn leases_renew(&self, p: &RenewParams<'_>) -> postbox::Result<u64> {
-        if !self.reads.is_read(&p.claim_token) {
+        let Some(lane) = self.read_lane(p.target, &p.claim_token) else {
             return self.watch(self.inner.leases_renew(p).await);
-        }
+        };
         // A read holds no lease; what a poll of this relay adopted holds that claim's.
-        let split = self.reads.split(p.ids.iter().copied());
+        let split = lane.reads.split(p.ids.iter().copied());
         let mut renewed = split.read.len() as u64;
         for (token, ids) in &split.adopted {
             let params = RenewParams {
@@ -263,10 +301,9 @@ impl Store for CdcStore {
     }
 
     async fn events_mark_processed(&self, p: &MarkProcessedParams<'_>) -> postbox::Result<u64> {
-        let marked = if self.reads.is_read(&p.claim_token) {
-            self.mark_read(p).await
-        } else {
-            self.watch(self.inner.events_mark_processed(p).await)
+        let marked = match self.read_lane(p.target, &p.claim_token) {
+            Some(lane) => self.mark_read(&lane, p).await,
+            None => self.watch(self.inner.events_mark_processed(p).await),
         };
         self.recorded(p.target, p.ids.iter().copied(), marked.is_ok());
         marked
@@ -276,20 +313,18 @@ impl Store for CdcStore {
         &self,
         p: &MarkFailedParams<'_>,
     ) -> postbox::Result<Vec<FailedMark>> {
-        let marked = if self.reads.is_read(&p.claim_token) {
-            self.fail_read(p).await
-        } else {
-            self.watch(self.inner.events_mark_failed(p).await)
+        let marked = match self.read_lane(p.target, &p.claim_token) {
+            Some(lane) => self.fail_read(&lane, p).await,
+            None => self.watch(self.inner.events_mark_failed(p).await),
         };
         self.recorded(p.target, p.tries.iter().map(|t| t.id), marked.is_ok());
         marked
     }
 
     async fn events_release(&self, p: &ReleaseParams<'_>) -> postbox::Result<u64> {
-        let released = if self.reads.is_read(&p.claim_token) {
-            self.release_read(p).await
-        } else {
-            self.watch(self.inner.events_release(p).await)
+        let released = match self.read_lane(p.target, &p.claim_token) {
+            Some(lane) => self.release_read(&lane, p).await,
+            None => self.watch(self.inner.events_release(p).await),
         };
         self.recorded(p.target, p.releases.iter().map(|r| r.id), released.is_ok());
         released
@@ -332,11 +367,10 @@ impl Store for CdcStore {
     }
 
     async fn wakeups(&self) -> postbox::Result<Option<Box<dyn Wakeups>>> {
-        Ok(Some(Box::new(arrivals::Arrivals {
-            progress: Arc::clone(&self.progress),
-            schema: self.schema.as_str().to_owned(),
-            woke_for: None,
-        })))
+        Ok(Some(Box::new(arrivals::Arrivals::new(
+            Arc::clone(&self.progress),
+            self.schema.as_str(),
+        ))))
     }
 
     async fn outbox_heads(

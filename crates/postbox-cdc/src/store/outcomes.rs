@@ -10,19 +10,19 @@ use postbox::store::{
 use postbox::{Store, Target};
 use uuid::Uuid;
 
-use super::CdcStore;
+use super::{CdcStore, Lane};
 
 impl CdcStore {
-    /// The outcome of `ids` of `target` was written (`ok`) or could not be. Only the slot's own
-    /// table counts towards its confirmation: a tenant's ids are numbered by a sequence of their
-    /// own and may equal ids the slot delivered. A write that failed leaves the slot's position
+    /// The outcome of `ids` of `target` was written (`ok`) or could not be: counted towards the
+    /// slot's confirmation for that outbox alone (a tenant's ids are numbered by a sequence of
+    /// their own and may equal the default schema's). A write that failed leaves the slot's position
     /// where it is, the ids unrecorded: the relay retries the write for a while, and if it
     /// gives up, the polling claim takes the rows (read ones are still `PENDING`; claimed ones
     /// once their lease ends), publishes them and records them, and its mark lets the position
     /// pass them.
     pub(super) fn recorded(&self, target: &Target, ids: impl IntoIterator<Item = i64>, ok: bool) {
-        if ok && self.cdc_target(target) {
-            self.progress.done(ids);
+        if ok && let Some(lane) = self.lane(target) {
+            self.progress.done(lane.sid, ids);
         }
     }
 }
@@ -31,8 +31,12 @@ impl CdcStore {
 /// that holds the row — a poll of this relay that adopted it, or (for a failed try or a put
 /// back) a claim by id made for it — or, for `PROCESSED`, by the unclaimed mark.
 impl CdcStore {
-    pub(super) async fn mark_read(&self, p: &MarkProcessedParams<'_>) -> postbox::Result<u64> {
-        let split = self.reads.split(p.ids.iter().copied());
+    pub(super) async fn mark_read(
+        &self,
+        lane: &Lane,
+        p: &MarkProcessedParams<'_>,
+    ) -> postbox::Result<u64> {
+        let split = lane.reads.split(p.ids.iter().copied());
         let mut marked = 0;
         let mut failed = None;
         // Ids whose mark failed: they stay with this read's token (a retry of the mark comes
@@ -74,13 +78,13 @@ impl CdcStore {
             .copied()
             .filter(|id| !unrecorded.contains(id))
             .collect();
-        for (token, ids) in self.reads.finish(&p.claim_token, &finished, &unmarked) {
+        for (token, ids) in lane.reads.finish(&p.claim_token, &finished, &unmarked) {
             match self.mark_with(p.target, token, &ids).await {
                 Ok(n) => marked += n,
                 Err(e) => failed = Some(e),
             }
         }
-        self.reads.unrecorded(&unrecorded);
+        lane.reads.unrecorded(&unrecorded);
         failed.map_or(Ok(marked), Err)
     }
 
@@ -98,10 +102,11 @@ impl CdcStore {
     /// meanwhile is that relay's: it is left out).
     async fn claims_of(
         &self,
+        lane: &Lane,
         target: &Target,
         ids: impl IntoIterator<Item = i64>,
     ) -> postbox::Result<Vec<(Uuid, HashSet<i64>)>> {
-        let split = self.reads.split(ids);
+        let split = lane.reads.split(ids);
         let mut claims: Vec<(Uuid, HashSet<i64>)> = split
             .adopted
             .into_iter()
@@ -134,11 +139,12 @@ impl CdcStore {
 
     pub(super) async fn fail_read(
         &self,
+        lane: &Lane,
         p: &MarkFailedParams<'_>,
     ) -> postbox::Result<Vec<FailedMark>> {
         let ids: Vec<i64> = p.tries.iter().map(|t| t.id).collect();
-        let claims = self.claims_of(p.target, ids.iter().copied()).await;
-        self.reads.finish(&p.claim_token, &ids, &[]);
+        let claims = self.claims_of(lane, p.target, ids.iter().copied()).await;
+        lane.reads.finish(&p.claim_token, &ids, &[]);
         let mut marks = Vec::new();
         for (token, held) in claims? {
             let tries: Vec<_> = p
@@ -157,10 +163,14 @@ impl CdcStore {
         Ok(marks)
     }
 
-    pub(super) async fn release_read(&self, p: &ReleaseParams<'_>) -> postbox::Result<u64> {
+    pub(super) async fn release_read(
+        &self,
+        lane: &Lane,
+        p: &ReleaseParams<'_>,
+    ) -> postbox::Result<u64> {
         let ids: Vec<i64> = p.releases.iter().map(|r| r.id).collect();
-        let claims = self.claims_of(p.target, ids.iter().copied()).await;
-        self.reads.finish(&p.claim_token, &ids, &[]);
+        let claims = self.claims_of(lane, p.target, ids.iter().copied()).await;
+        lane.reads.finish(&p.claim_token, &ids, &[]);
         let mut released = 0;
         for (token, held) in claims? {
             let releases: Vec<_> = p

@@ -8,8 +8,12 @@
 //! confirmation stands still for a minute while the server's WAL grows, they claim beside it.
 //! A CDC relay records its slot in the default schema's `postbox_cdc_slots` (migration
 //! 0020_registry_cdc_slots); a slot there that a reader holds (`active`) is a CDC relay reading.
+//! It reads the active tenants' outboxes too, once it has added their tables to its
+//! publication: a tenant's claim leaves its events to the reader while a publication holds its
+//! outbox table.
 
-use std::sync::Mutex;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPool;
@@ -25,13 +29,15 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 const STALLED_AFTER: Duration = Duration::from_secs(60);
 
 /// What the last look found.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Seen {
     at: Instant,
     /// Whether pollers leave the schema's events to the reader.
     leave: bool,
     /// The reader's confirmed position, and since when it has not moved.
     confirmed: Option<(i64, Instant)>,
+    /// The schemas whose outbox table a publication holds: the tenants the reader serves.
+    published: Arc<HashSet<String>>,
 }
 
 /// Whether to leave a schema's events to a CDC relay, looked up at most every second.
@@ -53,37 +59,49 @@ impl CdcReader {
         }
     }
 
-    /// Whether a CDC relay reads the schema's outbox now and keeps confirming. A failed look
-    /// (a schema migrated before `postbox_cdc_slots`, a role that may not read it) counts as
-    /// none: the poll goes on.
-    pub(crate) async fn reads(&self, pool: &PgPool) -> bool {
-        let last = *self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(seen) = last
+    /// Whether a CDC relay reads the default schema's outbox now and keeps confirming, and so
+    /// serves the outbox of `schema` (the default schema's, or a tenant's whose table its
+    /// publication holds). A failed look (a schema migrated before `postbox_cdc_slots`, a role
+    /// that may not read it) counts as none: the poll goes on.
+    pub(crate) async fn serves(&self, pool: &PgPool, schema: &SchemaName, default: bool) -> bool {
+        let seen = self.look(pool).await;
+        seen.leave && (default || seen.published.contains(schema.as_str()))
+    }
+
+    async fn look(&self, pool: &PgPool) -> Seen {
+        let last = self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(seen) = &last
             && seen.at.elapsed() < CHECK_EVERY
         {
-            return seen.leave;
+            return seen.clone();
         }
-        let row: Option<(i64, i64)> = sqlx::query_as(safe(&self.sql))
+        let row: Option<(i64, i64, Vec<String>)> = sqlx::query_as(safe(&self.sql))
             .fetch_optional(pool)
             .await
             .unwrap_or(None);
         let now = Instant::now();
-        let (leave, confirmed) = match row {
-            None => (false, None),
-            Some((confirmed, wal)) => {
-                let since = match last.and_then(|s| s.confirmed) {
+        let (leave, confirmed, published) = match row {
+            None => (false, None, HashSet::new()),
+            Some((confirmed, wal, published)) => {
+                let since = match last.as_ref().and_then(|s| s.confirmed) {
                     Some((before, since)) if before == confirmed => since,
                     _ => now,
                 };
                 let stalled = wal > confirmed && since.elapsed() >= STALLED_AFTER;
-                (!stalled, Some((confirmed, since)))
+                (
+                    !stalled,
+                    Some((confirmed, since)),
+                    published.into_iter().collect(),
+                )
             }
         };
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(Seen {
+        let seen = Seen {
             at: now,
             leave,
             confirmed,
-        });
-        leave
+            published: Arc::new(published),
+        };
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(seen.clone());
+        seen
     }
 }

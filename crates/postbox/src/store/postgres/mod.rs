@@ -330,8 +330,9 @@ impl PgStore {
     /// (`postbox-cdc`) that reads that outbox from a replication slot (default: they do). A
     /// CDC relay publishes what it reads without a claim, which a polling relay cannot see:
     /// side by side, both would take each new event and publish a share of all traffic twice.
-    /// So while such a relay reads and keeps confirming, a polling relay claims only its
-    /// tenants' events; it claims the default schema's again within a second of that relay
+    /// So while such a relay reads and keeps confirming, a polling relay leaves it the default
+    /// schema's events and those of every tenant whose outbox table a publication holds (the
+    /// CDC relay adds its active tenants'); it claims them again within a second of that relay
     /// stopping, or once its confirmation has stood still for a minute while the server's WAL
     /// grew. Retries, expired leases and what the slot does not deliver are the CDC relay's
     /// own poll's. A CDC relay records its slot in `postbox_cdc_slots` (migration
@@ -375,9 +376,13 @@ impl Store for PgStore {
 
     async fn events_claim(&self, p: &ClaimParams<'_>) -> Result<Claimed> {
         if let Some(reader) = &self.cdc_reader
-            && p.target.tenant.is_none()
-            && p.target.schema == self.default_schema
-            && reader.reads(&self.pool).await
+            && reader
+                .serves(
+                    &self.pool,
+                    &p.target.schema,
+                    p.target.tenant.is_none() && p.target.schema == self.default_schema,
+                )
+                .await
         {
             return Ok(Claimed::default());
         }
