@@ -125,6 +125,23 @@ pub trait StoreOps: Send + Sync {
     async fn vacuum_horizon(&self) -> Result<Option<String>> {
         Ok(None)
     }
+
+    /// What held vacuum back ([`vacuum_horizon`](StoreOps::vacuum_horizon)) when a relay last
+    /// vacuumed `target`'s outbox table, as [`vacuum_held_record`](StoreOps::vacuum_held_record)
+    /// kept it (PostgreSQL: the default schema's `postbox_vacuums`; `None` elsewhere). A relay
+    /// started later does not vacuum the table again while the same transaction holds it back.
+    async fn vacuum_held_read(&self, target: &Target) -> Result<Option<String>> {
+        let _ = target;
+        Ok(None)
+    }
+
+    /// Keeps what held vacuum back (`None`: nothing) when a relay vacuumed `target`'s outbox
+    /// table, for [`vacuum_held_read`](StoreOps::vacuum_held_read) (kept nowhere but on
+    /// PostgreSQL).
+    async fn vacuum_held_record(&self, target: &Target, held: Option<&str>) -> Result<()> {
+        let _ = (target, held);
+        Ok(())
+    }
 }
 
 /// Implements [`StoreOps`] for a type by handing every call to the store `$inner` gives (an
@@ -250,6 +267,19 @@ macro_rules! forward_store_ops {
             }
             async fn vacuum_horizon(&$s) -> $crate::Result<Option<String>> {
                 $crate::ops::StoreOps::vacuum_horizon($inner).await
+            }
+            async fn vacuum_held_read(
+                &$s,
+                target: &$crate::Target,
+            ) -> $crate::Result<Option<String>> {
+                $crate::ops::StoreOps::vacuum_held_read($inner, target).await
+            }
+            async fn vacuum_held_record(
+                &$s,
+                target: &$crate::Target,
+                held: Option<&str>,
+            ) -> $crate::Result<()> {
+                $crate::ops::StoreOps::vacuum_held_record($inner, target, held).await
             }
         }
     };

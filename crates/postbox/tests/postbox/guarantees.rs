@@ -674,7 +674,9 @@ async fn a_relay_vacuums_its_outbox_table_past_the_dead_row_threshold() {
 
 /// A vacuum removes nothing a snapshot still sees: while the transaction that held back the
 /// relay's first vacuum stays open, the relay does not vacuum the table again (it would read it
-/// whole after every pause, for nothing); once it ends, the next vacuum removes the dead rows.
+/// whole after every pause, for nothing), nor does a relay started after it (a restart, a
+/// rolling deploy: what held the last vacuum back is kept in the database); once it ends, the
+/// next vacuum removes the dead rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_does_not_vacuum_again_while_the_same_snapshot_holds_vacuum_back() {
     let (db, store) = pg().await;
@@ -725,6 +727,23 @@ async fn a_relay_does_not_vacuum_again_while_the_same_snapshot_holds_vacuum_back
     assert!(
         stat("n_dead_tup").await >= 100,
         "the dead rows are still there"
+    );
+    // A relay started now (a new process) knows it too.
+    running.stop().await;
+    let running = Running::start(
+        Relay::new(
+            own_store(&db, 4).await,
+            sink.clone(),
+            config().vacuum_threshold(Some(100)),
+        )
+        .unwrap(),
+    );
+    // The new relay's first checks come within a second or two.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        stat("vacuum_count").await,
+        1,
+        "no vacuum by a relay started while the same snapshot holds vacuum back"
     );
     report.rollback().await.unwrap();
     wait_until(

@@ -95,7 +95,7 @@ async fn a_postgresql_outbox_of_the_previous_release_is_migrated_and_relayed() {
             .fetch_all(db.pool())
             .await
             .unwrap();
-    let expected: Vec<String> = (1..=20).map(|n| format!("{n:04}")).collect();
+    let expected: Vec<String> = (1..=21).map(|n| format!("{n:04}")).collect();
     let numbers: Vec<String> = names.iter().map(|n| n[..4].to_owned()).collect();
     assert_eq!(
         numbers, expected,

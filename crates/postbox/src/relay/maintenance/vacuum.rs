@@ -131,15 +131,12 @@ async fn check(
         }
         // A transaction that has held vacuum back since this table's last vacuum (a producer's
         // left open, a long report) keeps every row version that vacuum left: another would
-        // read the whole table for nothing, and again after each pause.
+        // read the whole table for nothing, and again after each pause. The last vacuum may be
+        // another relay's, or this one's before a restart (kept in the database): a rolling
+        // deploy beside a held transaction would otherwise vacuum every table once per relay.
         let held = store.vacuum_horizon().await.ok().flatten();
-        if held.is_some()
-            && tables
-                .held_at
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&target.schema)
-                == held.as_ref()
+        if let Some(now) = &held
+            && held_back(store, tables, target, now).await
         {
             debug!(
                 tenant = target.label(),
@@ -151,15 +148,20 @@ async fn check(
         let started = Instant::now();
         match store.outbox_vacuum(target).await {
             Ok(()) => {
-                let mut held_at = tables
-                    .held_at
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                match held {
-                    Some(held) => held_at.insert(target.schema.clone(), held),
-                    None => held_at.remove(&target.schema),
-                };
-                drop(held_at);
+                {
+                    let mut held_at = tables
+                        .held_at
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    match &held {
+                        Some(held) => held_at.insert(target.schema.clone(), held.clone()),
+                        None => held_at.remove(&target.schema),
+                    };
+                }
+                if let Err(e) = store.vacuum_held_record(target, held.as_deref()).await {
+                    debug!(tenant = target.label(), error = %e,
+                        "cannot keep what held this vacuum back; relays started later may vacuum again");
+                }
                 let elapsed = started.elapsed();
                 info!(
                     tenant = target.label(),
@@ -190,4 +192,28 @@ async fn check(
             }
         }
     }
+}
+
+/// Whether `now` (what holds vacuum back) is what held back the last vacuum of `target`'s
+/// table: by this relay (remembered), or by any relay (kept in the database, then remembered).
+async fn held_back(store: &dyn Store, tables: &Tables, target: &Target, now: &str) -> bool {
+    let remembered = tables
+        .held_at
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&target.schema)
+        .cloned();
+    if remembered.as_deref() == Some(now) {
+        return true;
+    }
+    let kept = store.vacuum_held_read(target).await.ok().flatten();
+    if kept.as_deref() != Some(now) {
+        return false;
+    }
+    tables
+        .held_at
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(target.schema.clone(), now.to_owned());
+    true
 }

@@ -43,6 +43,7 @@ pub(super) const REGISTRY_MIGRATIONS: &[Migration] = &[
     migration!("postgres", "0016_registry_tenant_names", was "registry_0002_tenant_names"),
     migration!("postgres", "0017_registry_sink_health", was "registry_0003_sink_health"),
     migration!("postgres", "0020_registry_cdc_slots"),
+    migration!("postgres", "0021_registry_vacuums"),
 ];
 
 impl PgStore {

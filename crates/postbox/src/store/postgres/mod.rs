@@ -40,7 +40,7 @@ use crate::inbox::InboxStats;
 use crate::ops::StoreOps;
 use crate::schema::{SchemaName, Target, TenantId};
 use crate::sink::SinkHealth;
-use sql::{PerSchema, render};
+use sql::{PerSchema, render, safe};
 
 /// The advisory locks Postbox takes on PostgreSQL, one key each, as `pg_locks` shows them
 /// (`classid` the key, `objid` the schema's `hashtext`): every lock is the two-key form
@@ -542,6 +542,30 @@ impl StoreOps for PgStore {
         .fetch_optional(&self.pool)
         .await?
         .flatten())
+    }
+
+    async fn vacuum_held_read(&self, target: &Target) -> Result<Option<String>> {
+        let sql = render(
+            include_str!("../../../sql/postgres/queries/vacuum_held_read.sql"),
+            &self.default_schema,
+        );
+        Ok(sqlx::query_scalar(safe(&sql))
+            .bind(target.schema.as_str())
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn vacuum_held_record(&self, target: &Target, held: Option<&str>) -> Result<()> {
+        let sql = render(
+            include_str!("../../../sql/postgres/queries/vacuum_held_record.sql"),
+            &self.default_schema,
+        );
+        sqlx::query(safe(&sql))
+            .bind(target.schema.as_str())
+            .bind(held)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 }
 
