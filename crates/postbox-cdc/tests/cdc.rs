@@ -225,6 +225,35 @@ async fn an_ordered_event_behind_one_in_flight_goes_out_by_the_slot_when_that_on
     handle.stop().await.unwrap();
 }
 
+/// A CDC store and a relay ordering every aggregate on it, started, once the slot is read.
+async fn running_ordered(db: &TestDb) -> (Arc<CdcStore>, RecordingSink, RelayHandle) {
+    let store = cdc(db, CdcConfig::default()).await;
+    let sink = RecordingSink::new();
+    let handle = ordered(&store, &sink).start();
+    wait_until("the slot is read", PATIENCE, || async {
+        store.status().streaming
+    })
+    .await;
+    (store, sink, handle)
+}
+
+/// An event of aggregate `o-1` inserted in a transaction left open (the caller commits it).
+async fn held_insert(
+    pool: &PgPool,
+    event_type: &str,
+) -> (sqlx::Transaction<'static, sqlx::Postgres>, i64) {
+    let mut tx = pool.begin().await.unwrap();
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+         VALUES ($1, 'Order', 'o-1', '{}') RETURNING id",
+    )
+    .bind(event_type)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    (tx, id)
+}
+
 /// Producers that commit out of id order: event A (the lower id) commits while B1, committed
 /// before it, is being published, and B2 commits after A. The slot delivers A while B1 is in
 /// flight; an id-order check alone finds nothing before A and takes it: two events of one
@@ -234,22 +263,9 @@ async fn an_ordered_event_behind_one_in_flight_goes_out_by_the_slot_when_that_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ordered_event_committed_behind_a_later_id_in_flight_waits_for_it() {
     let db = TestDb::new().await;
-    let store = cdc(&db, CdcConfig::default()).await;
-    let sink = RecordingSink::new();
+    let (_store, sink, handle) = running_ordered(&db).await;
     sink.script("B1", Behaviour::Slow(Duration::from_secs(3)));
-    let handle = ordered(&store, &sink).start();
-    wait_until("the slot is read", PATIENCE, || async {
-        store.status().streaming
-    })
-    .await;
-    let mut late = db.pool().begin().await.unwrap();
-    let a: i64 = sqlx::query_scalar(
-        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
-         VALUES ('A', 'Order', 'o-1', '{}') RETURNING id",
-    )
-    .fetch_one(&mut *late)
-    .await
-    .unwrap();
+    let (late, a) = held_insert(db.pool(), "A").await;
     let b1 = insert(db.pool(), "B1", "o-1").await;
     assert!(a < b1);
     wait_until("B1 is being published", PATIENCE, || async {
@@ -277,21 +293,8 @@ async fn an_ordered_event_committed_behind_a_later_id_in_flight_waits_for_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ordered_event_with_a_lower_id_waits_while_another_relay_publishes_a_later_one() {
     let db = TestDb::new().await;
-    let store = cdc(&db, CdcConfig::default()).await;
-    let sink = RecordingSink::new();
-    let handle = ordered(&store, &sink).start();
-    wait_until("the slot is read", PATIENCE, || async {
-        store.status().streaming
-    })
-    .await;
-    let mut late = db.pool().begin().await.unwrap();
-    let a: i64 = sqlx::query_scalar(
-        "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
-         VALUES ('A', 'Order', 'o-1', '{}') RETURNING id",
-    )
-    .fetch_one(&mut *late)
-    .await
-    .unwrap();
+    let (_store, sink, handle) = running_ordered(&db).await;
+    let (late, a) = held_insert(db.pool(), "A").await;
     // Committed before A, and being published by another relay.
     let b1: i64 = sqlx::query_scalar(
         "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload, status, \
