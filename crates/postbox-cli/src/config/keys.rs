@@ -227,7 +227,8 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         about: "Whether source = cdc claims each event before publishing it, as polling does. \
                 By default the relay reads the rows the slot names, publishes them and marks \
                 them: one write per event instead of two. Polling relays beside it leave the \
-                default schema's events to it while it reads the slot (postbox_cdc_slots); set \
+                default schema's events, and those of the tenants whose outbox its publication \
+                holds, to it while it reads the slot (postbox_cdc_slots); set \
                 this for pollers that do not (a library's PgStore::leave_to_cdc_relay(false)), or \
                 they may publish an event the CDC relay is publishing (at most the events in \
                 flight). Ordered aggregate types are always claimed.",
@@ -236,8 +237,9 @@ pub(crate) const KEYS: &[KeyDoc] = &[
         key: "cdc_publication",
         default: "\"postbox_outbox\"",
         flag: None,
-        about: "The publication of source = cdc: the outbox table's inserts, created when \
-                missing.",
+        about: "The publication of source = cdc: the inserts of the default schema's outbox \
+                table and of every active tenant's (kept in step with the tenant registry), \
+                created when missing.",
     },
     KeyDoc {
         key: "log_format",
