@@ -54,8 +54,10 @@ pub(crate) async fn prepare(pool: &PgPool, schema: &SchemaName, cfg: &CdcConfig)
     // and `_`), and quoted; the schema's by `SchemaName`.
     let sql = template
         .replace("{publication}", &format!("\"{}\"", cfg.publication))
-        .replace("{schema}", &schema.quoted())
-        .replace("{columns}", if column_lists { "(id)" } else { "" });
+        .replace(
+            "{tables}",
+            &format!("{}.outbox_events{}", schema.quoted(), columns(column_lists)),
+        );
     match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(pool).await {
         Ok(_) => Ok(()),
         // Another relay created it meanwhile.
@@ -79,4 +81,10 @@ pub(crate) async fn record_slot(pool: &PgPool, schema: &SchemaName, slot: &str) 
             "cannot record the CDC slot in postbox_cdc_slots (run `postbox migrate`): polling \
              relays beside this one will not leave it the events, and may publish some twice");
     }
+}
+
+/// The column list an outbox table is published with: only `id` where publications take column
+/// lists (PostgreSQL 15+), every column before.
+pub(crate) fn columns(column_lists: bool) -> &'static str {
+    if column_lists { " (id)" } else { "" }
 }

@@ -30,11 +30,13 @@ struct TenantOutbox {
 /// Keeps the publication and the outboxes served in step with the tenant registry until the
 /// relay stops.
 pub(crate) async fn follow(s: Arc<Stream>) {
-    let column_lists: bool =
-        sqlx::query_scalar("SELECT current_setting('server_version_num')::int >= 150000")
-            .fetch_one(&s.pool)
-            .await
-            .unwrap_or(false);
+    // Whether publications take column lists, as the setup asked it (server_check.sql).
+    let column_lists = sqlx::query_as::<_, (String, String, Option<bool>, bool)>(include_str!(
+        "../sql/server_check.sql"
+    ))
+    .fetch_one(&s.pool)
+    .await
+    .is_ok_and(|(_, _, _, column_lists)| column_lists);
     let mut every = tokio::time::interval(TENANT_CHECK);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Schemas whose table the publication refused, said once each.
@@ -74,10 +76,10 @@ async fn check(
         .filter(|t| !t.active && t.published)
         .filter_map(named)
         .collect();
-    let columns = if column_lists { " (id)" } else { "" };
+    let columns = crate::setup::columns(column_lists);
     let added = alter(
         s,
-        include_str!("../sql/publication_add_tenants.sql"),
+        include_str!("../sql/publication_add.sql"),
         &add,
         columns,
         refused,
@@ -125,6 +127,15 @@ async fn alter(
         for schema in chunk {
             match run(s, template, std::slice::from_ref(schema), columns).await {
                 Ok(()) => done.push(schema.clone()),
+                // Another relay on the publication (a rolling deploy's other pod) changed it
+                // first: already a member (42710), or no longer one (42704).
+                Err(sqlx::Error::Database(e))
+                    if matches!(e.code().as_deref(), Some("42710" | "42704")) =>
+                {
+                    done.push(schema.clone());
+                }
+                // The server is going away: tried again at the next check.
+                Err(e) if crate::stream::server_lost(&e) => return done,
                 Err(e) => {
                     if refused.insert(schema.as_str().to_owned()) {
                         warn!(schema = %schema, publication = %s.config.publication, error = %e,

@@ -197,11 +197,12 @@ impl CdcStore {
     fn serving(&self, target: &Target) -> Option<Arc<Lane>> {
         let sid = self.progress.served(target.schema.as_str())?;
         let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-        Some(Arc::clone(
-            lanes
-                .entry(target.schema.clone())
-                .or_insert_with(|| Arc::new(Lane::new(sid, &target.schema))),
-        ))
+        if let Some(lane) = lanes.get(&target.schema) {
+            return Some(Arc::clone(lane));
+        }
+        let lane = Arc::new(Lane::new(sid, &target.schema));
+        lanes.insert(target.schema.clone(), Arc::clone(&lane));
+        Some(lane)
     }
 
     /// The lane of `target`'s outbox, if one was made, served now or not: the outcomes of
