@@ -78,12 +78,14 @@ async fn read(s: Arc<Stream>) {
     let slot = s.config.slot.as_str();
     let mut retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).attempts();
     let gauge = metrics::gauge!(metric::STREAMING, "slot" => slot.to_owned());
+    // Whether this relay said it waits as a standby (once per wait).
+    let mut told = false;
     while !s.cancel.is_cancelled() {
         let result = read_once(&s, &mut retry).await;
         s.progress.stopped();
         gauge.set(0.0);
         let held = matches!(&result, Err(e) if e.to_string().contains("is active for PID"));
-        if held && !s.progress.standby() {
+        if held && !std::mem::replace(&mut told, true) {
             warn!(
                 slot,
                 "the CDC slot is read by another relay: this one waits for it as a standby, and \
@@ -91,6 +93,7 @@ async fn read(s: Arc<Stream>) {
                  second host)"
             );
         }
+        told &= held;
         s.progress.set_standby(held);
         match result {
             Ok(Ended::Cancelled) => break,

@@ -15,6 +15,7 @@ pub mod consumers;
 mod event;
 mod faulty;
 mod inbox;
+pub mod ledger;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]

@@ -93,6 +93,27 @@ impl Drop for TestDb {
                 .build()
                 .expect("runtime");
             rt.block_on(async move {
+                // A prepared transaction a failed test left behind would block the drop, and
+                // every logical slot made on the server after it (a slot waits for the
+                // transactions running when it is made): roll it back, from its database.
+                let own = format!("{}/{}", base_url(&admin_url()), name);
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&own).await {
+                    let gids: Vec<String> = sqlx::query_scalar(
+                        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()",
+                    )
+                    .fetch_all(&mut conn)
+                    .await
+                    .unwrap_or_default();
+                    for gid in gids {
+                        let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+                            "ROLLBACK PREPARED '{}'",
+                            gid.replace('\'', "''")
+                        )))
+                        .execute(&mut conn)
+                        .await;
+                    }
+                    conn.close().await.ok();
+                }
                 if let Ok(mut conn) = sqlx::PgConnection::connect(&admin_url()).await {
                     // A CDC test's replication slots keep WAL and block the drop: end their
                     // readers, then drop them.
@@ -133,5 +154,45 @@ impl Drop for TestDb {
             });
         })
         .join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test that panics with a prepared transaction of its own still gets its database
+    /// dropped, and leaves no transaction behind that a logical slot made later would wait for.
+    #[tokio::test]
+    async fn a_database_with_a_prepared_transaction_left_is_dropped() {
+        let db = TestDb::new().await;
+        let name = db.name.clone();
+        let mut open = sqlx::PgConnection::connect(db.url())
+            .await
+            .expect("connect to the test database");
+        sqlx::raw_sql(
+            "CREATE TABLE t (id int PRIMARY KEY); BEGIN; INSERT INTO t VALUES (1); \
+             PREPARE TRANSACTION 'left-behind'",
+        )
+        .execute(&mut open)
+        .await
+        .expect("test setup");
+        drop(db);
+        let mut admin = sqlx::PgConnection::connect(&admin_url())
+            .await
+            .expect("test setup");
+        let (databases, prepared): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM pg_database WHERE datname = $1), \
+             (SELECT count(*) FROM pg_prepared_xacts WHERE database = $1)",
+        )
+        .bind(&name)
+        .fetch_one(&mut admin)
+        .await
+        .expect("test setup");
+        assert_eq!(
+            (databases, prepared),
+            (0, 0),
+            "the database and its transaction are gone"
+        );
     }
 }

@@ -125,6 +125,15 @@ impl CdcStore {
             .await
             .map_err(crate::Error::Database)?;
         let progress = Arc::new(Progress::default());
+        // A relay started while another reads the slot (a rolling deploy's new pod) is a
+        // standby from its first claim: polling before its reader finds the slot held would
+        // take events that relay is publishing unclaimed, and publish them a second time.
+        let held: bool = sqlx::query_scalar(include_str!("../../sql/slot_held.sql"))
+            .bind(&config.slot)
+            .fetch_one(store.pool())
+            .await
+            .map_err(crate::Error::Database)?;
+        progress.set_standby(held);
         // The default schema's outbox first; tenants' once they are in the publication.
         progress.serve(&[schema.as_str().to_owned()]);
         let cancel = CancellationToken::new();

@@ -21,12 +21,13 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::any::Conn;
 use postbox::ops::StoreOps;
 use postbox::{Event, Relay, RelayConfig, Store, StoreExt, backoff::Backoff, relay::RelayStats};
+use postbox_testkit::ledger::{self, Ledger, Order};
 use postbox_testkit::{RecordingSink, wait_until};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -121,19 +122,6 @@ enum Producer {
         gid: String,
         inserted: Vec<(u64, usize)>,
     },
-}
-
-/// What the schedule did, to check the relays against. Events are known by a token of their
-/// payload, not their id: SQLite hands a rolled-back id out again.
-#[derive(Default)]
-struct Ledger {
-    /// The next event's token.
-    next: u64,
-    /// Per aggregate, the committed events in commit order.
-    committed: HashMap<usize, Vec<u64>>,
-    rolled_back: HashSet<u64>,
-    /// Each event's id.
-    ids: HashMap<u64, i64>,
 }
 
 struct Relays {
@@ -328,14 +316,13 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
                 let Producer::InTx { conn, inserted, .. } = &mut producers[p] else {
                     fail(format!("{step:?} outside a transaction"));
                 };
-                ledger.next += 1;
-                let token = ledger.next;
+                let token = ledger.token();
                 let event = Event::new("E", &serde_json::json!({ "token": token }))
                     .unwrap()
                     .aggregate("Acct", format!("{seed}-{a}"))
                     .without_idempotency_key();
                 let id = conn.enqueue(&outbox, event).await;
-                ledger.ids.insert(token, id);
+                ledger.record(token, id);
                 inserted.push((token, a));
             }
             Step::Savepoint(p) => {
@@ -361,9 +348,7 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
                 };
                 conn.exec("ROLLBACK TO SAVEPOINT s").await;
                 let mark = savepoint.unwrap_or(inserted.len());
-                ledger
-                    .rolled_back
-                    .extend(inserted.drain(mark..).map(|(token, _)| token));
+                ledger.roll_back(inserted.drain(mark..).map(|(token, _)| token));
             }
             Step::Commit(p) | Step::Rollback(p) => {
                 let Producer::InTx {
@@ -436,89 +421,23 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
         fail(format!("{} events FAILED", finished.failed));
     }
 
-    let mut first: HashMap<usize, Vec<u64>> = HashMap::new();
-    let mut seen = HashSet::new();
-    let prefix = format!("{seed}-");
-    for e in sink.published() {
-        let Some(a) = e
-            .aggregate_id
-            .as_deref()
-            .and_then(|id| id.strip_prefix(&prefix))
-            .and_then(|a| a.parse::<usize>().ok())
-        else {
-            continue;
-        };
-        let payload: serde_json::Value = serde_json::from_str(e.payload.get()).unwrap();
-        let Some(token) = payload["token"].as_u64() else {
-            fail(format!("event {} has no token: {payload}", e.id));
-        };
-        if ledger.rolled_back.contains(&token) {
-            fail(format!(
-                "event {token} (id {}) was published, but it rolled back",
-                e.id
-            ));
-        }
-        if seen.insert(token) {
-            first.entry(a).or_default().push(token);
-        }
-    }
-    for (a, committed) in &ledger.committed {
-        let delivered = first.get(a).cloned().unwrap_or_default();
-        let promised = if locks {
-            // One writer at a time per aggregate: its commit order.
-            committed.clone()
-        } else {
-            // Writers side by side: id order, never an id while an earlier one may commit.
-            let mut by_id = committed.clone();
-            by_id.sort_by_key(|token| ledger.ids[token]);
-            by_id
-        };
-        if delivered != promised {
-            let ids =
-                |tokens: &[u64]| -> Vec<i64> { tokens.iter().map(|t| ledger.ids[t]).collect() };
-            fail(format!(
-                "aggregate {a} (aggregates locked: {locks}): promised {promised:?} (ids {:?}), \
-                 first delivered {delivered:?} (ids {:?}); committed in the order {committed:?}",
-                ids(&promised),
-                ids(&delivered)
-            ));
-        }
-    }
-    for (a, delivered) in &first {
-        if !ledger.committed.contains_key(a) {
-            fail(format!(
-                "aggregate {a}: delivered {delivered:?}, nothing committed"
-            ));
-        }
-    }
-}
-
-impl Ledger {
-    fn end(&mut self, inserted: Vec<(u64, usize)>, commit: bool) {
-        for (token, a) in inserted {
-            if commit {
-                self.committed.entry(a).or_default().push(token);
-            } else {
-                self.rolled_back.insert(token);
-            }
-        }
+    // One writer at a time per aggregate: its commit order; writers side by side: id order,
+    // never an id while an earlier one may commit.
+    let order = if locks { Order::Commit } else { Order::Id };
+    if let Err(why) = ledger.check(&sink.published(), &format!("{seed}-"), order) {
+        fail(why);
     }
 }
 
 /// The seeds to run: `POSTBOX_INTERLEAVE_SEED` alone, or `POSTBOX_INTERLEAVINGS` (default 300)
 /// from a base that differs per store.
 fn seeds(base: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("POSTBOX_INTERLEAVE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        return vec![seed];
-    }
-    let n: u64 = std::env::var("POSTBOX_INTERLEAVINGS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
-    (base..base + n).collect()
+    ledger::seeds(
+        "POSTBOX_INTERLEAVE_SEED",
+        "POSTBOX_INTERLEAVINGS",
+        base,
+        300,
+    )
 }
 
 async fn tier(db: Db, name: &str, base: u64) {
