@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
 use indicatif::ProgressBar;
-use postbox::{PgStore, RelayConfig, Sink, Store, StoreExt, relay::RelayStats};
+use postbox::{PgStore, Relay, RelayConfig, Sink, Store, StoreExt, relay::RelayStats};
 use postbox_cdc::{CdcConfig, CdcStore};
 use sqlx::PgPool;
 
 use crate::db::Db;
 use crate::history::Held;
 use crate::phases;
-use crate::report::{CdcOutcome, CdcRun, CdcWal, Throughput};
+use crate::report::{CdcOutcome, CdcRun, CdcWal, Deploy, Throughput};
 use crate::scratch::Scratch;
 use crate::{BenchError, BenchOptions};
 
@@ -137,6 +137,19 @@ pub(crate) async fn run(
         .transpose()?
         .ok_or_else(|| BenchError::Check("the tenant's latency was not measured".into()))?;
 
+    // A rolling deploy under the same load: a new relay process beside the old one, then the
+    // old one stopped.
+    scratch.reset().await?;
+    cdc.skip_to_now().await?;
+    let Db::Pg(new_pod) = scratch.open(4).await? else {
+        return Err(BenchError::Setup(
+            "the CDC comparison needs PostgreSQL".into(),
+        ));
+    };
+    let bar = bars(expected, "cdc: latency, CDC relay, rolling deploy");
+    let deploy = rolling_deploy(&cdc, new_pod, db, &relay, opts, &bar).await?;
+    bar.finish_and_clear();
+
     // Drains of the same plain-SQL backlog.
     let events = opts.cdc_events;
     scratch.reset().await?;
@@ -198,6 +211,7 @@ pub(crate) async fn run(
         latency_poll,
         latency_cdc,
         latency_cdc_tenant,
+        deploy,
         events,
         ceiling,
         poll,
@@ -272,6 +286,71 @@ async fn tenant_latency(
         bar,
     )
     .await
+}
+
+/// A rolling deploy of the CDC relay under the latency runs' load, as a user runs one: the old
+/// relay reads the slot; after a third of the run a new relay process starts beside it (a
+/// store of its own on its own connections, started as the binary starts it: it waits as a
+/// standby); after two thirds the old one is stopped (SIGTERM: it finishes what it holds and
+/// lets the slot go) and the new one takes the slot over. Commit-to-publish latency across the
+/// whole run, and the events published twice.
+async fn rolling_deploy(
+    cdc: &Cdc,
+    new_pod: PgPool,
+    db: &Db,
+    relay: &RelayConfig,
+    opts: &BenchOptions,
+    bar: &ProgressBar,
+) -> Result<Deploy, BenchError> {
+    db.create_business_table().await?;
+    let sink = Arc::new(phases::LatencySink::default());
+    let old = cdc.start().await.map_err(cdc_setup)?;
+    cdc.streaming(&old).await?;
+    let old_relay = Relay::from_parts(
+        Arc::clone(&old) as Arc<dyn Store>,
+        Arc::clone(&sink) as Arc<dyn Sink>,
+        relay.clone(),
+    )?
+    .start();
+    let plain = db.store().outbox_builder().notify(false).build();
+    let third = opts.latency_duration / 3;
+    let new = Cdc {
+        url: cdc.url.clone(),
+        pool: new_pod,
+        config: cdc.config.clone(),
+    };
+    let deploy = async {
+        tokio::time::sleep(third).await;
+        let store = new.start().await.map_err(cdc_setup)?;
+        let handle = Relay::from_parts(
+            Arc::clone(&store) as Arc<dyn Store>,
+            Arc::clone(&sink) as Arc<dyn Sink>,
+            relay.clone(),
+        )?
+        .start();
+        tokio::time::sleep(third).await;
+        let in_flight = old.status().unrecorded;
+        let stopping = Instant::now();
+        old_relay.stop().await?;
+        cdc.stop(old).await?;
+        let taken = Instant::now();
+        new.streaming(&store).await?;
+        Ok::<_, BenchError>((store, handle, in_flight, stopping, taken))
+    };
+    let (committed, (store, handle, in_flight, stopping, taken)) = tokio::try_join!(
+        phases::produce(db, &plain, opts.cdc_rate, opts.latency_duration, bar),
+        deploy
+    )?;
+    phases::caught_up(&sink, committed.len()).await;
+    handle.stop().await?;
+    new.stop(store).await?;
+    Ok(Deploy {
+        latency: phases::percentiles(&committed, &sink, opts.cdc_rate, opts.latency_duration)?,
+        events: committed.len() as u64,
+        repeats: sink.repeats(),
+        in_flight: in_flight as u64,
+        stop_ms: taken.duration_since(stopping).as_secs_f64() * 1000.0,
+    })
 }
 
 fn cdc_setup(e: postbox_cdc::Error) -> BenchError {

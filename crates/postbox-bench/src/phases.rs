@@ -263,24 +263,44 @@ pub(crate) async fn ceiling(
     Ok(Throughput::new(n, started.elapsed()))
 }
 
-/// Records when each event was committed and when it was published.
+/// Records when each event was first published, and how many publishes were repeats.
 #[derive(Default)]
-struct LatencySink {
+pub(crate) struct LatencySink {
     published: Mutex<HashMap<i64, Instant>>,
+    repeats: AtomicU64,
+}
+
+impl LatencySink {
+    /// Events published so far.
+    pub(crate) fn count(&self) -> usize {
+        self.published.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Publishes of an event already published.
+    pub(crate) fn repeats(&self) -> u64 {
+        self.repeats.load(Ordering::Relaxed)
+    }
 }
 
 #[async_trait]
 impl Sink for LatencySink {
     async fn publish(&self, event: &OutboxEvent) -> Result<(), PublishError> {
         let now = Instant::now();
-        self.published
+        let mut published = self
+            .published
             .lock()
-            .map_err(|_| PublishError::retryable("latency map poisoned"))?
-            .entry(event.id)
-            .or_insert(now);
+            .map_err(|_| PublishError::retryable("latency map poisoned"))?;
+        if published.contains_key(&event.id) {
+            self.repeats.fetch_add(1, Ordering::Relaxed);
+        } else {
+            published.insert(event.id, now);
+        }
         Ok(())
     }
 }
+
+/// When each event a producer committed was committed.
+pub(crate) type Committed = HashMap<i64, Instant>;
 
 /// Commit-to-publish latency: producers commit one event per transaction through `outbox` at
 /// `rate` events/s in total while one relay with `config` runs.
@@ -306,7 +326,24 @@ pub(crate) async fn latency(
     });
     // Let the relay connect its listener before the first commit.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let committed = produce(db, outbox, rate, duration, bar).await?;
+    caught_up(&sink, committed.len()).await;
+    let _ = stop_tx.send(());
+    relay_task
+        .await
+        .map_err(|e| BenchError::Check(format!("relay task failed: {e}")))??;
+    percentiles(&committed, &sink, rate, duration)
+}
 
+/// Eight producers committing one event per transaction through `outbox` (the business table
+/// made first) at `rate` events/s in total for `duration`; when each event committed.
+pub(crate) async fn produce(
+    db: &Db,
+    outbox: &Outbox,
+    rate: u64,
+    duration: Duration,
+    bar: &ProgressBar,
+) -> Result<Committed, BenchError> {
     let producers = 8u64;
     let per_producer = Duration::from_secs_f64(producers as f64 / rate as f64);
     let committed = Arc::new(Mutex::new(HashMap::<i64, Instant>::new()));
@@ -335,27 +372,35 @@ pub(crate) async fn latency(
         }
     });
     try_join_all(tasks).await?;
-    // Wait for the relay to catch up (bounded), then stop it.
-    let want = committed.lock().map(|m| m.len()).unwrap_or(0);
-    let catch_up = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < catch_up && sink.published.lock().map(|m| m.len()).unwrap_or(0) < want {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = stop_tx.send(());
-    relay_task
-        .await
-        .map_err(|e| BenchError::Check(format!("relay task failed: {e}")))??;
-
     let committed = committed
         .lock()
         .map_err(|_| BenchError::Check("latency map poisoned".into()))?;
+    Ok(committed.clone())
+}
+
+/// Waits (30 s at most) until `sink` has published `want` events.
+pub(crate) async fn caught_up(sink: &LatencySink, want: usize) {
+    let catch_up = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < catch_up && sink.count() < want {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The commit-to-publish percentiles of `committed` as `sink` published them; an error if any
+/// was not published.
+pub(crate) fn percentiles(
+    committed: &Committed,
+    sink: &LatencySink,
+    rate: u64,
+    duration: Duration,
+) -> Result<Percentiles, BenchError> {
     let published = sink
         .published
         .lock()
         .map_err(|_| BenchError::Check("latency map poisoned".into()))?;
     let mut hist = Histogram::<u64>::new(3).map_err(|e| BenchError::Check(e.to_string()))?;
     let mut missing = 0;
-    for (id, at) in committed.iter() {
+    for (id, at) in committed {
         match published.get(id) {
             // The relay may publish before the producer took its timestamp: count that as 0.
             Some(p) => {

@@ -333,6 +333,8 @@ pub struct CdcRun {
     /// The same producers writing into a tenant's outbox, the same CDC relay (the slot serves
     /// every active tenant's outbox).
     pub latency_cdc_tenant: Percentiles,
+    /// The same producers through a rolling deploy of the CDC relay.
+    pub deploy: Deploy,
     /// Events in each drained backlog.
     pub events: u64,
     /// The relay's own claim + mark statements, 4 clients at once.
@@ -355,6 +357,22 @@ pub struct CdcRun {
     pub poll_held_over_quiet: f64,
     /// The slot's retained WAL while other tables churn.
     pub wal: CdcWal,
+}
+
+/// A rolling deploy of the CDC relay under load: a new relay started beside the reading one
+/// after a third of the run, the old one stopped after two thirds.
+#[derive(Clone, Debug, Serialize)]
+pub struct Deploy {
+    /// Commit-to-publish latency across the whole run, the handover included.
+    pub latency: Percentiles,
+    /// Events committed.
+    pub events: u64,
+    /// Publishes of an event already published.
+    pub repeats: u64,
+    /// Events the old relay had read and not yet recorded when it was told to stop.
+    pub in_flight: u64,
+    /// From the old relay told to stop until it had let the slot go, ms.
+    pub stop_ms: f64,
 }
 
 /// The WAL a CDC relay's slot keeps while other tables take writes and the outbox is idle.
@@ -773,6 +791,7 @@ impl CdcRun {
             ("polling", &self.latency_poll),
             ("CDC", &self.latency_cdc),
             ("CDC tenant", &self.latency_cdc_tenant),
+            ("CDC deploy", &self.deploy.latency),
         ] {
             let _ = writeln!(
                 out,
@@ -780,6 +799,13 @@ impl CdcRun {
                 what, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms
             );
         }
+        let _ = writeln!(
+            out,
+            "  rolling deploy (a new CDC relay started beside the reading one, then the old one \
+             stopped): {} repeated publishes of {} events; {} in flight at the stop, which took \
+             {:.0} ms",
+            self.deploy.repeats, self.deploy.events, self.deploy.in_flight, self.deploy.stop_ms
+        );
         let _ = writeln!(
             out,
             "  drain of {} plain-SQL events (events/s): ceiling (4 clients) {:.0}",

@@ -86,9 +86,20 @@ async fn quick_bench_runs_on_postgres() {
         for drained in [cdc.poll, cdc.cdc, cdc.poll_held, cdc.cdc_held, cdc.ceiling] {
             assert_eq!(drained.count, 2_000, "{cdc:?}");
         }
-        for p in [&cdc.latency_poll, &cdc.latency_cdc, &cdc.latency_cdc_tenant] {
+        for p in [
+            &cdc.latency_poll,
+            &cdc.latency_cdc,
+            &cdc.latency_cdc_tenant,
+            &cdc.deploy.latency,
+        ] {
             assert!(p.samples > 0 && p.p99_ms >= p.p50_ms, "{cdc:?}");
         }
+        // A rolling deploy repeats at most what the old relay held when it was stopped.
+        assert!(
+            cdc.deploy.events > 0 && cdc.deploy.repeats <= cdc.deploy.in_flight,
+            "{:?}",
+            cdc.deploy
+        );
         assert!(
             cdc.wal.written_mib > 0.0 && cdc.wal.catch_up_seconds > 0.0,
             "{cdc:?}"
