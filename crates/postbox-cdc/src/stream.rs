@@ -133,9 +133,37 @@ async fn read(s: Arc<Stream>) {
             }
         }
         let wait = retry.next_delay();
+        let released = async {
+            if held {
+                released(&s, wait.max(STANDBY_LOOK)).await;
+            } else {
+                tokio::time::sleep(wait).await;
+            }
+        };
         tokio::select! {
             () = s.cancel.cancelled() => break,
-            () = tokio::time::sleep(wait) => {}
+            () = released => {}
+        }
+    }
+}
+
+/// How often a standby looks whether the reader let the slot go.
+const STANDBY_LOOK: Duration = Duration::from_millis(100);
+
+/// A standby waits until the slot is let go (its reader stopped: a rolling deploy's old pod),
+/// or for `longest`. It looks every [`STANDBY_LOOK`] with a plain query on its pool: trying the
+/// slot that often would start a replication connection, a server process, each time; waiting
+/// out the retry's backoff (up to 5 s) left events unpublished that long after a handover.
+async fn released(s: &Stream, longest: Duration) {
+    let until = tokio::time::Instant::now() + longest;
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(STANDBY_LOOK).await;
+        let held: Result<bool, _> = sqlx::query_scalar(include_str!("../sql/slot_held.sql"))
+            .bind(&s.config.slot)
+            .fetch_one(&s.pool)
+            .await;
+        if !held.unwrap_or(true) {
+            return;
         }
     }
 }

@@ -370,7 +370,16 @@ async fn the_slot_is_confirmed_only_once_the_events_are_recorded() {
         || async { slot_position(db.pool(), &slot).await.0 >= committed },
     )
     .await;
-    assert_eq!(processed(db.pool()).await, 1);
+    let row: (String, i32, Option<String>) =
+        sqlx::query_as("SELECT status, retry_count, last_error FROM outbox_events")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        row.0, "PROCESSED",
+        "the slot was confirmed past the event, which is {row:?}; relay status {:?}",
+        store.status()
+    );
     handle.stop().await.unwrap();
 }
 
@@ -1695,6 +1704,47 @@ async fn a_second_cdc_relay_on_the_slot_waits_as_a_standby_and_takes_over() {
     let published: std::collections::HashSet<i64> =
         second_sink.published_ids().into_iter().collect();
     assert!(later.iter().all(|id| published.contains(id)));
+    second_relay.stop().await.unwrap();
+}
+
+/// A standby that has waited a while (its tries of the slot 5 s apart by then) reads the slot
+/// within a moment of the reader's stop: it looks every 100 ms whether the slot was let go.
+/// (Before, it waited out its retry's backoff: up to 5 s without a publish after a handover.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_the_slot_over_within_a_moment_of_the_readers_stop() {
+    let db = TestDb::new().await;
+    let (first, _first_sink, first_relay) = running(&db, CdcConfig::default()).await;
+    let second = Arc::new(
+        CdcStore::start(
+            PgStore::new(db.new_pool(4).await),
+            db.url(),
+            CdcConfig::default().slot(slot_name(&db)),
+        )
+        .await
+        .unwrap(),
+    );
+    let second_sink = RecordingSink::new();
+    let second_relay = relay(&second, &second_sink).start();
+    // Tries at 0.1, 0.2, 0.4, 0.8, 1.6 and 3.2 s: the next ones 5 s apart.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(second.status().standby);
+    first_relay.stop().await.unwrap();
+    drop(first);
+    let stopped = std::time::Instant::now();
+    wait_until("the standby reads the slot", PATIENCE, || async {
+        second.status().streaming
+    })
+    .await;
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the standby took {took:?} to read the slot after the reader stopped"
+    );
+    let id = insert(db.pool(), "Placed", "o-1").await;
+    wait_until("the new reader publishes", PATIENCE, || async {
+        second_sink.published_ids().contains(&id)
+    })
+    .await;
     second_relay.stop().await.unwrap();
 }
 
