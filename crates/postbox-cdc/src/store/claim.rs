@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::Instant;
 
-use postbox::Store;
 use postbox::store::{ClaimParams, Claimed, MarkProcessedParams};
+use postbox::{Store, Target};
 use uuid::Uuid;
 
 use super::{CdcStore, Lane};
@@ -88,7 +88,7 @@ impl CdcStore {
             }
             let missed: Vec<i64> = ids.into_iter().filter(|id| !got.contains(id)).collect();
             if !missed.is_empty() {
-                self.missed(lane, missed).await;
+                self.missed(lane, p.target, missed).await;
             }
             if self.progress.waiting(lane.sid) {
                 self.progress.arrived.notify_one();
@@ -139,17 +139,13 @@ impl CdcStore {
     /// by another claim, finished or waiting for a retry are done here (the polling claim's);
     /// the rest — still not visible, or ordered behind an event in flight — are looked at again
     /// ([`Progress::missed`]). If the table cannot be read now, every one is looked at again.
-    async fn missed(&self, lane: &Lane, ids: Vec<i64>) {
+    async fn missed(&self, lane: &Lane, target: &Target, ids: Vec<i64>) {
         let (first, ids) = self.progress.first_misses(lane.sid, ids);
         self.progress.missed(lane.sid, first);
         if ids.is_empty() {
             return;
         }
-        let taken: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(lane.ids_taken_sql.as_str()))
-            .bind(&ids)
-            .fetch_all(self.inner.pool())
-            .await
-            .unwrap_or_default();
+        let taken = (self.inner.events_ids_taken(target, &ids).await).unwrap_or_default();
         let taken: HashSet<i64> = taken.into_iter().collect();
         let (done, again): (Vec<i64>, Vec<i64>) =
             ids.into_iter().partition(|id| taken.contains(id));
@@ -205,7 +201,7 @@ impl CdcStore {
         let full = claimed.events.len() + claimed.exhausted.len()
             >= usize::try_from(p.batch_size).unwrap_or(usize::MAX);
         if !p.order.aggregate_types.is_empty() {
-            self.put_back_busy_aggregates(lane, p, &mut claimed).await?;
+            self.put_back_busy_aggregates(p, &mut claimed).await?;
         }
         // Events this relay is publishing from a read are left to the read, under this claim's
         // token; those a read published whose mark found them claimed are marked now.
@@ -233,13 +229,12 @@ impl CdcStore {
     }
 
     /// Puts back, untouched, the ordered events this poll took whose aggregate has another
-    /// event in flight or `FAILED` (`sql/ordered_put_back.sql`): the poll goes by id, the slot
+    /// event in flight or `FAILED` (`PgStore::events_ordered_put_back`): the poll goes by id, the slot
     /// by commit order, and with producers committing out of id order an event with a lower id
     /// can be due while a later one of its aggregate is being published. They are taken again
     /// once their aggregate is free.
     async fn put_back_busy_aggregates(
         &self,
-        lane: &Lane,
         p: &ClaimParams<'_>,
         claimed: &mut Claimed,
     ) -> postbox::Result<()> {
@@ -247,14 +242,9 @@ impl CdcStore {
             return Ok(());
         }
         let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
-        let back: postbox::Result<Vec<i64>> =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(lane.ordered_put_back_sql.as_str()))
-                .bind(&ids)
-                .bind(claimed.claim_token)
-                .bind(p.order.aggregate_types)
-                .fetch_all(self.inner.pool())
-                .await
-                .map_err(postbox::Error::Database);
+        let back = (self.inner)
+            .events_ordered_put_back(p, claimed.claim_token, &ids)
+            .await;
         let back: HashSet<i64> = self.watch(back)?.into_iter().collect();
         if !back.is_empty() {
             tracing::debug!(

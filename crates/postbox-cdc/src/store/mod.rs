@@ -209,7 +209,7 @@ impl CdcStore {
         if let Some(lane) = lanes.get(&target.schema) {
             return Some(Arc::clone(lane));
         }
-        let lane = Arc::new(Lane::new(sid, &target.schema));
+        let lane = Arc::new(Lane::new(sid));
         lanes.insert(target.schema.clone(), Arc::clone(&lane));
         Some(lane)
     }
@@ -244,22 +244,14 @@ pub(super) struct Lane {
     polled: Mutex<claim::Polled>,
     /// The events published without a claim ([`crate::reads`]).
     reads: Reads,
-    /// `sql/ids_taken.sql` for this schema.
-    ids_taken_sql: String,
-    /// `sql/ordered_put_back.sql` for this schema.
-    ordered_put_back_sql: String,
 }
 
 impl Lane {
-    fn new(sid: Sid, schema: &SchemaName) -> Self {
-        // The schema's name is validated by `SchemaName`, and quoted.
-        let sql = |template: &str| template.replace("{schema}", &schema.quoted());
+    fn new(sid: Sid) -> Self {
         Lane {
             sid,
             polled: Mutex::default(),
             reads: Reads::default(),
-            ids_taken_sql: sql(include_str!("../../sql/ids_taken.sql")),
-            ordered_put_back_sql: sql(include_str!("../../sql/ordered_put_back.sql")),
         }
     }
 }

@@ -376,7 +376,8 @@ async fn the_slot_is_confirmed_only_once_the_events_are_recorded() {
             .await
             .unwrap();
     assert_eq!(
-        row.0, "PROCESSED",
+        row.0,
+        "PROCESSED",
         "the slot was confirmed past the event, which is {row:?}; relay status {:?}",
         store.status()
     );

@@ -8,6 +8,8 @@
 
 mod any;
 #[cfg(feature = "postgres")]
+mod by_id;
+#[cfg(feature = "postgres")]
 mod common;
 
 #[cfg(feature = "postgres")]

@@ -150,6 +150,67 @@ impl PgStore {
             .map_err(|e| map_missing_table(e, &target.schema))
     }
 
+    /// Of `ids`, which a claim by id ([`PgStore::events_claim_ids`]) did not get, those another
+    /// claim took or that are finished or were tried: nothing to look at again for the caller.
+    /// A row not visible yet, or still `PENDING` and untried, is not returned. For the CDC
+    /// relay, which looks again at the ids its slot delivered that it could not claim.
+    ///
+    /// ```no_run
+    /// # async fn example(store: postbox::PgStore, target: postbox::Target) -> postbox::Result<()> {
+    /// let settled = store.events_ids_taken(&target, &[41, 42]).await?;
+    /// // look again later at the ids not in `settled`
+    /// # Ok(()) }
+    /// ```
+    pub async fn events_ids_taken(&self, target: &Target, ids: &[i64]) -> Result<Vec<i64>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = self.sql.get(&target.schema);
+        sqlx::query_scalar(safe(&sql.ids_taken))
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &target.schema))
+    }
+
+    /// Puts back, as they were before the claim and with no try spent, the events of `ids` that
+    /// a claim under `token` just took whose aggregate type is ordered
+    /// (`params.order.aggregate_types`) and whose aggregate has another event in flight under
+    /// another claim, or `FAILED` and not skipped, whatever its id; returns their ids. A polling
+    /// claim holds an aggregate's events in id order; beside a CDC relay, which goes by commit
+    /// order, producers committing out of id order would otherwise see an event with a lower id
+    /// published while a later one of its aggregate is.
+    ///
+    /// ```no_run
+    /// # async fn example(store: postbox::PgStore, params: postbox::store::ClaimParams<'_>) -> postbox::Result<()> {
+    /// use postbox::Store;
+    /// let claimed = store.events_claim(&params).await?;
+    /// let ids: Vec<i64> = claimed.events.iter().map(|e| e.id).collect();
+    /// let back = store
+    ///     .events_ordered_put_back(&params, claimed.claim_token, &ids)
+    ///     .await?;
+    /// // publish the claimed events not in `back`
+    /// # Ok(()) }
+    /// ```
+    pub async fn events_ordered_put_back(
+        &self,
+        p: &ClaimParams<'_>,
+        token: Uuid,
+        ids: &[i64],
+    ) -> Result<Vec<i64>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = self.sql.get(&p.target.schema);
+        sqlx::query_scalar(safe(&sql.ordered_put_back))
+            .bind(ids)
+            .bind(token)
+            .bind(p.order.aggregate_types)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| map_missing_table(e, &p.target.schema))
+    }
+
     /// [`Store::claim_floor`](crate::Store::claim_floor).
     pub(super) async fn floor(&self, target: &Target, from: i64, settled: i64) -> Result<i64> {
         let sql = self.sql.get(&target.schema);

@@ -66,6 +66,8 @@ struct PgSql {
     claim_unordered: std::sync::Arc<str>,
     claim_ids: std::sync::Arc<str>,
     read_ids: std::sync::Arc<str>,
+    ids_taken: std::sync::Arc<str>,
+    ordered_put_back: std::sync::Arc<str>,
     mark_unclaimed: std::sync::Arc<str>,
     floor: std::sync::Arc<str>,
     gaps: std::sync::Arc<str>,
@@ -115,6 +117,14 @@ impl PgSql {
             ),
             read_ids: render(
                 include_str!("../../../sql/postgres/queries/read_ids.sql"),
+                schema,
+            ),
+            ids_taken: render(
+                include_str!("../../../sql/postgres/queries/ids_taken.sql"),
+                schema,
+            ),
+            ordered_put_back: render(
+                include_str!("../../../sql/postgres/queries/ordered_put_back.sql"),
                 schema,
             ),
             mark_unclaimed: render(
