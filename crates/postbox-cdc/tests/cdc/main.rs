@@ -941,20 +941,27 @@ async fn a_fast_restart_of_postgresql_with_an_event_in_flight_loses_nothing_and_
 /// end, from the `oracle` test_decoding slot) has each of its outbox events recorded: none
 /// still pending and untouched. Returns how many events it checked.
 async fn behind_the_slot_all_recorded(pool: &PgPool, round: u64) -> usize {
-    unrecorded_behind_the_slot(pool, "postbox", "oracle", 0)
-        .await
-        .unwrap_or_else(|why| panic!("round {round}: {why}"))
+    unrecorded_behind_the_slot(
+        pool,
+        "postbox",
+        "oracle",
+        0,
+        &[&postbox::SchemaName::public()],
+    )
+    .await
+    .unwrap_or_else(|why| panic!("round {round}: {why}"))
 }
 
 /// Whether every transaction that committed after WAL position `since` and that slot `slot`'s
 /// confirmed position has passed (its commit's end, from the test_decoding slot `oracle`) has
-/// each of its events of the default schema's outbox recorded in the table — none still
-/// pending and untouched. Returns how many events it checked, or the ones that are not.
+/// each of its events in the outboxes of `schemas` recorded in the table — none still pending
+/// and untouched. Returns how many events it checked, or the ones that are not.
 async fn unrecorded_behind_the_slot(
     pool: &PgPool,
     slot: &str,
     oracle: &str,
     since: i64,
+    schemas: &[&postbox::SchemaName],
 ) -> Result<usize, String> {
     // A slot being made (or dropped) has passed nothing.
     let confirmed: i64 = sqlx::query_scalar(
@@ -966,15 +973,18 @@ async fn unrecorded_behind_the_slot(
     .await
     .unwrap();
     // Read after the position: whatever it passed was recorded before it was confirmed.
-    let untouched: std::collections::HashSet<i64> = sqlx::query_scalar(
-        "SELECT id FROM outbox_events WHERE status = 'PENDING' AND retry_count = 0 \
-         AND last_error IS NULL AND (locked_until IS NULL OR locked_until < now())",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap()
-    .into_iter()
-    .collect();
+    let mut untouched = std::collections::HashSet::new();
+    for schema in schemas {
+        let ids: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM {}.outbox_events WHERE status = 'PENDING' AND retry_count = 0 \
+             AND last_error IS NULL AND (locked_until IS NULL OR locked_until < now())",
+            schema.quoted()
+        )))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        untouched.extend(ids.into_iter().map(|id| (schema.as_str().to_owned(), id)));
+    }
     let changes: Vec<(i64, String)> = sqlx::query_as(
         "SELECT pg_wal_lsn_diff(lsn, '0/0')::bigint, data \
          FROM pg_logical_slot_peek_changes($1, NULL, NULL)",
@@ -988,13 +998,16 @@ async fn unrecorded_behind_the_slot(
     for (lsn, data) in changes {
         if data.starts_with("BEGIN") {
             ids.clear();
-        } else if let Some(rest) =
-            data.strip_prefix("table public.outbox_events: INSERT: id[bigint]:")
+        } else if let Some((schema, rest)) = data
+            .strip_prefix("table ")
+            .and_then(|t| t.split_once(".outbox_events: INSERT: id[bigint]:"))
         {
-            ids.push(rest.split(' ').next().unwrap().parse::<i64>().unwrap());
+            let id = rest.split(' ').next().unwrap().parse::<i64>().unwrap();
+            ids.push((schema.to_owned(), id));
         } else if data.starts_with("COMMIT") && lsn > since && lsn <= confirmed {
             checked += ids.len();
-            let unrecorded: Vec<&i64> = ids.iter().filter(|id| untouched.contains(id)).collect();
+            let unrecorded: Vec<&(String, i64)> =
+                ids.iter().filter(|key| untouched.contains(*key)).collect();
             if !unrecorded.is_empty() {
                 return Err(format!(
                     "the slot is confirmed at {confirmed}, past the commit at {lsn} of events \

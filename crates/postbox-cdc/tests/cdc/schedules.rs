@@ -8,7 +8,9 @@
 //! steps, prepares it and later commits or rolls back the prepared transaction; a relay of
 //! some kind starts (a second CDC relay waits as a standby), stops (a CDC relay that holds the
 //! slot hands it over), or is killed mid-work; the slot is dropped from under its reader; the
-//! server restarts (on a PostgreSQL of the test's own); time passes. In half of the schedules
+//! server restarts (on a PostgreSQL of the test's own); time passes. One of the aggregates lives
+//! in a tenant's outbox, the others in the default schema's: one slot serves both, and their
+//! ids collide. In half of the schedules
 //! the relays order aggregate type `Acct`, and in half of those the producers write to an
 //! aggregate one at a time (its row lock, as applications hold it).
 //!
@@ -43,7 +45,8 @@ use crate::unrecorded_behind_the_slot;
 
 /// Producer connections in a schedule.
 const PRODUCERS: usize = 3;
-/// Aggregates a schedule's events belong to.
+/// Aggregates a schedule's events belong to; the last one's events go into a tenant's outbox,
+/// the others' into the default schema's.
 const AGGREGATES: usize = 3;
 /// Steps in a schedule (and as many again to end what is open).
 const STEPS: usize = 30;
@@ -217,6 +220,8 @@ struct Db {
     oracle: String,
     /// A server of the test's own that schedules restart.
     server: Option<postbox_testkit::cluster::Cluster>,
+    /// The outboxes: the default schema's and a tenant's.
+    schemas: [postbox::SchemaName; 2],
 }
 
 impl Db {
@@ -227,6 +232,7 @@ impl Db {
             .await
             .unwrap();
         postbox::migrate(&PgStore::new(pool.clone())).await.unwrap();
+        let tenant = crate::add_tenant(&pool, "tier").await;
         let slot = format!("tier_{}", uuid::Uuid::new_v4().simple());
         let oracle = format!("{slot}_oracle");
         sqlx::query("SELECT pg_create_logical_replication_slot($1, 'test_decoding')")
@@ -240,7 +246,22 @@ impl Db {
             slot,
             oracle,
             server,
+            schemas: [postbox::SchemaName::public(), tenant.schema],
         }
+    }
+
+    /// The outbox aggregate `a`'s events go into.
+    fn schema_of(&self, a: usize) -> &postbox::SchemaName {
+        &self.schemas[usize::from(a == AGGREGATES - 1)]
+    }
+
+    /// Every event of both outboxes, for counting.
+    fn all_events(&self) -> String {
+        format!(
+            "(SELECT status FROM {}.outbox_events UNION ALL SELECT status FROM {}.outbox_events) e",
+            self.schemas[0].quoted(),
+            self.schemas[1].quoted()
+        )
     }
 
     /// Drops both slots, which would otherwise keep the server's WAL after the test.
@@ -269,11 +290,13 @@ impl Db {
 
     /// Events the relays hold: claimed, or delivered by a slot and not yet recorded.
     async fn in_flight(&self, relays: &Relays) -> usize {
-        let processing: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = 'PROCESSING'")
-                .fetch_one(&self.pool)
-                .await
-                .unwrap_or(0);
+        let processing: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {} WHERE status = 'PROCESSING'",
+            self.all_events()
+        )))
+        .fetch_one(&self.pool)
+        .await
+        .unwrap_or(0);
         let unrecorded: usize = relays
             .running
             .iter()
@@ -440,6 +463,14 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
         .unwrap_or(false)
     };
     wait_until("the slot is read", Duration::from_secs(30), reading).await;
+    // The tenant's outbox is in the publication (the reader adds it within seconds of the
+    // first start): from here on the slot delivers its events too.
+    wait_until(
+        "the tenant's outbox is published",
+        Duration::from_secs(30),
+        || async { crate::published_schemas(&db.pool).await.len() == 2 },
+    )
+    .await;
     // Commits from here on are this schedule's; none may be passed unrecorded until the slot
     // is dropped (a new slot starts where the server is, and the poll claims what it missed).
     // With ordering, an event that waits behind another of its aggregate for longer than the
@@ -453,7 +484,8 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
     let mut behind_the_slot = 0;
     let check_slot = |slot_kept: bool| async move {
         if slot_kept {
-            unrecorded_behind_the_slot(&db.pool, &db.slot, &db.oracle, since).await
+            let schemas = [&db.schemas[0], &db.schemas[1]];
+            unrecorded_behind_the_slot(&db.pool, &db.slot, &db.oracle, since, &schemas).await
         } else {
             Ok(0)
         }
@@ -478,12 +510,15 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
                     _ => 1,
                 };
                 let tokens: Vec<u64> = (0..n).map(|_| ledger.token()).collect();
-                let rows: Vec<(i64, i64)> = sqlx::query_as(
-                    "INSERT INTO outbox_events (event_type, aggregate_type, aggregate_id, payload) \
+                // The schema is a validated name, quoted.
+                let rows: Vec<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "INSERT INTO {}.outbox_events \
+                     (event_type, aggregate_type, aggregate_id, payload) \
                      SELECT 'E', 'Acct', $1, jsonb_build_object('token', $2::bigint + g) \
                      FROM generate_series(0, $3 - 1) g ORDER BY g \
                      RETURNING id, (payload->>'token')::bigint",
-                )
+                    db.schema_of(a).quoted()
+                )))
                 .bind(format!("{seed}-{a}"))
                 .bind(i64::try_from(tokens[0]).unwrap())
                 .bind(i64::try_from(n).unwrap())
@@ -642,14 +677,16 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
         &format!("{name}, seed {seed}: the relays finish the outbox\nschedule: {steps:?}"),
         Duration::from_secs(60),
         || async {
-            let (pending, processing, failed): (i64, i64, i64) = sqlx::query_as(
-                "SELECT count(*) FILTER (WHERE status = 'PENDING'), \
-                 count(*) FILTER (WHERE status = 'PROCESSING'), \
-                 count(*) FILTER (WHERE status = 'FAILED') FROM outbox_events",
-            )
-            .fetch_one(&db.pool)
-            .await
-            .ok()?;
+            let (pending, processing, failed): (i64, i64, i64) =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT count(*) FILTER (WHERE status = 'PENDING'), \
+                     count(*) FILTER (WHERE status = 'PROCESSING'), \
+                     count(*) FILTER (WHERE status = 'FAILED') FROM {}",
+                    db.all_events()
+                )))
+                .fetch_one(&db.pool)
+                .await
+                .ok()?;
             (pending == 0 && processing == 0).then_some(failed)
         },
     )
