@@ -15,8 +15,9 @@
 //! aggregate one at a time (its row lock, as applications hold it).
 //!
 //! After each schedule: every committed event published, none that rolled back, nothing left
-//! `PENDING`, `PROCESSING` or `FAILED`; with ordering and one writer at a time, each aggregate's
-//! first deliveries in commit order; repeats no more than what was in flight at the kills,
+//! `PENDING`, `PROCESSING` or `FAILED`; with ordering, never two publishes of one aggregate
+//! under way at once, and with one writer at a time each aggregate's first deliveries in commit
+//! order; repeats no more than what was in flight at the kills,
 //! handovers, slot drops and restarts (counted just before each, plus one batch); and, looked
 //! at before each of those and at the end, the slot's confirmed position never past a
 //! transaction whose events are still pending and untouched (an independent test_decoding slot
@@ -321,20 +322,68 @@ struct Relays {
     sink: RecordingSink,
     /// Which relay published which id, in order.
     by: Arc<std::sync::Mutex<Vec<(String, i64)>>>,
+    in_flight: Arc<InFlight>,
     started: usize,
     ordered: bool,
 }
 
-/// A relay's sink: the schedule's recording sink, noting which relay published.
+/// A relay's sink: the schedule's recording sink, noting which relay published, and each
+/// aggregate's publishes in flight across all relays.
 struct Tagged {
     all: RecordingSink,
     by: Arc<std::sync::Mutex<Vec<(String, i64)>>>,
     relay: String,
+    in_flight: Arc<InFlight>,
+}
+
+/// Each aggregate's publishes under way, and the publishes that began while another of their
+/// aggregate was under way (G6: never two events of an ordered aggregate in flight).
+#[derive(Default)]
+struct InFlight {
+    now: std::sync::Mutex<std::collections::HashMap<String, Vec<i64>>>,
+    overlaps: std::sync::Mutex<Vec<(String, i64, Vec<i64>)>>,
+}
+
+/// One publish under way; ended when dropped, also when its relay is killed mid-publish.
+struct Publishing<'a> {
+    in_flight: &'a InFlight,
+    aggregate: String,
+    id: i64,
+}
+
+impl Drop for Publishing<'_> {
+    fn drop(&mut self) {
+        let mut now = self.in_flight.now.lock().unwrap();
+        if let Some(ids) = now.get_mut(&self.aggregate) {
+            ids.retain(|id| *id != self.id);
+        }
+    }
+}
+
+impl InFlight {
+    fn begin(&self, event: &postbox::OutboxEvent) -> Publishing<'_> {
+        let aggregate = event.aggregate_id.clone().unwrap_or_default();
+        let mut now = self.now.lock().unwrap();
+        let ids = now.entry(aggregate.clone()).or_default();
+        if !ids.is_empty() {
+            let overlap = (aggregate.clone(), event.id, ids.clone());
+            self.overlaps.lock().unwrap().push(overlap);
+        }
+        ids.push(event.id);
+        Publishing {
+            in_flight: self,
+            aggregate,
+            id: event.id,
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl postbox::Sink for Tagged {
     async fn publish(&self, event: &postbox::OutboxEvent) -> Result<(), postbox::PublishError> {
+        let _publishing = self.in_flight.begin(event);
+        // A destination that takes a moment: publishes of one aggregate side by side overlap.
+        tokio::time::sleep(Duration::from_millis(event.id.unsigned_abs() % 3)).await;
         self.all.publish(event).await?;
         self.by.lock().unwrap().push((self.relay.clone(), event.id));
         Ok(())
@@ -382,6 +431,7 @@ impl Relays {
         let sink = Tagged {
             all: self.sink.clone(),
             by: Arc::clone(&self.by),
+            in_flight: Arc::clone(&self.in_flight),
             relay: format!("{kind:?} {}", self.started),
         };
         let relay = Relay::from_parts(store, Arc::new(sink), self.config()).unwrap();
@@ -449,6 +499,7 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
         running: vec![],
         sink: RecordingSink::new(),
         by: Arc::default(),
+        in_flight: Arc::default(),
         started: 0,
         ordered,
     };
@@ -696,6 +747,15 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
     }
     behind_the_slot += check_slot(slot_kept).await.unwrap_or_else(|why| fail(why));
     relays.stop_all().await;
+    if ordered {
+        let overlaps = relays.in_flight.overlaps.lock().unwrap().clone();
+        if !overlaps.is_empty() {
+            fail(format!(
+                "two events of one ordered aggregate in flight at once (aggregate, the event \
+                 begun, those under way): {overlaps:?}"
+            ));
+        }
+    }
     let order = if locks { Order::Commit } else { Order::Any };
     let checked = ledger
         .check(&relays.sink.published(), &format!("{seed}-"), order)
