@@ -20,6 +20,7 @@ pub mod ledger;
 mod mysql;
 #[cfg(feature = "postgres")]
 mod pg;
+pub mod producers;
 pub mod proxy;
 #[cfg(feature = "sinks")]
 pub mod sink_suite;

@@ -35,6 +35,7 @@ use postbox::relay::RelayStats;
 use postbox::{PgStore, Relay, RelayConfig, Store};
 use postbox_cdc::{CdcConfig, CdcStore};
 use postbox_testkit::ledger::{self, Ledger, Order};
+use postbox_testkit::producers::{Producers, Settings, Step as P};
 use postbox_testkit::{RecordingSink, TestDb, wait_until};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -71,17 +72,8 @@ enum Kind {
 /// One step of a schedule.
 #[derive(Clone, Debug)]
 enum Step {
-    Begin(usize),
-    Insert(usize, usize),
-    /// One statement inserting this many events of one aggregate.
-    InsertMany(usize, usize, usize),
-    Savepoint(usize),
-    RollbackToSavepoint(usize),
-    Commit(usize),
-    Rollback(usize),
-    Prepare(usize),
-    CommitPrepared(usize),
-    RollbackPrepared(usize),
+    /// A producer's step.
+    Producer(P),
     Start(Kind),
     /// The relay at this index among those running stops cleanly.
     Stop(usize),
@@ -98,17 +90,17 @@ enum Step {
 /// aggregate one at a time, and the steps, drawn against a model of the producers and relays
 /// so that each one is valid when it runs.
 fn schedule(seed: u64, restarts: bool) -> (bool, bool, Vec<Step>) {
-    #[derive(Clone, Copy, PartialEq)]
-    enum S {
-        Idle,
-        InTx { savepoint: bool },
-        Prepared,
-    }
     let mut rng = StdRng::seed_from_u64(seed);
     let ordered = rng.random_bool(0.5);
     let locks = ordered && rng.random_bool(0.5);
-    let mut state = [S::Idle; PRODUCERS];
-    let mut owner: std::collections::HashMap<usize, usize> = Default::default();
+    let mut producers = Producers::new(Settings {
+        producers: PRODUCERS,
+        aggregates: AGGREGATES,
+        locks,
+        prepares: true,
+        one_writer: false,
+        many: true,
+    });
     // The schedule starts with one CDC relay reading the slot.
     let mut relays = 1usize;
     let mut steps = vec![];
@@ -130,82 +122,15 @@ fn schedule(seed: u64, restarts: bool) -> (bool, bool, Vec<Step>) {
             match step {
                 Step::Start(_) => relays += 1,
                 Step::Stop(_) | Step::Kill(_) => relays -= 1,
-                Step::RestartServer(_) => {
-                    for (p, s) in state.iter_mut().enumerate() {
-                        if matches!(s, S::InTx { .. }) {
-                            *s = S::Idle;
-                            owner.retain(|_, o| *o != p);
-                        }
-                    }
-                }
+                Step::RestartServer(_) => producers.server_restarted(),
                 _ => {}
             }
             steps.push(step);
-            continue;
-        }
-        let p = rng.random_range(0..PRODUCERS);
-        let end = |owner: &mut std::collections::HashMap<usize, usize>| {
-            owner.retain(|_, o| *o != p);
-        };
-        match state[p] {
-            S::Idle => {
-                state[p] = S::InTx { savepoint: false };
-                steps.push(Step::Begin(p));
-            }
-            S::InTx { savepoint } => {
-                let roll = rng.random_range(0..100);
-                if roll < 45 {
-                    let a = rng.random_range(0..AGGREGATES);
-                    if !locks || owner.get(&a).is_none_or(|o| *o == p) {
-                        owner.insert(a, p);
-                        steps.push(if rng.random_bool(0.1) {
-                            Step::InsertMany(p, a, rng.random_range(2..40))
-                        } else {
-                            Step::Insert(p, a)
-                        });
-                    }
-                } else if roll < 50 && !savepoint {
-                    state[p] = S::InTx { savepoint: true };
-                    steps.push(Step::Savepoint(p));
-                } else if roll < 55 && savepoint {
-                    steps.push(Step::RollbackToSavepoint(p));
-                } else if roll < 75 {
-                    state[p] = S::Idle;
-                    end(&mut owner);
-                    steps.push(Step::Commit(p));
-                } else if roll < 83 {
-                    state[p] = S::Idle;
-                    end(&mut owner);
-                    steps.push(Step::Rollback(p));
-                } else if roll < 90 {
-                    state[p] = S::Prepared;
-                    steps.push(Step::Prepare(p));
-                }
-                // Else the transaction stays open across the next steps.
-            }
-            S::Prepared => {
-                let roll = rng.random_range(0..100);
-                if roll < 30 {
-                    state[p] = S::Idle;
-                    end(&mut owner);
-                    steps.push(Step::CommitPrepared(p));
-                } else if roll < 40 {
-                    state[p] = S::Idle;
-                    end(&mut owner);
-                    steps.push(Step::RollbackPrepared(p));
-                }
-            }
+        } else if let Some(step) = producers.next(&mut rng) {
+            steps.push(Step::Producer(step));
         }
     }
-    // End what is open: commit most, roll back some.
-    for (p, s) in state.iter().enumerate() {
-        match s {
-            S::Idle => {}
-            S::InTx { .. } if rng.random_bool(0.8) => steps.push(Step::Commit(p)),
-            S::InTx { .. } => steps.push(Step::Rollback(p)),
-            S::Prepared => steps.push(Step::CommitPrepared(p)),
-        }
-    }
+    steps.extend(producers.end(&mut rng).into_iter().map(Step::Producer));
     if relays == 0 {
         steps.push(Step::Start(kind(&mut rng)));
     }
@@ -543,7 +468,7 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
     };
     for step in &steps {
         match *step {
-            Step::Begin(p) => {
+            Step::Producer(P::Begin(p)) => {
                 let mut conn = PgConnection::connect(&db.url).await.unwrap();
                 sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
                 producers[p] = Producer::InTx {
@@ -552,12 +477,12 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
                     savepoint: None,
                 };
             }
-            Step::Insert(p, a) | Step::InsertMany(p, a, _) => {
+            Step::Producer(P::Insert(p, a) | P::InsertMany(p, a, _)) => {
                 let Producer::InTx { conn, inserted, .. } = &mut producers[p] else {
                     fail(format!("{step:?} outside a transaction"));
                 };
                 let n = match *step {
-                    Step::InsertMany(_, _, n) => n,
+                    Step::Producer(P::InsertMany(_, _, n)) => n,
                     _ => 1,
                 };
                 let tokens: Vec<u64> = (0..n).map(|_| ledger.token()).collect();
@@ -584,7 +509,7 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
                     inserted.push((token, a));
                 }
             }
-            Step::Savepoint(p) => {
+            Step::Producer(P::Savepoint(p)) => {
                 let Producer::InTx {
                     conn,
                     inserted,
@@ -599,7 +524,7 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
                     .unwrap();
                 *savepoint = Some(inserted.len());
             }
-            Step::RollbackToSavepoint(p) => {
+            Step::Producer(P::RollbackToSavepoint(p)) => {
                 let Producer::InTx {
                     conn,
                     inserted,
@@ -615,21 +540,21 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
                 let mark = savepoint.unwrap_or(inserted.len());
                 ledger.roll_back(inserted.drain(mark..).map(|(token, _)| token));
             }
-            Step::Commit(p) | Step::Rollback(p) => {
+            Step::Producer(P::Commit(p) | P::Rollback(p)) => {
                 let Producer::InTx {
                     mut conn, inserted, ..
                 } = std::mem::replace(&mut producers[p], Producer::Idle)
                 else {
                     fail(format!("{step:?} outside a transaction"));
                 };
-                let commit = matches!(step, Step::Commit(_));
+                let commit = matches!(step, Step::Producer(P::Commit(_)));
                 sqlx::query(if commit { "COMMIT" } else { "ROLLBACK" })
                     .execute(&mut conn)
                     .await
                     .unwrap();
                 ledger.end(inserted, commit);
             }
-            Step::Prepare(p) => {
+            Step::Producer(P::Prepare(p)) => {
                 let Producer::InTx {
                     mut conn, inserted, ..
                 } = std::mem::replace(&mut producers[p], Producer::Idle)
@@ -644,13 +569,13 @@ async fn run(seed: u64, db: &Db, name: &str, totals: &mut Totals) {
                     .unwrap();
                 producers[p] = Producer::Prepared { gid, inserted };
             }
-            Step::CommitPrepared(p) | Step::RollbackPrepared(p) => {
+            Step::Producer(P::CommitPrepared(p) | P::RollbackPrepared(p)) => {
                 let Producer::Prepared { gid, inserted } =
                     std::mem::replace(&mut producers[p], Producer::Idle)
                 else {
                     fail(format!("{step:?} without a prepared transaction"));
                 };
-                let commit = matches!(step, Step::CommitPrepared(_));
+                let commit = matches!(step, Step::Producer(P::CommitPrepared(_)));
                 let verb = if commit { "COMMIT" } else { "ROLLBACK" };
                 sqlx::query(sqlx::AssertSqlSafe(format!("{verb} PREPARED '{gid}'")))
                     .execute(&db.pool)

@@ -21,13 +21,13 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::any::Conn;
 use postbox::ops::StoreOps;
 use postbox::{Event, Relay, RelayConfig, Store, StoreExt, backoff::Backoff, relay::RelayStats};
 use postbox_testkit::ledger::{self, Ledger, Order};
+use postbox_testkit::producers::{Producers, Settings, Step as P};
 use postbox_testkit::{RecordingSink, wait_until};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -92,15 +92,8 @@ impl Db {
 /// One step of a schedule.
 #[derive(Clone, Debug)]
 enum Step {
-    Begin(usize),
-    Insert(usize, usize),
-    Savepoint(usize),
-    RollbackToSavepoint(usize),
-    Commit(usize),
-    Rollback(usize),
-    Prepare(usize),
-    CommitPrepared(usize),
-    RollbackPrepared(usize),
+    /// A producer's step.
+    Producer(P),
     StartRelay,
     StopRelay,
     KillRelay,
@@ -177,16 +170,16 @@ impl Relays {
 /// one aggregate, and the promise is id order. Steps are drawn against a model of the
 /// producers' states, so each one is valid when it runs.
 fn schedule(seed: u64, db: &Db) -> (bool, Vec<Step>) {
-    #[derive(Clone, Copy, PartialEq)]
-    enum S {
-        Idle,
-        InTx { savepoint: bool },
-        Prepared,
-    }
     let mut rng = StdRng::seed_from_u64(seed);
     let locks = rng.random_bool(0.5);
-    let mut state = [S::Idle; PRODUCERS];
-    let mut owner: HashMap<usize, usize> = HashMap::new();
+    let mut producers = Producers::new(Settings {
+        producers: PRODUCERS,
+        aggregates: AGGREGATES,
+        locks,
+        prepares: db.prepares,
+        one_writer: db.one_writer,
+        many: false,
+    });
     let mut relays = 1usize;
     let mut steps = vec![];
     for _ in 0..STEPS {
@@ -203,77 +196,14 @@ fn schedule(seed: u64, db: &Db) -> (bool, Vec<Step>) {
                 _ => {}
             }
             steps.push(step);
-            continue;
-        }
-        if db.restarts() && rng.random_bool(0.04) {
-            for (p, s) in state.iter_mut().enumerate() {
-                if matches!(s, S::InTx { .. }) {
-                    *s = S::Idle;
-                    owner.retain(|_, o| *o != p);
-                }
-            }
+        } else if db.restarts() && rng.random_bool(0.04) {
+            producers.server_restarted();
             steps.push(Step::RestartServer);
-            continue;
-        }
-        let p = rng.random_range(0..PRODUCERS);
-        let writing = state.iter().any(|s| matches!(s, S::InTx { .. }));
-        let end = |owner: &mut HashMap<usize, usize>| owner.retain(|_, o| *o != p);
-        match state[p] {
-            S::Idle if db.one_writer && writing => {}
-            S::Idle => {
-                state[p] = S::InTx { savepoint: false };
-                steps.push(Step::Begin(p));
-            }
-            S::InTx { savepoint } => {
-                let roll = rng.random_range(0..100);
-                if roll < 45 {
-                    let a = rng.random_range(0..AGGREGATES);
-                    if !locks || owner.get(&a).is_none_or(|o| *o == p) {
-                        owner.insert(a, p);
-                        steps.push(Step::Insert(p, a));
-                    }
-                } else if roll < 50 && !savepoint {
-                    state[p] = S::InTx { savepoint: true };
-                    steps.push(Step::Savepoint(p));
-                } else if roll < 55 && savepoint {
-                    steps.push(Step::RollbackToSavepoint(p));
-                } else if roll < 75 {
-                    state[p] = S::Idle;
-                    end(&mut owner);
-                    steps.push(Step::Commit(p));
-                } else if roll < 83 {
-                    state[p] = S::Idle;
-                    end(&mut owner);
-                    steps.push(Step::Rollback(p));
-                } else if roll < 90 && db.prepares {
-                    state[p] = S::Prepared;
-                    steps.push(Step::Prepare(p));
-                }
-                // Else the transaction stays open across the next steps.
-            }
-            S::Prepared => {
-                let roll = rng.random_range(0..100);
-                if roll < 30 {
-                    state[p] = S::Idle;
-                    end(&mut owner);
-                    steps.push(Step::CommitPrepared(p));
-                } else if roll < 40 {
-                    state[p] = S::Idle;
-                    end(&mut owner);
-                    steps.push(Step::RollbackPrepared(p));
-                }
-            }
+        } else if let Some(step) = producers.next(&mut rng) {
+            steps.push(Step::Producer(step));
         }
     }
-    // End what is open: commit most, roll back some.
-    for (p, s) in state.iter().enumerate() {
-        match s {
-            S::Idle => {}
-            S::InTx { .. } if rng.random_bool(0.8) => steps.push(Step::Commit(p)),
-            S::InTx { .. } => steps.push(Step::Rollback(p)),
-            S::Prepared => steps.push(Step::CommitPrepared(p)),
-        }
-    }
+    steps.extend(producers.end(&mut rng).into_iter().map(Step::Producer));
     if relays == 0 {
         steps.push(Step::StartRelay);
     }
@@ -303,7 +233,7 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
     };
     for step in &steps {
         match *step {
-            Step::Begin(p) => {
+            Step::Producer(P::Begin(p)) => {
                 let mut conn = db.conn().await;
                 conn.exec("BEGIN").await;
                 producers[p] = Producer::InTx {
@@ -312,7 +242,7 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
                     savepoint: None,
                 };
             }
-            Step::Insert(p, a) => {
+            Step::Producer(P::Insert(p, a)) => {
                 let Producer::InTx { conn, inserted, .. } = &mut producers[p] else {
                     fail(format!("{step:?} outside a transaction"));
                 };
@@ -325,7 +255,12 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
                 ledger.record(token, id);
                 inserted.push((token, a));
             }
-            Step::Savepoint(p) => {
+            Step::Producer(P::InsertMany(..)) => {
+                fail(format!(
+                    "{step:?}: statements of many events are not drawn here"
+                ));
+            }
+            Step::Producer(P::Savepoint(p)) => {
                 let Producer::InTx {
                     conn,
                     inserted,
@@ -337,7 +272,7 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
                 conn.exec("SAVEPOINT s").await;
                 *savepoint = Some(inserted.len());
             }
-            Step::RollbackToSavepoint(p) => {
+            Step::Producer(P::RollbackToSavepoint(p)) => {
                 let Producer::InTx {
                     conn,
                     inserted,
@@ -350,18 +285,18 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
                 let mark = savepoint.unwrap_or(inserted.len());
                 ledger.roll_back(inserted.drain(mark..).map(|(token, _)| token));
             }
-            Step::Commit(p) | Step::Rollback(p) => {
+            Step::Producer(P::Commit(p) | P::Rollback(p)) => {
                 let Producer::InTx {
                     mut conn, inserted, ..
                 } = std::mem::replace(&mut producers[p], Producer::Idle)
                 else {
                     fail(format!("{step:?} outside a transaction"));
                 };
-                let commit = matches!(step, Step::Commit(_));
+                let commit = matches!(step, Step::Producer(P::Commit(_)));
                 conn.exec(if commit { "COMMIT" } else { "ROLLBACK" }).await;
                 ledger.end(inserted, commit);
             }
-            Step::Prepare(p) => {
+            Step::Producer(P::Prepare(p)) => {
                 let Producer::InTx {
                     mut conn, inserted, ..
                 } = std::mem::replace(&mut producers[p], Producer::Idle)
@@ -372,13 +307,13 @@ async fn run_steps(seed: u64, locks: bool, steps: Vec<Step>, db: &Db, name: &str
                 conn.exec(&format!("PREPARE TRANSACTION '{gid}'")).await;
                 producers[p] = Producer::Prepared { gid, inserted };
             }
-            Step::CommitPrepared(p) | Step::RollbackPrepared(p) => {
+            Step::Producer(P::CommitPrepared(p) | P::RollbackPrepared(p)) => {
                 let Producer::Prepared { gid, inserted } =
                     std::mem::replace(&mut producers[p], Producer::Idle)
                 else {
                     fail(format!("{step:?} without a prepared transaction"));
                 };
-                let commit = matches!(step, Step::CommitPrepared(_));
+                let commit = matches!(step, Step::Producer(P::CommitPrepared(_)));
                 let verb = if commit { "COMMIT" } else { "ROLLBACK" };
                 db.conn()
                     .await
@@ -530,21 +465,22 @@ async fn schedules_with_server_restarts_keep_every_guarantee_on_postgres() {
     // The schedule that found a prepared transaction lost across a restart: the relay's probe
     // saw both writers of aggregate 0; after the restart the prepared one holds its locks as
     // `-1/<xid>`, and the horizon settled past its id, publishing the later id first.
+    use P::*;
     use Step::*;
     let found = vec![
         StopRelay,
-        Begin(0),
-        Insert(0, 0),
-        Begin(1),
-        Insert(1, 0),
+        Producer(Begin(0)),
+        Producer(Insert(0, 0)),
+        Producer(Begin(1)),
+        Producer(Insert(1, 0)),
         StartRelay,
         Pause(100),
-        Commit(1),
+        Producer(Commit(1)),
         Pause(50),
-        Prepare(0),
+        Producer(Prepare(0)),
         RestartServer,
         Pause(500),
-        CommitPrepared(0),
+        Producer(CommitPrepared(0)),
     ];
     run_steps(4_999_999, false, found, &db, "PostgreSQL with restarts").await;
     let seeds = seeds(4_000_000);
