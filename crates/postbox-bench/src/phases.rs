@@ -290,10 +290,13 @@ impl Sink for LatencySink {
             .published
             .lock()
             .map_err(|_| PublishError::retryable("latency map poisoned"))?;
-        if published.contains_key(&event.id) {
-            self.repeats.fetch_add(1, Ordering::Relaxed);
-        } else {
-            published.insert(event.id, now);
+        match published.entry(event.id) {
+            std::collections::hash_map::Entry::Vacant(first) => {
+                first.insert(now);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.repeats.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(())
     }
