@@ -88,3 +88,12 @@ pub(crate) async fn record_slot(pool: &PgPool, schema: &SchemaName, slot: &str) 
 pub(crate) fn columns(column_lists: bool) -> &'static str {
     if column_lists { " (id)" } else { "" }
 }
+
+/// Whether another connection reads `slot` now (`sql/slot_held.sql`): a relay starting beside
+/// it is a standby, and a standby waits until it is let go.
+pub(crate) async fn slot_held(pool: &PgPool, slot: &str) -> std::result::Result<bool, sqlx::Error> {
+    sqlx::query_scalar(include_str!("../sql/slot_held.sql"))
+        .bind(slot)
+        .fetch_one(pool)
+        .await
+}

@@ -158,10 +158,7 @@ async fn released(s: &Stream, longest: Duration) {
     let until = tokio::time::Instant::now() + longest;
     while tokio::time::Instant::now() < until {
         tokio::time::sleep(STANDBY_LOOK).await;
-        let held: Result<bool, _> = sqlx::query_scalar(include_str!("../sql/slot_held.sql"))
-            .bind(&s.config.slot)
-            .fetch_one(&s.pool)
-            .await;
+        let held = crate::setup::slot_held(&s.pool, &s.config.slot).await;
         if !held.unwrap_or(true) {
             return;
         }

@@ -128,9 +128,7 @@ impl CdcStore {
         // A relay started while another reads the slot (a rolling deploy's new pod) is a
         // standby from its first claim: polling before its reader finds the slot held would
         // take events that relay is publishing unclaimed, and publish them a second time.
-        let held: bool = sqlx::query_scalar(include_str!("../../sql/slot_held.sql"))
-            .bind(&config.slot)
-            .fetch_one(store.pool())
+        let held = setup::slot_held(store.pool(), &config.slot)
             .await
             .map_err(crate::Error::Database)?;
         progress.set_standby(held);
